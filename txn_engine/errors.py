@@ -1,0 +1,249 @@
+"""Every error txn_engine raises, in one tree.
+
+Catch the narrowest class that tells you what to do next::
+
+    TxnEngineError                      root of everything this library raises
+    ├── InvalidOperationError (+ValueError)
+    │                                   the transaction is malformed or does not fit the
+    │                                   dataset (unknown fragment id, schema mismatch, ...);
+    │                                   nothing was written. Fix the transaction.
+    ├── CommitError                     a commit did not (knowingly) land
+    │   ├── CommitConflictError         a concurrent commit conflicts with this one
+    │   │   ├── RetryableConflictError  re-read the dataset, re-plan the operation, commit again
+    │   │   └── IncompatibleTransactionError
+    │   │                               the operation can never land on top of what was
+    │   │                               committed; give up or build a different operation
+    │   ├── RetriesExhaustedError       contention: the retry budget ran out before the
+    │   │                               commit won a version; trying again later may work
+    │   └── CommitStateUnknownError     storage failed in a way that may or may not have
+    │                                   created the version; do NOT clean up its files;
+    │                                   call ``txn_engine.find_transaction`` or retry the
+    │                                   same transaction (exactly-once settles it)
+    ├── FormatError (+ValueError)       bytes on storage are not a valid Lance artefact
+    │   ├── CorruptManifestError        truncated file, bad footer/magic, bad offsets,
+    │   │                               undecodable protobuf
+    │   ├── UnsupportedFeatureError     a feature flag this library does not understand
+    │   ├── MixedNamingSchemeError      V1 and V2 manifest names in one ``_versions/``
+    │   ├── TransactionNotFoundError    a version's transaction is neither inline nor in
+    │   │                               ``_transactions/``
+    │   └── CorruptDeletionFileError    a deletion file that cannot be decoded
+    ├── DatasetNotFoundError (+FileNotFoundError)
+    │                                   no dataset at that URI
+    ├── VersionNotFoundError (+LookupError)
+    │                                   the dataset exists, that version does not
+    ├── DatasetAlreadyExistsError       creation (Overwrite with read_version 0, Clone)
+    │                                   found a dataset already there
+    └── StorageError (+OSError)         the storage backend failed
+        ├── ObjectExistsError (+FileExistsError)
+        │                               create-if-absent lost: the object exists (the commit
+        │                               loop turns this into a retry, users rarely see it)
+        ├── ObjectNotFoundError (+FileNotFoundError)
+        │                               a read of an object that is not there
+        ├── AtomicityUnsupportedError   the backend cannot create-if-absent atomically and
+        │                               no commit lock / unsafe opt-in was given
+        └── AmbiguousWriteError         a write may or may not have reached the store
+                                        (lost response); the loop settles it by reading back
+
+Every commit error carries the context the caller needs to act: the transaction's read
+version, the version it conflicted with, both operation kinds and a one-line remedy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "AmbiguousWriteError",
+    "AtomicityUnsupportedError",
+    "CommitConflictError",
+    "CommitError",
+    "CommitStateUnknownError",
+    "CorruptDeletionFileError",
+    "CorruptManifestError",
+    "DatasetAlreadyExistsError",
+    "DatasetNotFoundError",
+    "FormatError",
+    "IncompatibleTransactionError",
+    "InvalidOperationError",
+    "MixedNamingSchemeError",
+    "ObjectExistsError",
+    "ObjectNotFoundError",
+    "RetriesExhaustedError",
+    "RetryableConflictError",
+    "StorageError",
+    "TransactionNotFoundError",
+    "TxnEngineError",
+    "UnsupportedFeatureError",
+    "VersionNotFoundError",
+]
+
+
+class TxnEngineError(Exception):
+    """Root of every error txn_engine raises; catch it to handle them all."""
+
+
+class InvalidOperationError(TxnEngineError, ValueError):
+    """The transaction is invalid for this dataset; nothing was written.
+
+    Raised before any I/O that could change the dataset. Fix the transaction (the message
+    names the offending fragment id, field, or key) and commit again.
+    """
+
+
+class CommitError(TxnEngineError):
+    """A commit did not land (or its outcome is unknown, see subclasses).
+
+    Attributes are ``None`` where they do not apply.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        read_version: int | None = None,
+        conflicting_version: int | None = None,
+        operation: str | None = None,
+        other_operation: str | None = None,
+        remedy: str | None = None,
+        conflicts: Sequence[Any] = (),
+    ) -> None:
+        self.read_version = read_version
+        self.conflicting_version = conflicting_version
+        self.operation = operation
+        self.other_operation = other_operation
+        self.remedy = remedy
+        self.conflicts = tuple(conflicts)
+        full = message if remedy is None else f"{message} Help: {remedy}"
+        super().__init__(full)
+
+
+class CommitConflictError(CommitError):
+    """A concurrently committed transaction conflicts with this one.
+
+    ``retryable`` tells the caller what to do: ``True`` means re-read the latest version,
+    re-plan the operation (re-run the scan that chose rows/fragments) and commit again;
+    ``False`` means the operation can never land on top of what was committed.
+    ``conflicts`` holds the :class:`txn_engine.conflicts.Conflict` values that caused it.
+    """
+
+    retryable: bool = False
+
+
+class RetryableConflictError(CommitConflictError):
+    """Preempted by a concurrent commit: re-plan from a fresh read and commit again.
+
+    ``txn_engine.replan_and_commit`` automates this.
+    """
+
+    retryable = True
+
+
+class IncompatibleTransactionError(CommitConflictError):
+    """The transaction cannot land on top of a concurrent commit (e.g. Append after an
+    Overwrite, same config key changed by both). Do not retry the same operation; decide
+    what the application wants given the new state of the dataset.
+    """
+
+    retryable = False
+
+
+class RetriesExhaustedError(CommitError):
+    """The commit kept losing the race for the next version until the retry budget ran out.
+
+    This is contention, not incompatibility: nothing is wrong with the transaction. Retry
+    later, or raise ``RetryPolicy.max_attempts`` / ``deadline``. The transaction did not land.
+    """
+
+
+class CommitStateUnknownError(CommitError):
+    """Storage failed in a way that leaves the outcome unknown: the version may exist.
+
+    Do not delete any file the transaction references. Commit the *same* transaction again
+    (same uuid): txn_engine finds it if it landed and reports the original version instead
+    of committing twice.
+    """
+
+
+class FormatError(TxnEngineError, ValueError):
+    """Bytes read from storage are not a valid Lance artefact. Nothing was modified."""
+
+
+class CorruptManifestError(FormatError):
+    """A manifest file is truncated, has a bad footer or offsets, or undecodable protobuf."""
+
+
+class UnsupportedFeatureError(FormatError):
+    """The dataset uses a feature flag this library does not understand.
+
+    ``flag`` is the lowest unknown bit and ``kind`` is ``"reader"`` or ``"writer"``. Reading
+    (reader flags) or committing (writer flags) such a dataset is refused so that it is never
+    misread or corrupted; upgrade txn_engine.
+    """
+
+    def __init__(self, message: str, *, flag: int, kind: str) -> None:
+        self.flag = flag
+        self.kind = kind
+        super().__init__(message)
+
+
+class MixedNamingSchemeError(FormatError):
+    """``_versions/`` holds both V1 (``N.manifest``) and V2 (inverted, 20 digit) names.
+
+    Lance refuses such datasets too; finish (or undo) the V1 → V2 migration first.
+    """
+
+
+class TransactionNotFoundError(FormatError):
+    """A version's transaction is neither inline in its manifest nor in ``_transactions/``.
+
+    A concurrent commit cannot be checked against such a version, so the commit loop treats
+    it as an incompatible conflict; the message names the version.
+    """
+
+
+class CorruptDeletionFileError(FormatError):
+    """A deletion file could not be decoded (bad Arrow IPC, bad roaring bitmap, bad schema)."""
+
+
+class DatasetNotFoundError(TxnEngineError, FileNotFoundError):
+    """There is no Lance dataset at the URI (no readable ``_versions/`` manifest)."""
+
+
+class VersionNotFoundError(TxnEngineError, LookupError):
+    """The dataset exists but the requested version does not (or was cleaned up)."""
+
+
+class DatasetAlreadyExistsError(TxnEngineError):
+    """Creating a dataset (first Overwrite, Clone) found one already at the URI.
+
+    Commit with ``read_version`` set to the existing latest version to overwrite it.
+    """
+
+
+class StorageError(TxnEngineError, OSError):
+    """The storage backend failed. ``__cause__`` holds the backend's own exception."""
+
+
+class ObjectExistsError(StorageError, FileExistsError):
+    """Create-if-absent found the object already there (the race for a version was lost)."""
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """A read, size or ranged read of an object that does not exist."""
+
+
+class AtomicityUnsupportedError(StorageError):
+    """The backend cannot create an object only-if-absent atomically.
+
+    Pass a commit lock, use a backend that supports it (local disk, S3, GCS, Azure, memory),
+    or opt into unsafe mode if exactly one writer ever commits.
+    """
+
+
+class AmbiguousWriteError(StorageError):
+    """A write may or may not have reached the store (timeout, lost response).
+
+    The commit loop settles this by reading the target back; users see
+    :class:`CommitStateUnknownError` only when that is impossible.
+    """

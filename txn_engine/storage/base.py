@@ -1,0 +1,80 @@
+"""The storage contract every backend implements.
+
+A :class:`Storage` is rooted at one dataset URI; every path it takes is relative to that
+root and uses ``/`` separators (``_versions/18446744073709551614.manifest``,
+``_transactions/0-<uuid>.txn``, ``data/<name>.lance``).
+
+Guarantees a backend must give (the commit protocol is only correct if they hold):
+
+1. **Mutual exclusion per path** -- :meth:`Storage.put_if_absent` creates the object only
+   if no object exists at that path, atomically: of any number of concurrent callers (in
+   any process, on any machine using the same backend type) exactly one succeeds, the
+   others get :class:`~txn_engine.errors.ObjectExistsError`.
+2. **Atomic visibility** -- a reader sees either no object or the complete bytes, never a
+   prefix.
+3. **Read-after-write and list-after-write consistency** -- once ``put_if_absent``/``put``
+   returned, every later :meth:`get` and :meth:`list` (from any client) sees the object.
+
+A backend that cannot give (1) must raise
+:class:`~txn_engine.errors.AtomicityUnsupportedError` from ``put_if_absent`` unless the
+caller supplied a commit lock or explicitly opted into unsafe mode.
+
+Failures map to the hierarchy in :mod:`txn_engine.errors`: a missing object is
+:class:`~txn_engine.errors.ObjectNotFoundError`; a write whose outcome is unknown (timeout,
+lost response) is :class:`~txn_engine.errors.AmbiguousWriteError`; anything else is
+:class:`~txn_engine.errors.StorageError` with the backend's exception as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Storage"]
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """A dataset-rooted object store with atomic create-if-absent (see module docstring)."""
+
+    @property
+    def uri(self) -> str:
+        """The dataset root this storage is bound to, as the user gave it."""
+        ...
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        """Create ``path`` with ``data`` only if nothing exists there (atomic, guarantee 1).
+
+        Raises ObjectExistsError when the object already exists.
+        """
+        ...
+
+    def put(self, path: str, data: bytes) -> None:
+        """Write ``path`` unconditionally (overwrites). Used for transaction, deletion and
+        data files, whose names are unique per writer."""
+        ...
+
+    def get(self, path: str) -> bytes:
+        """Return the whole object. Raises ObjectNotFoundError if absent."""
+        ...
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        """Return bytes ``[start, end)`` of the object (clamped to its size)."""
+        ...
+
+    def size(self, path: str) -> int:
+        """Return the object's size in bytes. Raises ObjectNotFoundError if absent."""
+        ...
+
+    def list(self, prefix: str) -> Sequence[str]:
+        """Return the names (not paths) of the objects directly under directory ``prefix``
+        (e.g. ``"_versions"``), in no guaranteed order. A missing directory lists empty."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """Return whether an object exists at ``path``."""
+        ...
+
+    def delete(self, path: str) -> None:
+        """Delete ``path``; deleting a missing object is not an error."""
+        ...

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The project's test command (README): creates .venv if needed, installs the project with its
+# test/dev extras, then runs lint, types and the whole test suite (unit, property, integration).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/ruff check txn_engine tests scripts benchmarks models
+.venv/bin/mypy
+.venv/bin/python -m pytest -n 2 "$@"

@@ -1,0 +1,149 @@
+"""Reading a dataset's versions, manifests and transactions from a Storage."""
+
+from __future__ import annotations
+
+import struct
+
+from google.protobuf.message import DecodeError
+
+from txn_engine._proto import transaction_pb2
+from txn_engine.errors import (
+    DatasetNotFoundError,
+    ObjectNotFoundError,
+    TransactionNotFoundError,
+    VersionNotFoundError,
+)
+from txn_engine.format.manifest_file import ManifestFile, decode_manifest_file, decode_transaction
+from txn_engine.format.naming import (
+    NamingScheme,
+    VersionEntry,
+    list_versions,
+    manifest_name,
+    transaction_path,
+)
+from txn_engine.storage.base import Storage
+
+__all__ = [
+    "HEAD_READ_SIZE",
+    "latest_version",
+    "read_manifest",
+    "read_manifest_entry",
+    "read_transaction",
+    "resolve_version",
+]
+
+#: Bytes fetched from the start of a manifest when only its inline transaction is needed.
+HEAD_READ_SIZE = 64 * 1024
+_U32 = struct.Struct("<I")
+
+
+def latest_version(storage: Storage) -> VersionEntry:
+    """The newest main-line version. Raises DatasetNotFoundError if there is none."""
+    versions = list_versions(storage)
+    if not versions:
+        raise DatasetNotFoundError(
+            f"no Lance dataset at {storage.uri} (no manifests in _versions/)"
+        )
+    return versions[-1]
+
+
+def resolve_version(
+    storage: Storage, version: int, scheme: NamingScheme | None = None
+) -> VersionEntry:
+    """Locate ``version`` without listing: try the V2 name, then V1 (or only ``scheme``)."""
+    schemes = [scheme] if scheme is not None else [NamingScheme.V2, NamingScheme.V1]
+    for s in schemes:
+        name = manifest_name(version, s)
+        if storage.exists(f"_versions/{name}"):
+            return VersionEntry(version, name, s)
+    if not storage.list("_versions"):
+        raise DatasetNotFoundError(f"no Lance dataset at {storage.uri}")
+    raise VersionNotFoundError(f"{storage.uri}: version {version} does not exist")
+
+
+def read_manifest_entry(storage: Storage, entry: VersionEntry) -> ManifestFile:
+    """Read and strictly decode the manifest file of ``entry``."""
+    try:
+        data = storage.get(entry.path)
+    except ObjectNotFoundError as exc:
+        raise VersionNotFoundError(
+            f"{storage.uri}: version {entry.version} vanished ({entry.path})"
+        ) from exc
+    return decode_manifest_file(data, what=f"{storage.uri}/{entry.path}")
+
+
+def read_manifest(
+    storage: Storage, version: int | None = None
+) -> tuple[VersionEntry, ManifestFile]:
+    """Read the latest manifest, or ``version``. Raises DatasetNotFoundError,
+    VersionNotFoundError, CorruptManifestError, UnsupportedFeatureError."""
+    entry = latest_version(storage) if version is None else resolve_version(storage, version)
+    return entry, read_manifest_entry(storage, entry)
+
+
+def _plausible(txn: transaction_pb2.Transaction) -> bool:
+    return len(txn.uuid) == 36 and txn.WhichOneof("operation") is not None
+
+
+def _transaction_from_head(head: bytes) -> transaction_pb2.Transaction | None:
+    """Find the inline transaction in the first bytes of a manifest file without the footer.
+
+    The file starts with [IndexSection]? [Transaction]? Manifest. Returns None when unsure.
+    """
+    offset = 0
+    for _ in range(2):
+        if offset + 4 > len(head):
+            return None
+        (length,) = _U32.unpack_from(head, offset)
+        end = offset + 4 + length
+        if end > len(head):
+            return None
+        txn = transaction_pb2.Transaction()
+        try:
+            txn.ParseFromString(head[offset + 4 : end])
+        except DecodeError:
+            pass
+        else:
+            if _plausible(txn):
+                return txn
+        offset = end
+    return None
+
+
+def read_transaction(
+    storage: Storage,
+    entry: VersionEntry,
+    manifest_file: ManifestFile | None = None,
+) -> tuple[transaction_pb2.Transaction, ManifestFile | None]:
+    """The transaction that created version ``entry``.
+
+    Uses the inline copy (reading only the head of the manifest file when that suffices),
+    then ``_transactions/{transaction_file}``. Returns the transaction and the decoded
+    manifest file when it had to be read whole (so callers can reuse it). Raises
+    TransactionNotFoundError when neither copy exists.
+    """
+    if manifest_file is None:
+        head = storage.get_range(entry.path, 0, HEAD_READ_SIZE)
+        if len(head) < HEAD_READ_SIZE:
+            manifest_file = decode_manifest_file(head, what=f"{storage.uri}/{entry.path}")
+        else:
+            txn = _transaction_from_head(head)
+            if txn is not None:
+                return txn, None
+            manifest_file = read_manifest_entry(storage, entry)
+    if manifest_file.transaction is not None:
+        return manifest_file.transaction, manifest_file
+    name = manifest_file.manifest.transaction_file
+    if not name:
+        raise TransactionNotFoundError(
+            f"{storage.uri}: version {entry.version} has no inline transaction "
+            "and no transaction file"
+        )
+    try:
+        blob = storage.get(transaction_path(name))
+    except ObjectNotFoundError as exc:
+        raise TransactionNotFoundError(
+            f"{storage.uri}: version {entry.version} names transaction file "
+            f"{name}, which is missing"
+        ) from exc
+    return decode_transaction(blob, what=f"{storage.uri}/_transactions/{name}"), manifest_file

@@ -26,6 +26,8 @@ Catch the narrowest class that tells you what to do next::
     │   ├── MixedNamingSchemeError      V1 and V2 manifest names in one ``_versions/``
     │   ├── TransactionNotFoundError    a version's transaction is neither inline nor in
     │   │                               ``_transactions/``
+    │   ├── UnknownOperationError       a transaction whose operation this library does not
+    │   │                               know (written by a newer Lance)
     │   └── CorruptDeletionFileError    a deletion file that cannot be decoded
     ├── DatasetNotFoundError (+FileNotFoundError)
     │                                   no dataset at that URI
@@ -33,6 +35,9 @@ Catch the narrowest class that tells you what to do next::
     │                                   the dataset exists, that version does not
     ├── DatasetAlreadyExistsError       creation (Overwrite with read_version 0, Clone)
     │                                   found a dataset already there
+    ├── InvalidStorageArgumentError (+ValueError)
+    │                                   a storage path, byte range, URI or option is
+    │                                   malformed; nothing was read or written. Fix the call.
     └── StorageError (+OSError)         the storage backend failed
         ├── ObjectExistsError (+FileExistsError)
         │                               create-if-absent lost: the object exists (the commit
@@ -66,6 +71,7 @@ __all__ = [
     "FormatError",
     "IncompatibleTransactionError",
     "InvalidOperationError",
+    "InvalidStorageArgumentError",
     "MixedNamingSchemeError",
     "ObjectExistsError",
     "ObjectNotFoundError",
@@ -74,6 +80,7 @@ __all__ = [
     "StorageError",
     "TransactionNotFoundError",
     "TxnEngineError",
+    "UnknownOperationError",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
 ]
@@ -202,6 +209,14 @@ class TransactionNotFoundError(FormatError):
     """
 
 
+class UnknownOperationError(FormatError):
+    """A transaction carries no operation this library knows (newer Lance, or corrupt).
+
+    The commit loop treats a concurrent version with such a transaction as an incompatible
+    conflict that names the version.
+    """
+
+
 class CorruptDeletionFileError(FormatError):
     """A deletion file could not be decoded (bad Arrow IPC, bad roaring bitmap, bad schema)."""
 
@@ -218,6 +233,15 @@ class DatasetAlreadyExistsError(TxnEngineError):
     """Creating a dataset (first Overwrite, Clone) found one already at the URI.
 
     Commit with ``read_version`` set to the existing latest version to overwrite it.
+    """
+
+
+class InvalidStorageArgumentError(TxnEngineError, ValueError):
+    """A storage call was malformed: an absolute or ``..`` path, a negative byte range, an
+    unknown URI scheme, options passed alongside a ready-made storage object.
+
+    This is a programming error, not a backend failure (so it is deliberately not a
+    :class:`StorageError` and a retry loop never swallows it). Nothing was read or written.
     """
 
 

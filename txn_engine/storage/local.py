@@ -1,143 +1,167 @@
-"""Local-disk storage: atomic create-if-absent by hard link, fsync of file and directory."""
+"""Local-disk storage: plain paths and ``file://`` URIs.
+
+Create-if-absent is ``write staging file → fsync → os.link(staging, final) → unlink staging
+→ fsync directory``; ``link`` fails atomically if ``final`` exists, in any process on the
+machine (and on NFSv3+/SMB mounts that support hard links). Overwriting writes use
+``os.replace`` from a staging file, so readers never see a prefix.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
-import uuid
+import stat
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
-from txn_engine.errors import ObjectExistsError, ObjectNotFoundError, StorageError
+from txn_engine.errors import (
+    InvalidStorageArgumentError,
+    ObjectNotFoundError,
+    StorageError,
+    TxnEngineError,
+)
+from txn_engine.storage._files import create_exclusive, is_staging_name, replace_atomic
+from txn_engine.storage._paths import check_path, check_prefix, check_range
 
-__all__ = ["LocalStorage"]
+__all__ = ["LocalStorage", "local_path_from_uri"]
 
 
-@contextlib.contextmanager
-def _mapped(path: str) -> Iterator[None]:
+def local_path_from_uri(root: str | os.PathLike[str]) -> str:
+    """Return the absolute local path for a plain path or a ``file://`` URI.
+
+    ``file:///data/ds.lance`` and ``file://localhost/data/ds.lance`` both give
+    ``/data/ds.lance``; percent-escapes are decoded (``%20`` → space). A ``file://`` URI
+    naming another host is refused with :class:`InvalidStorageArgumentError`.
+    """
+    text = os.fspath(root)
+    if text.startswith("file:"):
+        parts = urlsplit(text)
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidStorageArgumentError(
+                f"file URI {text!r} names host {parts.netloc!r}; only local paths are supported"
+            )
+        text = unquote(parts.path)
+        if not text:
+            raise InvalidStorageArgumentError(f"file URI {os.fspath(root)!r} has no path")
+    return os.path.abspath(os.path.expanduser(text))
+
+
+@contextmanager
+def _mapped(op: str, path: str) -> Iterator[None]:
+    """Translate OS errors into the txn_engine hierarchy."""
     try:
         yield
-    except FileNotFoundError as exc:
-        raise ObjectNotFoundError(f"{path}: no such object") from exc
-    except FileExistsError as exc:
-        raise ObjectExistsError(f"{path}: already exists") from exc
+    except TxnEngineError:
+        raise
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+        raise ObjectNotFoundError(f"{op}: no object at {path}") from exc
     except OSError as exc:
-        raise StorageError(f"{path}: {exc}") from exc
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:  # some filesystems refuse fsync on directories
-        if exc.errno not in (errno.EINVAL, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
+        raise StorageError(f"{op} {path} failed: {exc}") from exc
 
 
 class LocalStorage:
-    """A dataset rooted at a local directory.
+    """:class:`~txn_engine.storage.Storage` on a local (or locally mounted) filesystem.
 
-    ``put_if_absent`` writes a staging file next to the target (its name never ends in
-    ``manifest``), fsyncs it, hard-links it to the final name (``link`` fails if the name
-    exists, atomically, on every POSIX filesystem), removes the staging name and fsyncs the
-    directory. ``rename`` is never used for it: it silently replaces.
+    ``root`` is a directory path or ``file://`` URI; it need not exist yet (writes create
+    directories). Pass ``fsync=False`` to skip the file and directory fsyncs (faster, but a
+    power loss may lose acknowledged commits; fine for tests and scratch data).
+
+    Directories are not objects: :meth:`exists` is ``False`` for them, :meth:`get` raises
+    :class:`~txn_engine.errors.ObjectNotFoundError`, and :meth:`list` names files only.
+    In-flight staging files (``*.{uuid hex}.tmp``) are hidden from :meth:`list`.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
-        text = os.fspath(root)
-        if text.startswith("file://"):
-            text = text[len("file://") :]
         self._uri = os.fspath(root)
-        self._root = Path(text).absolute()
+        self._root = local_path_from_uri(root)
         self._fsync = fsync
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({self._uri!r})"
 
     @property
     def uri(self) -> str:
-        """The dataset root as given."""
+        """The root as given (path or ``file://`` URI)."""
         return self._uri
 
     @property
     def root(self) -> Path:
-        """The absolute local path of the dataset root."""
-        return self._root
+        """The absolute local directory this storage is rooted at."""
+        return Path(self._root)
 
-    def _path(self, path: str) -> Path:
-        return self._root / path
-
-    def _write_staging(self, target: Path, data: bytes) -> Path:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(f".{target.name}.{uuid.uuid4().hex}.staging")
-        with open(staging, "wb") as fh:
-            fh.write(data)
-            if self._fsync:
-                fh.flush()
-                os.fsync(fh.fileno())
-        return staging
+    def full_path(self, path: str) -> str:
+        """Return the absolute OS path of the object ``path``."""
+        return os.path.join(self._root, *check_path(path).split("/"))
 
     def put_if_absent(self, path: str, data: bytes) -> None:
-        """Create ``path`` only if absent (atomic). Raises ObjectExistsError if present."""
-        target = self._path(path)
-        with _mapped(path):
-            staging = self._write_staging(target, data)
-            try:
-                os.link(staging, target)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staging)
-            if self._fsync:
-                _fsync_dir(target.parent)
+        """Create ``path`` atomically iff absent; raises ObjectExistsError otherwise."""
+        full = self.full_path(path)
+        with _mapped("put_if_absent", full):
+            create_exclusive(full, data, fsync=self._fsync)
 
     def put(self, path: str, data: bytes) -> None:
-        """Write ``path`` (replacing any existing object atomically)."""
-        target = self._path(path)
-        with _mapped(path):
-            staging = self._write_staging(target, data)
-            try:
-                os.replace(staging, target)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staging)
-                raise
-            if self._fsync:
-                _fsync_dir(target.parent)
+        """Write ``path`` (overwriting) via staging file + ``os.replace``."""
+        full = self.full_path(path)
+        with _mapped("put", full):
+            replace_atomic(full, data, fsync=self._fsync)
 
     def get(self, path: str) -> bytes:
-        """Read the whole object."""
-        with _mapped(path), open(self._path(path), "rb") as fh:
-            return fh.read()
+        """Return the whole object; ObjectNotFoundError if absent."""
+        full = self.full_path(path)
+        with _mapped("get", full), open(full, "rb") as f:
+            return f.read()
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
-        """Read bytes ``[start, end)`` (clamped to the object's size)."""
-        with _mapped(path), open(self._path(path), "rb") as fh:
-            fh.seek(start)
-            return fh.read(max(0, end - start))
+        """Return bytes ``[start, end)`` clamped to the object's size."""
+        check_range(start, end)
+        full = self.full_path(path)
+        with _mapped("get_range", full), open(full, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
 
     def size(self, path: str) -> int:
-        """Size of the object in bytes."""
-        with _mapped(path):
-            return self._path(path).stat().st_size
+        """Return the object's size; ObjectNotFoundError if absent."""
+        full = self.full_path(path)
+        with _mapped("size", full):
+            st = os.stat(full)
+        if not stat.S_ISREG(st.st_mode):
+            raise ObjectNotFoundError(f"size: no object at {full} (it is a directory)")
+        return st.st_size
 
     def list(self, prefix: str) -> Sequence[str]:
-        """Names of the objects in directory ``prefix`` (staging files excluded)."""
+        """Return the file names directly under directory ``prefix`` (missing → empty)."""
+        rel = check_prefix(prefix)
+        directory = os.path.join(self._root, *rel.split("/")) if rel else self._root
+        names: list[str] = []
         try:
-            with os.scandir(self._path(prefix)) as it:
-                return [e.name for e in it if not e.name.startswith(".") and e.is_file()]
-        except FileNotFoundError:
+            with os.scandir(directory) as it:
+                for entry in it:
+                    if entry.is_file(follow_symlinks=True) and not is_staging_name(entry.name):
+                        names.append(entry.name)
+        except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
-            raise StorageError(f"{prefix}: {exc}") from exc
+            raise StorageError(f"list {directory} failed: {exc}") from exc
+        return names
 
     def exists(self, path: str) -> bool:
-        """Whether an object exists at ``path``."""
-        return self._path(path).is_file()
+        """Whether a file exists at ``path`` (directories do not count)."""
+        full = self.full_path(path)
+        try:
+            st = os.stat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise StorageError(f"exists {full} failed: {exc}") from exc
+        return stat.S_ISREG(st.st_mode)
 
     def delete(self, path: str) -> None:
-        """Delete ``path`` if present."""
-        with _mapped(path), contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path(path))
-
-    def __repr__(self) -> str:
-        return f"LocalStorage({self._uri!r})"
+        """Remove ``path``; a missing object (or a directory there) is not an error."""
+        full = self.full_path(path)
+        try:
+            os.unlink(full)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return
+        except OSError as exc:
+            raise StorageError(f"delete {full} failed: {exc}") from exc

@@ -1,0 +1,128 @@
+"""Local-disk write primitives shared by :class:`LocalStorage` and the fsspec ``file`` adapter.
+
+Both write the bytes to a *staging file* in the destination directory first, so a reader
+never sees a prefix of the object:
+
+* :func:`create_exclusive` publishes it with ``os.link(staging, final)``. ``link`` fails
+  with ``EEXIST`` if ``final`` exists, atomically, across processes (this is what Lance's
+  object_store does on local disk). ``os.rename``/``os.replace`` would silently replace an
+  existing file, so they are never used here.
+* :func:`replace_atomic` publishes it with ``os.replace`` (overwrite is wanted).
+
+Staging names are ``{final}.{uuid4 hex}.tmp``: unique per call and never ending in
+``manifest``, so a concurrent Lance reader listing ``_versions/`` ignores them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import uuid
+from typing import Final
+
+from txn_engine.errors import AtomicityUnsupportedError, ObjectExistsError
+
+__all__ = [
+    "STAGING_NAME",
+    "create_exclusive",
+    "fsync_dir",
+    "is_staging_name",
+    "replace_atomic",
+    "staging_path",
+]
+
+STAGING_NAME: Final = re.compile(r"\.[0-9a-f]{32}\.tmp\Z")
+"""Matches the suffix of a staging file name (``listing`` hides such names)."""
+
+# link() errors that mean "this filesystem cannot hard-link" rather than "target exists".
+_NO_LINK_ERRNOS: Final = frozenset(
+    {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.ENOSYS}
+)
+
+
+def staging_path(final: str) -> str:
+    """Return a fresh staging path next to ``final`` (never ends in ``manifest``)."""
+    return f"{final}.{uuid.uuid4().hex}.tmp"
+
+
+def is_staging_name(name: str) -> bool:
+    """Whether ``name`` is a staging file written by this module."""
+    return STAGING_NAME.search(name) is not None
+
+
+def fsync_dir(directory: str) -> None:
+    """Flush ``directory``'s entries to disk (no-op where directories cannot be opened)."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(directory, flags)
+    except (PermissionError, IsADirectoryError):  # e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_staging(final: str, data: bytes, *, fsync: bool) -> str:
+    """Write ``data`` to a new staging file next to ``final`` and return its path."""
+    staging = staging_path(final)
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb", closefd=True) as f:
+            f.write(data)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+    except BaseException:
+        _unlink_quietly(staging)
+        raise
+    return staging
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def create_exclusive(final: str, data: bytes, *, fsync: bool) -> None:
+    """Create ``final`` with ``data`` iff it does not exist (atomic, multi-process safe).
+
+    Parent directories are created. Raises :class:`ObjectExistsError` if ``final`` exists,
+    :class:`AtomicityUnsupportedError` if the filesystem cannot hard-link, ``OSError`` for
+    anything else (the caller maps it). The staging file is always removed.
+    """
+    directory = os.path.dirname(final)
+    os.makedirs(directory, exist_ok=True)
+    staging = _write_staging(final, data, fsync=fsync)
+    try:
+        os.link(staging, final)
+    except FileExistsError as exc:
+        raise ObjectExistsError(f"object already exists: {final}") from exc
+    except OSError as exc:
+        if exc.errno in _NO_LINK_ERRNOS:
+            raise AtomicityUnsupportedError(
+                f"the filesystem holding {directory!r} does not support hard links, so "
+                "txn_engine cannot create files there atomically; use another filesystem, a "
+                "commit lock, or unsafe mode (single writer only)"
+            ) from exc
+        raise
+    finally:
+        _unlink_quietly(staging)
+    if fsync:
+        fsync_dir(directory)
+
+
+def replace_atomic(final: str, data: bytes, *, fsync: bool) -> None:
+    """Write ``final`` (overwriting) so that readers see old or new bytes, never a prefix."""
+    directory = os.path.dirname(final)
+    os.makedirs(directory, exist_ok=True)
+    staging = _write_staging(final, data, fsync=fsync)
+    try:
+        os.replace(staging, final)
+    except BaseException:
+        _unlink_quietly(staging)
+        raise
+    if fsync:
+        fsync_dir(directory)

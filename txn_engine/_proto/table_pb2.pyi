@@ -387,6 +387,7 @@ class IndexMetadata(_message.Message):
     INDEX_VERSION_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     BASE_ID_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     dataset_version: _builtins.int
     """Dataset version the index was built at."""
@@ -406,6 +407,10 @@ class IndexMetadata(_message.Message):
     def index_details(self) -> _any_pb2.Any:
         """Type-specific details, e.g. type_url "/lance.table.BTreeIndexDetails"."""
 
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___IndexFile]:
+        """pylance 14: the files making up the index, with their sizes."""
+
     def __init__(
         self,
         *,
@@ -418,10 +423,11 @@ class IndexMetadata(_message.Message):
         index_version: _builtins.int | None = ...,
         created_at: _builtins.int | None = ...,
         base_id: _builtins.int | None = ...,
+        files: _abc.Iterable[Global___IndexFile] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_base_id", b"_base_id", "_created_at", b"_created_at", "_index_version", b"_index_version", "base_id", b"base_id", "created_at", b"created_at", "index_details", b"index_details", "index_version", b"index_version", "uuid", b"uuid"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_base_id", b"_base_id", "_created_at", b"_created_at", "_index_version", b"_index_version", "base_id", b"base_id", "created_at", b"created_at", "dataset_version", b"dataset_version", "fields", b"fields", "fragment_bitmap", b"fragment_bitmap", "index_details", b"index_details", "index_version", b"index_version", "name", b"name", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_base_id", b"_base_id", "_created_at", b"_created_at", "_index_version", b"_index_version", "base_id", b"base_id", "created_at", b"created_at", "dataset_version", b"dataset_version", "fields", b"fields", "files", b"files", "fragment_bitmap", b"fragment_bitmap", "index_details", b"index_details", "index_version", b"index_version", "name", b"name", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__base_id: _TypeAlias = _typing.Literal["base_id"]  # noqa: Y015
     _WhichOneofArgType__base_id: _TypeAlias = _typing.Literal["_base_id", b"_base_id"]  # noqa: Y015
@@ -437,6 +443,30 @@ class IndexMetadata(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__index_version) -> _WhichOneofReturnType__index_version | None: ...
 
 Global___IndexMetadata: _TypeAlias = IndexMetadata  # noqa: Y015
+
+@_typing.final
+class IndexFile(_message.Message):
+    """One file of an index, relative to the index directory `_indices/{uuid}/`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    size_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IndexFile: _TypeAlias = IndexFile  # noqa: Y015
 
 @_typing.final
 class IndexSection(_message.Message):

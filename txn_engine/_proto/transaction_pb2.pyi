@@ -229,6 +229,7 @@ class Transaction(_message.Message):
             NEW_ID_FIELD_NUMBER: _builtins.int
             NEW_INDEX_DETAILS_FIELD_NUMBER: _builtins.int
             NEW_INDEX_VERSION_FIELD_NUMBER: _builtins.int
+            NEW_INDEX_FILES_FIELD_NUMBER: _builtins.int
             new_index_version: _builtins.int
             @_builtins.property
             def old_id(self) -> _table_pb2.UUID: ...
@@ -236,6 +237,10 @@ class Transaction(_message.Message):
             def new_id(self) -> _table_pb2.UUID: ...
             @_builtins.property
             def new_index_details(self) -> _any_pb2.Any: ...
+            @_builtins.property
+            def new_index_files(self) -> _containers.RepeatedCompositeFieldContainer[_table_pb2.IndexFile]:
+                """pylance 14: files of the remapped index."""
+
             def __init__(
                 self,
                 *,
@@ -243,10 +248,11 @@ class Transaction(_message.Message):
                 new_id: _table_pb2.UUID | None = ...,
                 new_index_details: _any_pb2.Any | None = ...,
                 new_index_version: _builtins.int = ...,
+                new_index_files: _abc.Iterable[_table_pb2.IndexFile] | None = ...,
             ) -> None: ...
             _HasFieldArgType: _TypeAlias = _typing.Literal["new_id", b"new_id", "new_index_details", b"new_index_details", "old_id", b"old_id"]  # noqa: Y015
             def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-            _ClearFieldArgType: _TypeAlias = _typing.Literal["new_id", b"new_id", "new_index_details", b"new_index_details", "new_index_version", b"new_index_version", "old_id", b"old_id"]  # noqa: Y015
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["new_id", b"new_id", "new_index_details", b"new_index_details", "new_index_files", b"new_index_files", "new_index_version", b"new_index_version", "old_id", b"old_id"]  # noqa: Y015
             def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
             def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -329,6 +335,11 @@ class Transaction(_message.Message):
         FRAGMENTS_FIELD_NUMBER: _builtins.int
         SCHEMA_FIELD_NUMBER: _builtins.int
         SCHEMA_METADATA_FIELD_NUMBER: _builtins.int
+        PRESERVES_NULLABILITY_FIELD_NUMBER: _builtins.int
+        preserves_nullability: _builtins.bool
+        """pylance 14: the new schema keeps the nullability of existing fields, so
+        concurrent writes of existing columns stay valid (fewer conflicts).
+        """
         @_builtins.property
         def fragments(self) -> _containers.RepeatedCompositeFieldContainer[_table_pb2.DataFragment]: ...
         @_builtins.property
@@ -341,10 +352,11 @@ class Transaction(_message.Message):
             fragments: _abc.Iterable[_table_pb2.DataFragment] | None = ...,
             schema: _abc.Iterable[_file_pb2.Field] | None = ...,
             schema_metadata: _abc.Mapping[_builtins.str, _builtins.bytes] | None = ...,
+            preserves_nullability: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["fragments", b"fragments", "schema", b"schema", "schema_metadata", b"schema_metadata"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["fragments", b"fragments", "preserves_nullability", b"preserves_nullability", "schema", b"schema", "schema_metadata", b"schema_metadata"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -355,16 +367,20 @@ class Transaction(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
         SCHEMA_FIELD_NUMBER: _builtins.int
+        PRESERVES_NULLABILITY_FIELD_NUMBER: _builtins.int
+        preserves_nullability: _builtins.bool
+        """pylance 14, as for Merge."""
         @_builtins.property
         def schema(self) -> _containers.RepeatedCompositeFieldContainer[_file_pb2.Field]: ...
         def __init__(
             self,
             *,
             schema: _abc.Iterable[_file_pb2.Field] | None = ...,
+            preserves_nullability: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["preserves_nullability", b"preserves_nullability", "schema", b"schema"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,528 @@
+"""Immutable value types of the Lance table format (fragments, files, indices, ...).
+
+They mirror the protobuf messages of ``protos/table.proto`` with canonical, hashable
+collections (tuples, frozensets), so operations built from them compare and hash by value.
+Each type converts to and from its protobuf message with ``to_proto`` / ``from_proto``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid as uuid_mod
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+from pyroaring import BitMap
+
+from txn_engine._proto import file_pb2, table_pb2
+from txn_engine.errors import InvalidOperationError
+
+__all__ = [
+    "BasePath",
+    "DataFile",
+    "DeletionFile",
+    "DeletionFileType",
+    "ExternalFile",
+    "Fragment",
+    "Index",
+    "IndexDetails",
+    "IndexFile",
+    "IndexMetadata",
+    "LanceField",
+    "MemWal",
+    "MemWalId",
+    "MemWalState",
+    "frozen_map",
+]
+
+
+def frozen_map(
+    value: Mapping[Any, Any] | Iterable[tuple[Any, Any]] | None,
+) -> tuple[tuple[Any, Any], ...]:
+    """Canonical immutable form of a mapping: a tuple of (key, value) pairs sorted by key."""
+    if value is None:
+        return ()
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted(items, key=lambda kv: kv[0]))
+
+
+def _ints(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
+
+
+def _files(value: Iterable[DataFile]) -> tuple[DataFile, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class ExternalFile:
+    """A byte range ``[offset, offset + size)`` of a file relative to the dataset root."""
+
+    path: str
+    offset: int = 0
+    size: int = 0
+
+    def to_proto(self) -> table_pb2.ExternalFile:
+        return table_pb2.ExternalFile(path=self.path, offset=self.offset, size=self.size)
+
+    @classmethod
+    def from_proto(cls, pb: table_pb2.ExternalFile) -> ExternalFile:
+        return cls(pb.path, pb.offset, pb.size)
+
+
+@attrs.frozen
+class DataFile:
+    """One Lance data file of a fragment. ``path`` is relative to ``data/``."""
+
+    path: str
+    fields: tuple[int, ...] = attrs.field(converter=_ints)
+    column_indices: tuple[int, ...] = attrs.field(default=(), converter=_ints)
+    file_major_version: int = 2
+    file_minor_version: int = 2
+    file_size_bytes: int = 0
+    base_id: int | None = None
+
+    def to_proto(self) -> table_pb2.DataFile:
+        pb = table_pb2.DataFile(
+            path=self.path,
+            fields=self.fields,
+            column_indices=self.column_indices,
+            file_major_version=self.file_major_version,
+            file_minor_version=self.file_minor_version,
+            file_size_bytes=self.file_size_bytes,
+        )
+        if self.base_id is not None:
+            pb.base_id = self.base_id
+        return pb
+
+    @classmethod
+    def from_proto(cls, pb: table_pb2.DataFile) -> DataFile:
+        return cls(
+            path=pb.path,
+            fields=tuple(pb.fields),
+            column_indices=tuple(pb.column_indices),
+            file_major_version=pb.file_major_version,
+            file_minor_version=pb.file_minor_version,
+            file_size_bytes=pb.file_size_bytes,
+            base_id=pb.base_id if pb.HasField("base_id") else None,
+        )
+
+
+class DeletionFileType(enum.IntEnum):
+    """Encoding of a deletion file: Arrow IPC (``.arrow``) or roaring bitmap (``.bin``)."""
+
+    ARROW_ARRAY = 0
+    BITMAP = 1
+
+    @property
+    def suffix(self) -> str:
+        return "arrow" if self is DeletionFileType.ARROW_ARRAY else "bin"
+
+
+@attrs.frozen
+class DeletionFile:
+    """The (cumulative) deleted row offsets of a fragment, stored in
+    ``_deletions/{fragment_id}-{read_version}-{id}.{arrow|bin}``."""
+
+    file_type: DeletionFileType = attrs.field(converter=DeletionFileType)
+    read_version: int
+    id: int
+    num_deleted_rows: int = 0
+    base_id: int | None = None
+
+    def file_name(self, fragment_id: int) -> str:
+        return f"{fragment_id}-{self.read_version}-{self.id}.{self.file_type.suffix}"
+
+    def to_proto(self) -> table_pb2.DeletionFile:
+        pb = table_pb2.DeletionFile(
+            file_type=int(self.file_type),  # type: ignore[arg-type]
+            read_version=self.read_version,
+            id=self.id,
+            num_deleted_rows=self.num_deleted_rows,
+        )
+        if self.base_id is not None:
+            pb.base_id = self.base_id
+        return pb
+
+    @classmethod
+    def from_proto(cls, pb: table_pb2.DeletionFile) -> DeletionFile:
+        return cls(
+            file_type=DeletionFileType(pb.file_type),
+            read_version=pb.read_version,
+            id=pb.id,
+            num_deleted_rows=pb.num_deleted_rows,
+            base_id=pb.base_id if pb.HasField("base_id") else None,
+        )
+
+
+_Seq = bytes | ExternalFile | None
+
+
+def _seq_to_proto(pb: table_pb2.DataFragment, inline: str, external: str, value: _Seq) -> None:
+    if isinstance(value, bytes):
+        setattr(pb, inline, value)
+    elif isinstance(value, ExternalFile):
+        getattr(pb, external).CopyFrom(value.to_proto())
+
+
+def _seq_from_proto(pb: table_pb2.DataFragment, oneof: str) -> _Seq:
+    which = pb.WhichOneof(oneof)  # type: ignore[call-overload]
+    if which is None:
+        return None
+    value = getattr(pb, which)
+    if isinstance(value, bytes):
+        return value
+    return ExternalFile.from_proto(value)
+
+
+@attrs.frozen
+class Fragment:
+    """A set of rows stored column-wise in ``files``.
+
+    ``id`` 0 in a transaction's new fragments means "assign at commit". ``physical_rows``
+    counts deleted rows too. The three sequences (stable row ids, last-updated and
+    created-at versions) are serialized protobuf bytes or an ExternalFile.
+    """
+
+    id: int
+    files: tuple[DataFile, ...] = attrs.field(converter=_files)
+    physical_rows: int
+    deletion_file: DeletionFile | None = None
+    row_id_sequence: _Seq = None
+    last_updated_at_version_sequence: _Seq = None
+    created_at_version_sequence: _Seq = None
+
+    @property
+    def num_deleted_rows(self) -> int:
+        return self.deletion_file.num_deleted_rows if self.deletion_file else 0
+
+    @property
+    def num_rows(self) -> int:
+        """Live rows: physical rows minus deleted rows."""
+        return self.physical_rows - self.num_deleted_rows
+
+    def with_id(self, fragment_id: int) -> Fragment:
+        return attrs.evolve(self, id=fragment_id)
+
+    def to_proto(self) -> table_pb2.DataFragment:
+        pb = table_pb2.DataFragment(
+            id=self.id,
+            files=[f.to_proto() for f in self.files],
+            physical_rows=self.physical_rows,
+        )
+        if self.deletion_file is not None:
+            pb.deletion_file.CopyFrom(self.deletion_file.to_proto())
+        _seq_to_proto(pb, "inline_row_ids", "external_row_ids", self.row_id_sequence)
+        _seq_to_proto(
+            pb,
+            "inline_last_updated_at_versions",
+            "external_last_updated_at_versions",
+            self.last_updated_at_version_sequence,
+        )
+        _seq_to_proto(
+            pb,
+            "inline_created_at_versions",
+            "external_created_at_versions",
+            self.created_at_version_sequence,
+        )
+        return pb
+
+    @classmethod
+    def from_proto(cls, pb: table_pb2.DataFragment) -> Fragment:
+        return cls(
+            id=pb.id,
+            files=tuple(DataFile.from_proto(f) for f in pb.files),
+            physical_rows=pb.physical_rows,
+            deletion_file=DeletionFile.from_proto(pb.deletion_file)
+            if pb.HasField("deletion_file")
+            else None,
+            row_id_sequence=_seq_from_proto(pb, "row_id_sequence"),
+            last_updated_at_version_sequence=_seq_from_proto(
+                pb, "last_updated_at_version_sequence"
+            ),
+            created_at_version_sequence=_seq_from_proto(pb, "created_at_version_sequence"),
+        )
+
+    @classmethod
+    def from_lance_json(cls, value: str | bytes | Mapping[str, Any]) -> Fragment:
+        """Build from what pylance's ``FragmentMetadata.to_json()`` returns (a dict) or its
+        JSON text. Raises InvalidOperationError on malformed input."""
+        data: Any = json.loads(value) if isinstance(value, (str, bytes)) else value
+        try:
+            files = tuple(
+                DataFile(
+                    path=f["path"],
+                    fields=f.get("fields", ()),
+                    column_indices=f.get("column_indices", ()),
+                    file_major_version=int(f.get("file_major_version", 0)),
+                    file_minor_version=int(f.get("file_minor_version", 0)),
+                    file_size_bytes=int(f.get("file_size_bytes") or 0),
+                    base_id=f.get("base_id"),
+                )
+                for f in data["files"]
+            )
+            deletion = data.get("deletion_file")
+            deletion_file = None
+            if deletion:
+                ftype = deletion.get("file_type", "array")
+                deletion_file = DeletionFile(
+                    file_type=DeletionFileType.BITMAP
+                    if str(ftype).lower() in ("bitmap", "1")
+                    else DeletionFileType.ARROW_ARRAY,
+                    read_version=int(deletion["read_version"]),
+                    id=int(deletion["id"]),
+                    num_deleted_rows=int(deletion.get("num_deleted_rows") or 0),
+                    base_id=deletion.get("base_id"),
+                )
+            return cls(
+                id=int(data.get("id", 0)),
+                files=files,
+                physical_rows=int(data["physical_rows"]),
+                deletion_file=deletion_file,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidOperationError(f"not a Lance fragment description: {exc!r}") from exc
+
+    def to_lance_json(self) -> dict[str, Any]:
+        """The dict form pylance's ``FragmentMetadata.from_json(json.dumps(...))`` accepts."""
+        return {
+            "id": self.id,
+            "files": [
+                {
+                    "path": f.path,
+                    "fields": list(f.fields),
+                    "column_indices": list(f.column_indices),
+                    "file_major_version": f.file_major_version,
+                    "file_minor_version": f.file_minor_version,
+                    "file_size_bytes": f.file_size_bytes,
+                    "base_id": f.base_id,
+                }
+                for f in self.files
+            ],
+            "physical_rows": self.physical_rows,
+            "deletion_file": None
+            if self.deletion_file is None
+            else {
+                "read_version": self.deletion_file.read_version,
+                "id": self.deletion_file.id,
+                "file_type": "bitmap"
+                if self.deletion_file.file_type is DeletionFileType.BITMAP
+                else "array",
+                "num_deleted_rows": self.deletion_file.num_deleted_rows,
+                "base_id": self.deletion_file.base_id,
+            },
+            "row_id_meta": None,
+            "created_at_version_meta": None,
+            "last_updated_at_version_meta": None,
+        }
+
+
+@attrs.frozen
+class BasePath:
+    """An extra storage root; ``id`` 0 in UpdateBases means "assign at commit"."""
+
+    id: int
+    path: str
+    name: str | None = None
+    is_dataset_root: bool = False
+
+    def to_proto(self) -> table_pb2.BasePath:
+        pb = table_pb2.BasePath(id=self.id, is_dataset_root=self.is_dataset_root, path=self.path)
+        if self.name is not None:
+            pb.name = self.name
+        return pb
+
+    @classmethod
+    def from_proto(cls, pb: table_pb2.BasePath) -> BasePath:
+        return cls(
+            id=pb.id,
+            path=pb.path,
+            name=pb.name if pb.HasField("name") else None,
+            is_dataset_root=pb.is_dataset_root,
+        )
+
+
+@attrs.frozen
+class IndexDetails:
+    """A ``google.protobuf.Any``: type url (e.g. ``/lance.table.BTreeIndexDetails``) + bytes."""
+
+    type_url: str
+    value: bytes = b""
+
+
+@attrs.frozen
+class IndexFile:
+    """One file of an index, relative to ``_indices/{uuid}/`` (pylance 14)."""
+
+    path: str
+    size_bytes: int = 0
+
+
+def _index_files(value: Iterable[IndexFile]) -> tuple[IndexFile, ...]:
+    return tuple(value)
+
+
+def _bitmap(value: Iterable[int] | None) -> frozenset[int] | None:
+    return None if value is None else frozenset(int(v) for v in value)
+
+
+@attrs.frozen
+class IndexMetadata:
+    """One index (segment). ``fragment_bitmap`` None means unknown coverage."""
+
+    uuid: str
+    name: str
+    fields: tuple[int, ...] = attrs.field(converter=_ints)
+    dataset_version: int
+    fragment_bitmap: frozenset[int] | None = attrs.field(default=None, converter=_bitmap)
+    index_details: IndexDetails | None = None
+    index_version: int | None = None
+    created_at: int | None = None
+    base_id: int | None = None
+    files: tuple[IndexFile, ...] = attrs.field(default=(), converter=_index_files)
+
+    @property
+    def is_vector(self) -> bool:
+        return bool(
+            self.index_details and self.index_details.type_url.endswith("VectorIndexDetails")
+        )
+
+    def to_proto(self) -> table_pb2.IndexMetadata:
+        pb = table_pb2.IndexMetadata(
+            name=self.name, fields=self.fields, dataset_version=self.dataset_version
+        )
+        pb.uuid.uuid = uuid_mod.UUID(self.uuid).bytes
+        if self.fragment_bitmap is not None:
+            pb.fragment_bitmap = BitMap(sorted(self.fragment_bitmap)).serialize()
+        if self.index_details is not None:
+            pb.index_details.type_url = self.index_details.type_url
+            pb.index_details.value = self.index_details.value
+        if self.index_version is not None:
+            pb.index_version = self.index_version
+        if self.created_at is not None:
+            pb.created_at = self.created_at
+        if self.base_id is not None:
+            pb.base_id = self.base_id
+        for f in self.files:
+            pb.files.add(path=f.path, size_bytes=f.size_bytes)
+        return pb
+
+    @classmethod
+    def from_proto(cls, pb: table_pb2.IndexMetadata) -> IndexMetadata:
+        return cls(
+            uuid=str(uuid_mod.UUID(bytes=pb.uuid.uuid)) if len(pb.uuid.uuid) == 16 else "",
+            name=pb.name,
+            fields=tuple(pb.fields),
+            dataset_version=pb.dataset_version,
+            fragment_bitmap=BitMap.deserialize(pb.fragment_bitmap) if pb.fragment_bitmap else None,
+            index_details=IndexDetails(pb.index_details.type_url, pb.index_details.value)
+            if pb.HasField("index_details")
+            else None,
+            index_version=pb.index_version if pb.HasField("index_version") else None,
+            created_at=pb.created_at if pb.HasField("created_at") else None,
+            base_id=pb.base_id if pb.HasField("base_id") else None,
+            files=tuple(IndexFile(f.path, f.size_bytes) for f in pb.files),
+        )
+
+
+Index = IndexMetadata
+
+
+class MemWalState(enum.IntEnum):
+    OPEN = 0
+    SEALED = 1
+    FLUSHED = 2
+    MERGED = 3
+
+
+@attrs.frozen
+class MemWalId:
+    region: str
+    generation: int
+
+
+@attrs.frozen
+class MemWal:
+    """One MemWAL entry of the ``__lance_mem_wal`` system index."""
+
+    id: MemWalId
+    mem_table_location: str = ""
+    wal_location: str = ""
+    wal_entries: bytes = b""
+    state: MemWalState = attrs.field(default=MemWalState.OPEN, converter=MemWalState)
+    owner_id: str = ""
+    last_updated_dataset_version: int = 0
+
+    def to_proto(self) -> table_pb2.MemWalIndexDetails.MemWal:
+        pb = table_pb2.MemWalIndexDetails.MemWal(
+            mem_table_location=self.mem_table_location,
+            wal_location=self.wal_location,
+            wal_entries=self.wal_entries,
+            state=int(self.state),  # type: ignore[arg-type]
+            owner_id=self.owner_id,
+            last_updated_dataset_version=self.last_updated_dataset_version,
+        )
+        pb.id.region = self.id.region
+        pb.id.generation = self.id.generation
+        return pb
+
+    @classmethod
+    def from_proto(cls, pb: table_pb2.MemWalIndexDetails.MemWal) -> MemWal:
+        return cls(
+            id=MemWalId(pb.id.region, pb.id.generation),
+            mem_table_location=pb.mem_table_location,
+            wal_location=pb.wal_location,
+            wal_entries=pb.wal_entries,
+            state=MemWalState(pb.state),
+            owner_id=pb.owner_id,
+            last_updated_dataset_version=pb.last_updated_dataset_version,
+        )
+
+
+@attrs.frozen
+class LanceField:
+    """One node of a Lance schema (flattened pre-order; top-level ``parent_id`` is -1)."""
+
+    id: int
+    parent_id: int
+    name: str
+    logical_type: str
+    nullable: bool = True
+    metadata: tuple[tuple[str, bytes], ...] = attrs.field(default=(), converter=frozen_map)
+    extension_name: str = ""
+    unenforced_primary_key: bool = False
+    encoding: int = 0
+    type: int = 0
+
+    def to_proto(self) -> file_pb2.Field:
+        pb = file_pb2.Field(
+            id=self.id,
+            parent_id=self.parent_id,
+            name=self.name,
+            logical_type=self.logical_type,
+            nullable=self.nullable,
+            extension_name=self.extension_name,
+            unenforced_primary_key=self.unenforced_primary_key,
+            encoding=self.encoding,  # type: ignore[arg-type]
+            type=self.type,  # type: ignore[arg-type]
+        )
+        for k, v in self.metadata:
+            pb.metadata[k] = v
+        return pb
+
+    @classmethod
+    def from_proto(cls, pb: file_pb2.Field) -> LanceField:
+        return cls(
+            id=pb.id,
+            parent_id=pb.parent_id,
+            name=pb.name,
+            logical_type=pb.logical_type,
+            nullable=pb.nullable,
+            metadata=dict(pb.metadata),
+            extension_name=pb.extension_name,
+            unenforced_primary_key=pb.unenforced_primary_key,
+            encoding=int(pb.encoding),
+            type=int(pb.type),
+        )

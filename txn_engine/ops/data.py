@@ -1,0 +1,98 @@
+"""Operations that add or replace data and schema: Append, Overwrite, Merge, Project,
+DataReplacement."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from txn_engine.model import BasePath, DataFile, Fragment, LanceField, frozen_map
+
+__all__ = ["Append", "DataReplacement", "DataReplacementGroup", "Merge", "Overwrite", "Project"]
+
+
+def _tuple_of_BasePath(value: Iterable[BasePath]) -> tuple[BasePath, ...]:
+    return tuple(value)
+
+
+def _tuple_of_DataReplacementGroup(
+    value: Iterable[DataReplacementGroup],
+) -> tuple[DataReplacementGroup, ...]:
+    return tuple(value)
+
+
+def _tuple_of_Fragment(value: Iterable[Fragment]) -> tuple[Fragment, ...]:
+    return tuple(value)
+
+
+def _tuple_of_LanceField(value: Iterable[LanceField]) -> tuple[LanceField, ...]:
+    return tuple(value)
+
+
+def _opt_config(value: Mapping[str, str] | None) -> tuple[tuple[str, str], ...] | None:
+    return None if value is None else frozen_map(value)
+
+
+@attrs.frozen
+class Append:
+    """Add new fragments (ids 0 are assigned at commit)."""
+
+    fragments: tuple[Fragment, ...] = attrs.field(converter=_tuple_of_Fragment)
+
+
+@attrs.frozen
+class Overwrite:
+    """Replace the whole table (also creates a dataset when ``read_version`` is 0).
+
+    ``config_upsert_values`` are merged into the existing config; ``initial_bases`` only on
+    creation.
+    """
+
+    fragments: tuple[Fragment, ...] = attrs.field(converter=_tuple_of_Fragment)
+    schema: tuple[LanceField, ...] = attrs.field(converter=_tuple_of_LanceField)
+    schema_metadata: tuple[tuple[str, bytes], ...] = attrs.field(default=(), converter=frozen_map)
+    config_upsert_values: tuple[tuple[str, str], ...] | None = attrs.field(
+        default=None, converter=_opt_config
+    )
+    initial_bases: tuple[BasePath, ...] = attrs.field(default=(), converter=_tuple_of_BasePath)
+
+    @property
+    def config_upserts(self) -> Mapping[str, str]:
+        return dict(self.config_upsert_values or ())
+
+
+@attrs.frozen
+class Merge:
+    """Add columns: the complete new fragment list (every existing fragment, same
+    ``physical_rows``) and the new schema."""
+
+    fragments: tuple[Fragment, ...] = attrs.field(converter=_tuple_of_Fragment)
+    schema: tuple[LanceField, ...] = attrs.field(converter=_tuple_of_LanceField)
+    schema_metadata: tuple[tuple[str, bytes], ...] = attrs.field(default=(), converter=frozen_map)
+    preserves_nullability: bool = False
+
+
+@attrs.frozen
+class Project:
+    """Drop or reorder columns: the new schema (a subset of the current fields)."""
+
+    schema: tuple[LanceField, ...] = attrs.field(converter=_tuple_of_LanceField)
+    preserves_nullability: bool = False
+
+
+@attrs.frozen
+class DataReplacementGroup:
+    """Replace, in fragment ``fragment_id``, the data file holding ``new_file.fields``."""
+
+    fragment_id: int
+    new_file: DataFile
+
+
+@attrs.frozen
+class DataReplacement:
+    """Swap data files of some columns of some fragments (Lance marks it unstable)."""
+
+    replacements: tuple[DataReplacementGroup, ...] = attrs.field(
+        converter=_tuple_of_DataReplacementGroup
+    )

@@ -1,0 +1,56 @@
+"""The Transaction: one operation planned against a read version."""
+
+from __future__ import annotations
+
+import uuid as uuid_mod
+from collections.abc import Mapping
+
+import attrs
+
+from txn_engine.model import frozen_map
+from txn_engine.ops import Operation, operation_kind
+
+__all__ = ["COMMIT_MESSAGE_KEY", "Transaction"]
+
+#: Transaction property Lance reserves for a commit message.
+COMMIT_MESSAGE_KEY = "__lance_commit_message"
+
+
+def _new_uuid() -> str:
+    return str(uuid_mod.uuid4())
+
+
+def _props(value: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    return frozen_map(value)
+
+
+@attrs.frozen
+class Transaction:
+    """An operation planned against ``read_version`` (0 when creating a dataset).
+
+    ``uuid`` identifies the transaction everywhere (its ``.txn`` file name, the inline copy
+    in its manifest); committing the same Transaction twice lands it at most once.
+    """
+
+    read_version: int
+    operation: Operation
+    uuid: str = attrs.field(factory=_new_uuid)
+    tag: str | None = None
+    properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_props)
+
+    @property
+    def kind(self) -> str:
+        """The operation kind name, e.g. ``"Append"``."""
+        return operation_kind(self.operation)
+
+    @property
+    def properties_dict(self) -> dict[str, str]:
+        return dict(self.properties)
+
+    def with_read_version(self, version: int) -> Transaction:
+        return attrs.evolve(self, read_version=version)
+
+    @property
+    def file_name(self) -> str:
+        """The transaction file name ``{read_version}-{uuid}.txn``."""
+        return f"{self.read_version}-{self.uuid}.txn"

@@ -29,6 +29,7 @@ __all__ = [
     "read_manifest",
     "read_manifest_entry",
     "read_transaction",
+    "read_transaction_and_manifest",
     "resolve_version",
 ]
 
@@ -110,20 +111,43 @@ def _transaction_from_head(head: bytes) -> transaction_pb2.Transaction | None:
     return None
 
 
+def _as_entry(storage: Storage, entry_or_version: VersionEntry | int) -> VersionEntry:
+    if isinstance(entry_or_version, VersionEntry):
+        return entry_or_version
+    return resolve_version(storage, entry_or_version)
+
+
 def read_transaction(
     storage: Storage,
-    entry: VersionEntry,
+    entry_or_version: VersionEntry | int,
     manifest_file: ManifestFile | None = None,
-) -> tuple[transaction_pb2.Transaction, ManifestFile | None]:
-    """The transaction that created version ``entry``.
+) -> transaction_pb2.Transaction:
+    """The transaction that created a version (a VersionEntry, or a version number).
 
     Uses the inline copy (reading only the head of the manifest file when that suffices),
-    then ``_transactions/{transaction_file}``. Returns the transaction and the decoded
-    manifest file when it had to be read whole (so callers can reuse it). Raises
-    TransactionNotFoundError when neither copy exists.
+    then ``_transactions/{transaction_file}``. Pass ``manifest_file`` when you already have
+    it to save a read. Raises TransactionNotFoundError when neither copy exists,
+    VersionNotFoundError when the version does not, CorruptManifestError on bad bytes.
     """
+    return read_transaction_and_manifest(storage, entry_or_version, manifest_file)[0]
+
+
+def read_transaction_and_manifest(
+    storage: Storage,
+    entry_or_version: VersionEntry | int,
+    manifest_file: ManifestFile | None = None,
+) -> tuple[transaction_pb2.Transaction, ManifestFile | None]:
+    """Like :func:`read_transaction`, also returning the decoded manifest file when it had
+    to be read whole (``None`` when the head of the file sufficed), so callers can reuse it.
+    """
+    entry = _as_entry(storage, entry_or_version)
     if manifest_file is None:
-        head = storage.get_range(entry.path, 0, HEAD_READ_SIZE)
+        try:
+            head = storage.get_range(entry.path, 0, HEAD_READ_SIZE)
+        except ObjectNotFoundError as exc:
+            raise VersionNotFoundError(
+                f"{storage.uri}: version {entry.version} vanished ({entry.path})"
+            ) from exc
         if len(head) < HEAD_READ_SIZE:
             manifest_file = decode_manifest_file(head, what=f"{storage.uri}/{entry.path}")
         else:

@@ -48,13 +48,16 @@ def local_path_from_uri(root: str | os.PathLike[str]) -> str:
 
 
 @contextmanager
-def _mapped(op: str, path: str) -> Iterator[None]:
-    """Translate OS errors into the txn_engine hierarchy."""
+def _mapped(op: str, path: str, *, write: bool = False) -> Iterator[None]:
+    """Translate OS errors into the txn_engine hierarchy (a write never reports
+    ObjectNotFoundError: a missing or non-directory parent is a StorageError)."""
     try:
         yield
     except TxnEngineError:
         raise
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+        if write:
+            raise StorageError(f"{op} {path} failed: {exc}") from exc
         raise ObjectNotFoundError(f"{op}: no object at {path}") from exc
     except OSError as exc:
         raise StorageError(f"{op} {path} failed: {exc}") from exc
@@ -97,13 +100,13 @@ class LocalStorage:
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Create ``path`` atomically iff absent; raises ObjectExistsError otherwise."""
         full = self.full_path(path)
-        with _mapped("put_if_absent", full):
+        with _mapped("put_if_absent", full, write=True):
             create_exclusive(full, data, fsync=self._fsync)
 
     def put(self, path: str, data: bytes) -> None:
         """Write ``path`` (overwriting) via staging file + ``os.replace``."""
         full = self.full_path(path)
-        with _mapped("put", full):
+        with _mapped("put", full, write=True):
             replace_atomic(full, data, fsync=self._fsync)
 
     def get(self, path: str) -> bytes:

@@ -28,7 +28,9 @@ Catch the narrowest class that tells you what to do next::
     │   │                               ``_transactions/``
     │   ├── UnknownOperationError       a transaction whose operation this library does not
     │   │                               know (written by a newer Lance)
-    │   └── CorruptDeletionFileError    a deletion file that cannot be decoded
+    │   ├── CorruptDeletionFileError    a deletion file that cannot be decoded
+    │   └── DataFileError               a data file needed to count rows (legacy manifests
+    │                                   without physical_rows) is missing or unreadable
     ├── DatasetNotFoundError (+FileNotFoundError)
     │                                   no dataset at that URI
     ├── VersionNotFoundError (+LookupError)
@@ -66,6 +68,7 @@ __all__ = [
     "CommitStateUnknownError",
     "CorruptDeletionFileError",
     "CorruptManifestError",
+    "DataFileError",
     "DatasetAlreadyExistsError",
     "DatasetNotFoundError",
     "FormatError",
@@ -219,6 +222,14 @@ class UnknownOperationError(FormatError):
 
 class CorruptDeletionFileError(FormatError):
     """A deletion file could not be decoded (bad Arrow IPC, bad roaring bitmap, bad schema)."""
+
+
+class DataFileError(FormatError):
+    """A data file the manifest references is missing or not a readable Lance file.
+
+    Raised only where txn_engine must look inside a data file: manifests written by very
+    old Lance releases record no ``physical_rows``, so the row count comes from the file.
+    """
 
 
 class DatasetNotFoundError(TxnEngineError, FileNotFoundError):

@@ -1,0 +1,296 @@
+"""Read API: open a Lance dataset at one version and describe it::
+
+    ds = Dataset.open("/data/table.lance")          # latest version
+    ds.version, ds.count_rows(), ds.schema
+    [v.operation for v in ds.versions()]            # ["Overwrite", "Append", ...]
+    ds.checkout(1).count_rows()
+
+Everything here reads; nothing writes. A :class:`Dataset` is an immutable snapshot of one
+version: re-open (or :meth:`Dataset.checkout`) to see newer commits.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from txn_engine._proto import table_pb2, transaction_pb2
+from txn_engine.errors import DataFileError, TxnEngineError
+from txn_engine.format.datafile import legacy_row_count
+from txn_engine.format.deletion import read_deletion_vector
+from txn_engine.format.io import (
+    latest_version,
+    read_manifest,
+    read_manifest_entry,
+    read_transaction,
+)
+from txn_engine.format.manifest_file import ManifestFile
+from txn_engine.format.naming import NamingScheme, VersionEntry, list_versions
+from txn_engine.model import Fragment
+from txn_engine.storage import open_storage
+from txn_engine.storage.base import Storage
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+__all__ = ["Dataset", "VersionInfo", "operation_name"]
+
+
+def operation_name(txn: transaction_pb2.Transaction) -> str | None:
+    """Lance's name of a transaction's operation (``"Append"``, ``"CreateIndex"``, ...),
+    or ``None`` if it carries none this library knows."""
+    field = txn.WhichOneof("operation")
+    if field is None:
+        return None
+    return "".join(part.capitalize() for part in field.split("_"))
+
+
+def _timestamp(manifest: table_pb2.Manifest) -> _dt.datetime | None:
+    if not manifest.HasField("timestamp"):
+        return None
+    ts = manifest.timestamp
+    if ts.seconds == 0 and ts.nanos == 0:
+        return None
+    return _dt.datetime.fromtimestamp(ts.seconds, tz=_dt.UTC) + _dt.timedelta(
+        microseconds=ts.nanos // 1000
+    )
+
+
+def _writer(manifest: table_pb2.Manifest) -> str:
+    if not manifest.HasField("writer_version"):
+        return ""
+    w = manifest.writer_version
+    version = w.version
+    if w.HasField("prerelease") and w.prerelease:
+        version += f"-{w.prerelease}"
+    return f"{w.library} {version}".strip()
+
+
+@attrs.frozen
+class VersionInfo:
+    """One main-line version as :meth:`Dataset.versions` reports it.
+
+    ``operation``/``read_version``/``uuid`` are ``None`` when the version's transaction is
+    missing or unreadable (very old datasets); ``transaction_error`` then says why.
+    """
+
+    version: int
+    timestamp: _dt.datetime | None
+    operation: str | None
+    read_version: int | None
+    writer: str
+    uuid: str | None
+    tag: str
+    manifest_name: str
+    transaction_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict of the record (timestamp as ISO 8601)."""
+        return {
+            "version": self.version,
+            "timestamp": None if self.timestamp is None else self.timestamp.isoformat(),
+            "operation": self.operation,
+            "read_version": self.read_version,
+            "writer": self.writer,
+            "uuid": self.uuid,
+            "tag": self.tag,
+            "manifest": self.manifest_name,
+            "transaction_error": self.transaction_error,
+        }
+
+
+class Dataset:
+    """A Lance dataset opened at one version (immutable snapshot).
+
+    Create with :meth:`Dataset.open`. Raises from :mod:`txn_engine.errors`:
+    DatasetNotFoundError, VersionNotFoundError, CorruptManifestError,
+    UnsupportedFeatureError, MixedNamingSchemeError.
+    """
+
+    def __init__(self, storage: Storage, entry: VersionEntry, manifest_file: ManifestFile):
+        self._storage = storage
+        self._entry = entry
+        self._file = manifest_file
+        self._fragments: tuple[Fragment, ...] | None = None
+
+    @classmethod
+    def open(
+        cls,
+        uri: str | os.PathLike[str] | Storage,
+        *,
+        version: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> Dataset:
+        """Open the dataset at ``uri`` (path, ``file://``, ``memory://``, fsspec URI, or a
+        ready :class:`~txn_engine.storage.Storage`) at ``version`` (default: latest)."""
+        storage = open_storage(uri, storage_options)
+        entry, manifest_file = read_manifest(storage, version)
+        return cls(storage, entry, manifest_file)
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def uri(self) -> str:
+        """The dataset root as given to :meth:`open`."""
+        return self._storage.uri
+
+    @property
+    def storage(self) -> Storage:
+        """The storage the dataset is read from."""
+        return self._storage
+
+    @property
+    def version(self) -> int:
+        """The version this snapshot shows."""
+        return self._entry.version
+
+    @property
+    def naming_scheme(self) -> NamingScheme:
+        """V1 (``N.manifest``) or V2 (inverted 20-digit) manifest names."""
+        return self._entry.scheme
+
+    @property
+    def manifest_path(self) -> str:
+        """Path of this version's manifest file relative to the root."""
+        return self._entry.path
+
+    @property
+    def manifest_file(self) -> ManifestFile:
+        """The decoded manifest file (manifest, indices, inline transaction, size)."""
+        return self._file
+
+    @property
+    def manifest(self) -> table_pb2.Manifest:
+        """The ``Manifest`` protobuf of this version (do not mutate)."""
+        return self._file.manifest
+
+    # ------------------------------------------------------------------ content
+
+    @property
+    def fragments(self) -> tuple[Fragment, ...]:
+        """The fragments of this version, sorted by id, as attrs values."""
+        if self._fragments is None:
+            self._fragments = tuple(Fragment.from_proto(f) for f in self.manifest.fragments)
+        return self._fragments
+
+    @property
+    def indices(self) -> tuple[table_pb2.IndexMetadata, ...]:
+        """The ``IndexMetadata`` protobufs of this version's index section."""
+        return self._file.indices
+
+    def index_names(self) -> list[str]:
+        """Names of the indices of this version, in manifest order (system indices too)."""
+        return [i.name for i in self._file.indices]
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The table schema as a ``pyarrow.Schema`` (with schema metadata)."""
+        from txn_engine.format.schema import fields_to_arrow
+
+        return fields_to_arrow(list(self.manifest.fields), dict(self.manifest.schema_metadata))
+
+    @property
+    def config(self) -> dict[str, str]:
+        """The table config (``Manifest.config``)."""
+        return dict(self.manifest.config)
+
+    @property
+    def table_metadata(self) -> dict[str, str]:
+        """Free-form table metadata (``Manifest.table_metadata``)."""
+        return dict(self.manifest.table_metadata)
+
+    def fragment_row_counts(self) -> list[tuple[int, int, int]]:
+        """``(fragment_id, physical_rows, deleted_rows)`` per fragment.
+
+        Unknown counts (0 in old manifests, or any count in a manifest without
+        ``writer_version``) are read from the data / deletion files, as Lance does.
+        """
+        # Like Lance: manifests without writer_version (Lance < 0.8.x) may carry wrong
+        # physical_rows, so the count comes from the data file then (and when it is 0).
+        trusted = self.manifest.HasField("writer_version")
+        out: list[tuple[int, int, int]] = []
+        for frag in self.manifest.fragments:
+            physical = frag.physical_rows
+            if (physical == 0 or not trusted) and len(frag.files):
+                first = frag.files[0]
+                if first.file_major_version == 0 and first.file_minor_version < 3:
+                    physical = legacy_row_count(self._storage, first.path)
+                elif physical == 0:
+                    raise DataFileError(
+                        f"{self.uri}: fragment {frag.id} records no physical_rows and its "
+                        f"data files are Lance file format {first.file_major_version}."
+                        f"{first.file_minor_version}, whose row count txn_engine cannot read"
+                    )
+            deleted = 0
+            if frag.HasField("deletion_file"):
+                deleted = frag.deletion_file.num_deleted_rows
+                if deleted == 0:
+                    dv = read_deletion_vector(self._storage, frag.id, frag.deletion_file)
+                    deleted = len(dv)
+            out.append((frag.id, physical, deleted))
+        return out
+
+    def count_rows(self) -> int:
+        """Live rows: physical rows minus deleted rows, over all fragments."""
+        return sum(physical - deleted for _, physical, deleted in self.fragment_row_counts())
+
+    # ------------------------------------------------------------------ history
+
+    def transaction(self, version: int | None = None) -> transaction_pb2.Transaction:
+        """The ``Transaction`` protobuf that created ``version`` (default: this one).
+
+        Inline copy first, then ``_transactions/``; TransactionNotFoundError if neither.
+        Convert with :func:`txn_engine.codec.transaction_from_proto` for attrs values.
+        """
+        if version is None or version == self.version:
+            return read_transaction(self._storage, self._entry, self._file)
+        return read_transaction(self._storage, version)
+
+    def versions(self) -> list[VersionInfo]:
+        """Every main-line version of the dataset, ascending (not only up to this one)."""
+        out: list[VersionInfo] = []
+        for entry in list_versions(self._storage):
+            mf = self._file if entry == self._entry else read_manifest_entry(self._storage, entry)
+            m = mf.manifest
+            op: str | None = None
+            read_version: int | None = None
+            uuid: str | None = None
+            error: str | None = None
+            try:
+                txn = read_transaction(self._storage, entry, mf)
+            except TxnEngineError as exc:
+                error = str(exc)
+            else:
+                op = operation_name(txn)
+                read_version = txn.read_version
+                uuid = txn.uuid
+            out.append(
+                VersionInfo(
+                    version=entry.version,
+                    timestamp=_timestamp(m),
+                    operation=op,
+                    read_version=read_version,
+                    writer=_writer(m),
+                    uuid=uuid,
+                    tag=m.tag,
+                    manifest_name=entry.name,
+                    transaction_error=error,
+                )
+            )
+        return out
+
+    def latest_version(self) -> int:
+        """The newest main-line version now in storage (may be newer than ``version``)."""
+        return latest_version(self._storage).version
+
+    def checkout(self, version: int | None = None) -> Dataset:
+        """A snapshot of ``version`` (default: the latest) of the same dataset."""
+        entry, mf = read_manifest(self._storage, version)
+        return Dataset(self._storage, entry, mf)
+
+    def __repr__(self) -> str:
+        return f"Dataset(uri={self.uri!r}, version={self.version})"

@@ -1,0 +1,718 @@
+"""Backend-specific behaviour: local staging/link/fsync and multi-process exclusivity,
+memory sharing, the fsspec capability table, commit locks, unsafe mode, error mapping,
+open_storage dispatch and RecordingStorage counts."""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import multiprocessing
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import fsspec
+import pytest
+from fsspec.implementations.dirfs import DirFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
+from fsspec.spec import AbstractFileSystem
+
+from txn_engine.errors import (
+    AmbiguousWriteError,
+    AtomicityUnsupportedError,
+    InvalidStorageArgumentError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    StorageError,
+)
+from txn_engine.storage import (
+    FSSPEC_CAPABILITIES,
+    Atomicity,
+    FsspecStorage,
+    LocalStorage,
+    MemoryStorage,
+    RecordingStorage,
+    Storage,
+    atomicity_of,
+    open_storage,
+)
+from txn_engine.storage.fsspec_store import _memory_lock
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def race(
+    creators: Sequence[Callable[[str, bytes], None]], path: str
+) -> tuple[list[int], list[int]]:
+    """Thread ``i`` calls ``creators[i](path, payload_i)``, all released together; return
+    (winners, losers). Any error other than ObjectExistsError fails the test."""
+    n = len(creators)
+    barrier = threading.Barrier(n)
+    won: list[int] = []
+    lost: list[int] = []
+    errors: list[BaseException] = []
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        try:
+            creators[i](path, b"w%d" % i)
+        except ObjectExistsError:
+            lost.append(i)
+        except BaseException as exc:
+            errors.append(exc)
+        else:
+            won.append(i)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    return won, lost
+
+
+@pytest.fixture
+def fast_thread_switching() -> Iterator[None]:
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def private_memfs() -> Any:
+    return fsspec.filesystem("memory", global_store=False, skip_instance_cache=True)
+
+
+class FakeObjectStore(AbstractFileSystem):  # type: ignore[misc]
+    """An in-memory stand-in for an object-store filesystem that records how it is used.
+
+    It claims to come from the s3fs package so that the capability table trusts it; its
+    ``pipe_file(mode="create")`` is a conditional put, ``open`` is forbidden, a ranged read
+    starting past the end fails like S3's HTTP 416, and ``fail`` injects write errors.
+    """
+
+    __module__ = "s3fs.fake_for_tests"
+    protocol = ("s3", "s3a")
+    cachable = False  # a fresh instance per construction (fsspec caches by arguments)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.objects: dict[str, bytes] = {}
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.fail: BaseException | None = None
+        self.fail_reads: BaseException | None = None
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        path = self._strip_protocol(path)
+        self.calls.append(("pipe_file", path, {"mode": mode, **kwargs}))
+        if self.fail is not None:
+            raise self.fail
+        if mode == "create" and path in self.objects:
+            raise FileExistsError(path)
+        self.objects[path] = bytes(value)
+
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
+    ) -> bytes:
+        path = self._strip_protocol(path)
+        self.calls.append(("cat_file", path, {"start": start, "end": end}))
+        if self.fail_reads is not None:
+            raise self.fail_reads
+        if path not in self.objects:
+            raise FileNotFoundError(path)
+        data = self.objects[path]
+        if start is not None and start >= len(data):
+            raise OSError(errno.EINVAL, "InvalidRange (HTTP 416)")
+        return data[start:end]
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        path = self._strip_protocol(path)
+        self.calls.append(("info", path, kwargs))
+        if path in self.objects:
+            return {"name": path, "type": "file", "size": len(self.objects[path])}
+        if any(k.startswith(path + "/") for k in self.objects):
+            return {"name": path, "type": "directory", "size": 0}
+        raise FileNotFoundError(path)
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[dict[str, Any]]:
+        path = self._strip_protocol(path).rstrip("/")
+        self.calls.append(("ls", path, kwargs))
+        out: dict[str, dict[str, Any]] = {}
+        for key, value in self.objects.items():
+            if key.startswith(path + "/"):
+                rest = key[len(path) + 1 :]
+                if "/" in rest:
+                    sub = f"{path}/{rest.split('/')[0]}"
+                    out[sub] = {"name": sub, "type": "directory", "size": 0}
+                else:
+                    out[key] = {"name": key, "type": "file", "size": len(value)}
+        if not out:
+            raise FileNotFoundError(path)
+        return list(out.values())
+
+    def rm_file(self, path: str) -> None:
+        path = self._strip_protocol(path)
+        self.calls.append(("rm_file", path, {}))
+        self.objects.pop(path, None)
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        raise AssertionError(f"open({path!r}, {mode!r}) must never be used")
+
+
+# ------------------------------------------------------------------------------ local
+
+
+def test_local_staging_file_never_ends_in_manifest_and_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    links: list[tuple[str, str]] = []
+    replaces: list[tuple[str, str]] = []
+    real_link, real_replace = os.link, os.replace
+
+    def spy_link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        links.append((os.fspath(src), os.fspath(dst)))
+        real_link(src, dst, *args, **kwargs)
+
+    def spy_replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        replaces.append((os.fspath(src), os.fspath(dst)))
+        real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", spy_link)
+    monkeypatch.setattr(os, "replace", spy_replace)
+    monkeypatch.setattr(os, "rename", lambda *a, **k: pytest.fail("os.rename used"))
+    st = LocalStorage(tmp_path)
+    st.put_if_absent("_versions/1.manifest", b"one")
+    with pytest.raises(ObjectExistsError):
+        st.put_if_absent("_versions/1.manifest", b"two")
+    st.put("_transactions/0-a.txn", b"txn")
+
+    assert [dst for _, dst in links] == [str(tmp_path / "_versions/1.manifest")] * 2
+    assert len(replaces) == 1
+    for src, dst in [*links, *replaces]:
+        assert not src.endswith("manifest")
+        assert os.path.dirname(src) == os.path.dirname(dst)  # same directory, same device
+        assert not os.path.exists(src)  # staging cleaned up, also after the lost race
+    assert sorted(os.listdir(tmp_path / "_versions")) == ["1.manifest"]
+    assert sorted(os.listdir(tmp_path / "_transactions")) == ["0-a.txn"]
+    assert st.get("_versions/1.manifest") == b"one"
+
+
+def test_local_list_hides_inflight_staging_files(tmp_path: Path) -> None:
+    st = LocalStorage(tmp_path)
+    st.put_if_absent("_versions/1.manifest", b"x")
+    (tmp_path / "_versions" / f"2.manifest.{'ab' * 16}.tmp").write_bytes(b"partial")
+    (tmp_path / "_versions" / "3.manifest.not-staging.tmp").write_bytes(b"kept")
+    assert sorted(st.list("_versions")) == ["1.manifest", "3.manifest.not-staging.tmp"]
+
+
+def test_local_fsyncs_file_and_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real = os.fsync
+
+    def spy_fsync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy_fsync)
+    LocalStorage(tmp_path).put_if_absent("_versions/1.manifest", b"x")
+    assert len(synced) == 2  # the staging file, then the directory
+    LocalStorage(tmp_path).put("a.bin", b"x")
+    assert len(synced) == 4
+    LocalStorage(tmp_path, fsync=False).put_if_absent("_versions/2.manifest", b"x")
+    LocalStorage(tmp_path, fsync=False).put("b.bin", b"x")
+    assert len(synced) == 4
+
+
+def test_local_without_hard_links_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_links(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    st = LocalStorage(tmp_path)
+    with pytest.raises(AtomicityUnsupportedError) as info:
+        st.put_if_absent("_versions/1.manifest", b"x")
+    assert isinstance(info.value.__cause__, OSError)
+    assert os.listdir(tmp_path / "_versions") == []  # staging removed, nothing published
+
+
+def test_local_error_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    st = LocalStorage(tmp_path)
+    st.put("file", b"x")
+    st.put("dir/a", b"a")
+    # a parent that is a file: reads say "not found", writes fail as StorageError
+    with pytest.raises(ObjectNotFoundError):
+        st.get("file/child")
+    assert not st.exists("file/child")
+    for write in (st.put, st.put_if_absent):
+        with pytest.raises(StorageError) as info:
+            write("file/child", b"y")
+        assert not isinstance(info.value, (ObjectNotFoundError, ObjectExistsError))
+        assert isinstance(info.value.__cause__, OSError)
+    # a directory is not an object
+    with pytest.raises(ObjectNotFoundError):
+        st.get("dir")
+    with pytest.raises(ObjectNotFoundError):
+        st.size("dir")
+    st.delete("dir")  # no-op
+    assert st.exists("dir/a")
+
+    def denied(*args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr("txn_engine.storage.local.open", denied, raising=False)
+    with pytest.raises(StorageError) as info2:
+        st.get("dir/a")
+    assert not isinstance(info2.value, ObjectNotFoundError)
+    assert isinstance(info2.value.__cause__, PermissionError)
+
+
+def test_local_file_uris(tmp_path: Path) -> None:
+    target = tmp_path / "with space" / "ds.lance"
+    uri = "file://" + quote(str(target))
+    st = LocalStorage(uri)
+    assert st.uri == uri
+    assert st.root == target
+    st.put_if_absent("_versions/1.manifest", b"x")
+    assert (target / "_versions" / "1.manifest").read_bytes() == b"x"
+    assert LocalStorage("file://localhost" + quote(str(target))).get("_versions/1.manifest") == b"x"
+    with pytest.raises(InvalidStorageArgumentError):
+        LocalStorage("file://otherhost/data")
+    assert LocalStorage(target).root == target  # PathLike
+
+
+def _process_contender(root: str, paths: int, barrier: Any, results: Any, idx: int) -> None:
+    st = LocalStorage(root)
+    barrier.wait()
+    wins = []
+    for k in range(paths):
+        try:
+            st.put_if_absent(f"_versions/{k}.manifest", b"p%d" % idx)
+        except ObjectExistsError:
+            continue
+        wins.append(k)
+    results.put((idx, wins))
+
+
+def test_local_put_if_absent_exclusive_across_processes(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    n, paths = 4, 25
+    barrier = ctx.Barrier(n)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_process_contender, args=(str(tmp_path), paths, barrier, results, i))
+        for i in range(n)
+    ]
+    for p in procs:
+        p.start()
+    outcome = dict(results.get(timeout=60) for _ in range(n))
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    winners: dict[int, int] = {}
+    for idx, wins in outcome.items():
+        for k in wins:
+            assert k not in winners, f"path {k} won by {winners[k]} and {idx}"
+            winners[k] = idx
+    assert sorted(winners) == list(range(paths))
+    st = LocalStorage(tmp_path)
+    for k, idx in winners.items():
+        assert st.get(f"_versions/{k}.manifest") == b"p%d" % idx
+    assert len(os.listdir(tmp_path / "_versions")) == paths  # no staging leftovers
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def test_memory_instances_are_private_and_shared_handles_share() -> None:
+    a, b = MemoryStorage(), MemoryStorage()
+    a.put("x", b"1")
+    assert not b.exists("x")
+    assert a.uri != b.uri
+
+    name = "test-storage-shared"
+    try:
+        s1, s2 = MemoryStorage.shared(name), MemoryStorage.shared(name)
+        assert s1 is not s2
+        assert s1.uri == s2.uri == f"memory://{name}"
+        s1.put_if_absent("_versions/1.manifest", b"v1")
+        assert s2.get("_versions/1.manifest") == b"v1"
+        with pytest.raises(ObjectExistsError):
+            s2.put_if_absent("_versions/1.manifest", b"other")
+        assert not MemoryStorage.shared(name + "-other").exists("_versions/1.manifest")
+        via_uri = open_storage(f"memory://{name}")
+        assert isinstance(via_uri, MemoryStorage)
+        assert via_uri.get("_versions/1.manifest") == b"v1"
+    finally:
+        MemoryStorage.drop_shared(name)
+        MemoryStorage.drop_shared(name + "-other")
+    assert not MemoryStorage.shared(name).exists("_versions/1.manifest")
+    MemoryStorage.drop_shared(name)
+
+
+@pytest.mark.usefixtures("fast_thread_switching")
+def test_memory_shared_handles_race_has_one_winner() -> None:
+    name = "test-storage-race"
+    try:
+        handles = [MemoryStorage.shared(name) for _ in range(8)]
+        for r in range(30):
+            won, lost = race([h.put_if_absent for h in handles], f"_versions/{r}.manifest")
+            assert len(won) == 1
+            assert len(lost) == 7
+            assert handles[0].get(f"_versions/{r}.manifest") == b"w%d" % won[0]
+    finally:
+        MemoryStorage.drop_shared(name)
+
+
+# ----------------------------------------------------------------------------- fsspec
+
+
+def test_capability_table() -> None:
+    assert atomicity_of(fsspec.filesystem("file")) is Atomicity.LOCAL_LINK
+    assert atomicity_of(private_memfs()) is Atomicity.LOCKED_CREATE
+    assert atomicity_of(DirFileSystem(path="/x", fs=private_memfs())) is Atomicity.NONE
+    assert atomicity_of(FakeObjectStore()) is Atomicity.CONDITIONAL_PUT
+
+    class ClaimsS3(FakeObjectStore):
+        __module__ = "somebody_else.fs"
+
+    assert atomicity_of(ClaimsS3()) is Atomicity.NONE  # protocol alone is not trusted
+
+    class Unknown(FakeObjectStore):
+        protocol = ("sftp", "ssh")
+
+    assert atomicity_of(Unknown()) is Atomicity.NONE
+    assert {p for p, (_, a) in FSSPEC_CAPABILITIES.items() if a is Atomicity.CONDITIONAL_PUT} == {
+        "s3",
+        "s3a",
+        "gs",
+        "gcs",
+        "az",
+        "abfs",
+        "abfss",
+    }
+
+
+def test_conditional_put_uses_pipe_file_create_never_open() -> None:
+    fs = FakeObjectStore()
+    st = FsspecStorage(fs, "s3://bucket/ds.lance")
+    assert st.root == "bucket/ds.lance"
+    st.put_if_absent("_versions/1.manifest", b"m1")
+    with pytest.raises(ObjectExistsError) as info:
+        st.put_if_absent("_versions/1.manifest", b"m2")
+    assert isinstance(info.value.__cause__, FileExistsError)
+    st.put("_transactions/0-a.txn", b"t")
+    writes = [(path, kw["mode"]) for name, path, kw in fs.calls if name == "pipe_file"]
+    assert writes == [
+        ("bucket/ds.lance/_versions/1.manifest", "create"),
+        ("bucket/ds.lance/_versions/1.manifest", "create"),
+        ("bucket/ds.lance/_transactions/0-a.txn", "overwrite"),
+    ]
+    assert st.get("_versions/1.manifest") == b"m1"
+
+
+def test_object_store_reads_bypass_listing_caches() -> None:
+    fs = FakeObjectStore()
+    st = FsspecStorage(fs, "s3://bucket/ds")
+    st.put("_versions/1.manifest", b"abc")
+    assert st.list("_versions") == ["1.manifest"]
+    assert st.exists("_versions/1.manifest")
+    assert st.size("_versions/1.manifest") == 3
+    for name, _, kw in fs.calls:
+        if name in ("ls", "info"):
+            assert kw.get("refresh") is True
+
+
+def test_object_store_range_past_end_is_empty() -> None:
+    fs = FakeObjectStore()
+    st = FsspecStorage(fs, "s3://bucket/ds")
+    st.put("f", b"0123456789")
+    assert st.get_range("f", 3, 6) == b"345"
+    assert st.get_range("f", 10, 20) == b""
+    assert st.get_range("f", 12, 20) == b""
+    assert st.get_range("f", 5, 5) == b""
+    assert not any(n == "cat_file" and kw["start"] == 5 for n, _, kw in fs.calls)
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (TimeoutError("timed out"), AmbiguousWriteError),
+        (ConnectionResetError(errno.ECONNRESET, "reset"), AmbiguousWriteError),
+        (PermissionError(errno.EACCES, "denied"), StorageError),
+        (RuntimeError("boom"), StorageError),
+    ],
+)
+def test_fsspec_write_error_mapping(exc: BaseException, expected: type[StorageError]) -> None:
+    fs = FakeObjectStore()
+    st = FsspecStorage(fs, "s3://bucket/ds")
+    fs.fail = exc
+    for write in (st.put_if_absent, st.put):
+        with pytest.raises(StorageError) as info:
+            write("_versions/1.manifest", b"x")
+        assert type(info.value) is expected
+        assert info.value.__cause__ is exc
+
+
+def test_fsspec_read_error_mapping() -> None:
+    fs = FakeObjectStore()
+    st = FsspecStorage(fs, "s3://bucket/ds")
+    st.put("a", b"x")
+    with pytest.raises(ObjectNotFoundError):
+        st.get("missing")
+    fs.fail_reads = TimeoutError("slow")
+    with pytest.raises(StorageError) as info:
+        st.get("a")
+    assert type(info.value) is StorageError  # reads are never "ambiguous writes"
+    assert isinstance(info.value.__cause__, TimeoutError)
+
+
+def test_non_atomic_fs_refuses_put_if_absent() -> None:
+    mem = private_memfs()
+    st = FsspecStorage(DirFileSystem(path="/ds", fs=mem), "")
+    assert st.atomicity is Atomicity.NONE
+    with pytest.raises(AtomicityUnsupportedError) as info:
+        st.put_if_absent("_versions/1.manifest", b"x")
+    assert "commit_lock" in str(info.value)
+    assert isinstance(info.value, StorageError)
+    assert not mem.exists("/ds/_versions/1.manifest")
+    # everything else works without atomicity
+    st.put("data/a", b"a")
+    assert st.get("data/a") == b"a"
+    assert st.list("data") == ["a"]
+
+
+def test_commit_lock_wraps_check_and_write() -> None:
+    events: list[str] = []
+    mem = private_memfs()
+    real_pipe = mem.pipe_file
+
+    def spy_pipe(path: str, value: bytes, **kwargs: Any) -> None:
+        events.append(f"write {path}")
+        real_pipe(path, value, **kwargs)
+
+    mem.pipe_file = spy_pipe
+    dirfs = DirFileSystem(path="/ds", fs=mem)
+
+    @contextmanager
+    def lock(path: str) -> Iterator[None]:
+        events.append(f"enter {path}")
+        try:
+            yield
+        finally:
+            events.append(f"exit {path}")
+
+    st = FsspecStorage(dirfs, "", commit_lock=lock)
+    st.put_if_absent("_versions/1.manifest", b"one")
+    with pytest.raises(ObjectExistsError):
+        st.put_if_absent("_versions/1.manifest", b"two")
+    assert st.get("_versions/1.manifest") == b"one"
+    assert events == [
+        "enter _versions/1.manifest",
+        "write /ds/_versions/1.manifest",
+        "exit _versions/1.manifest",
+        "enter _versions/1.manifest",
+        "exit _versions/1.manifest",
+    ]
+
+
+@pytest.mark.usefixtures("fast_thread_switching")
+def test_commit_lock_makes_non_atomic_fs_exclusive() -> None:
+    mutex = threading.Lock()
+
+    @contextmanager
+    def lock(path: str) -> Iterator[None]:
+        with mutex:
+            yield
+
+    st = FsspecStorage(DirFileSystem(path="/ds", fs=private_memfs()), "", commit_lock=lock)
+    for r in range(40):
+        won, lost = race([st.put_if_absent] * 8, f"_versions/{r}.manifest")
+        assert len(won) == 1
+        assert len(lost) == 7
+
+
+def test_unsafe_mode_is_check_then_write() -> None:
+    st = FsspecStorage(DirFileSystem(path="/ds", fs=private_memfs()), "", unsafe=True)
+    st.put_if_absent("_versions/1.manifest", b"one")
+    with pytest.raises(ObjectExistsError):
+        st.put_if_absent("_versions/1.manifest", b"two")  # sequential callers are refused
+
+    # ... but two concurrent callers that both pass the existence check both "win":
+    # this is the documented hazard of unsafe mode.
+    class BothSeeAbsent(DirFileSystem):  # type: ignore[misc]
+        barrier = threading.Barrier(2)
+
+        def info(self, path: str, **kwargs: Any) -> Any:
+            try:
+                return super().info(path, **kwargs)
+            finally:
+                self.barrier.wait(timeout=10)
+
+    racy = FsspecStorage(BothSeeAbsent(path="/ds2", fs=private_memfs()), "", unsafe=True)
+    won, lost = race([racy.put_if_absent] * 2, "_versions/1.manifest")
+    assert sorted(won) == [0, 1]
+    assert lost == []
+
+
+def test_fsspec_memory_lock_is_shared_per_store() -> None:
+    a = MemoryFileSystem(skip_instance_cache=True)  # global store
+    b = MemoryFileSystem(skip_instance_cache=True)
+    c = private_memfs()
+    assert _memory_lock(a) is _memory_lock(b)
+    assert _memory_lock(a) is not _memory_lock(c)
+
+
+def test_fsspec_local_matches_local_storage(tmp_path: Path) -> None:
+    st = FsspecStorage(fsspec.filesystem("file"), "file://" + str(tmp_path))
+    assert st.atomicity is Atomicity.LOCAL_LINK
+    st.put_if_absent("_versions/1.manifest", b"x")
+    (tmp_path / "_versions" / f"2.manifest.{'cd' * 16}.tmp").write_bytes(b"partial")
+    assert st.list("_versions") == ["1.manifest"]
+    assert LocalStorage(tmp_path).get("_versions/1.manifest") == b"x"
+
+
+# ----------------------------------------------------------------------- open_storage
+
+
+class _OptsFS(DirFileSystem):  # type: ignore[misc]
+    """A filesystem registered under a test-only protocol; records its options."""
+
+    protocol = "txntestfs"
+    cachable = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.options = dict(kwargs)
+        super().__init__(path="/opts", fs=private_memfs())
+
+
+def test_open_storage_dispatch(tmp_path: Path) -> None:
+    local = open_storage(str(tmp_path))
+    assert isinstance(local, LocalStorage)
+    assert isinstance(open_storage(tmp_path), LocalStorage)
+    file_uri = open_storage("file://" + str(tmp_path))
+    assert isinstance(file_uri, LocalStorage)
+    assert file_uri.uri == "file://" + str(tmp_path)
+    mem = MemoryStorage()
+    assert open_storage(mem) is mem
+    assert isinstance(open_storage("memory://test-open-dispatch"), MemoryStorage)
+    MemoryStorage.drop_shared("test-open-dispatch")
+
+
+def test_open_storage_fsspec_scheme_passes_options_lock_and_unsafe() -> None:
+    fsspec.register_implementation("txntestfs", _OptsFS, clobber=True)
+    st = open_storage("txntestfs://bucket/ds", {"anon": True})
+    assert isinstance(st, FsspecStorage)
+    assert st.uri == "txntestfs://bucket/ds"
+    assert st.fs.options == {"anon": True}
+    with pytest.raises(AtomicityUnsupportedError):
+        st.put_if_absent("_versions/1.manifest", b"x")
+    unsafe = open_storage("txntestfs://bucket/ds", unsafe=True)
+    assert isinstance(unsafe, FsspecStorage)
+    unsafe.put_if_absent("_versions/1.manifest", b"x")
+    entered: list[str] = []
+
+    @contextmanager
+    def lock(path: str) -> Iterator[None]:
+        entered.append(path)
+        yield
+
+    locked = open_storage("txntestfs://bucket/ds2", commit_lock=lock)
+    locked.put_if_absent("_versions/1.manifest", b"x")
+    assert entered == ["bucket/ds2/_versions/1.manifest"]
+
+
+def test_open_storage_errors(tmp_path: Path) -> None:
+    with pytest.raises(InvalidStorageArgumentError):
+        open_storage("nosuchscheme-xyz://bucket/ds")
+    with pytest.raises(InvalidStorageArgumentError):
+        open_storage(MemoryStorage(), {"key": "x"})
+    with pytest.raises(InvalidStorageArgumentError):
+        open_storage(MemoryStorage(), unsafe=True)
+    with pytest.raises(InvalidStorageArgumentError):
+        open_storage(str(tmp_path), {"key": "x"})
+    with pytest.raises(InvalidStorageArgumentError):
+        open_storage(42)  # type: ignore[arg-type]
+
+
+def test_open_storage_missing_backend_package_names_the_extra() -> None:
+    if importlib.util.find_spec("s3fs") is None:
+        with pytest.raises(StorageError, match=r"txn_engine\[s3\]"):
+            open_storage("s3://bucket/ds")
+    else:  # s3fs present: the table trusts its class
+        st = open_storage("s3://bucket/ds", {"anon": True})
+        assert isinstance(st, FsspecStorage)
+        assert st.atomicity is Atomicity.CONDITIONAL_PUT
+
+
+# -------------------------------------------------------------------------- recording
+
+
+def test_recording_storage_counts_calls_and_bytes() -> None:
+    rec = RecordingStorage(MemoryStorage())
+    assert isinstance(rec, Storage)
+    rec.put_if_absent("_versions/1.manifest", b"12345")
+    with pytest.raises(ObjectExistsError):
+        rec.put_if_absent("_versions/1.manifest", b"67")
+    rec.put("_transactions/a.txn", b"abc")
+    assert rec.get("_versions/1.manifest") == b"12345"
+    assert rec.get_range("_versions/1.manifest", 1, 3) == b"23"
+    assert rec.size("_versions/1.manifest") == 5
+    assert list(rec.list("_versions")) == ["1.manifest"]
+    assert rec.exists("nope") is False
+    rec.delete("_transactions/a.txn")
+    with pytest.raises(ObjectNotFoundError):
+        rec.get("_transactions/a.txn")
+
+    assert rec.counts == {
+        "put_if_absent": 2,
+        "put": 1,
+        "get": 2,
+        "get_range": 1,
+        "size": 1,
+        "list": 1,
+        "exists": 1,
+        "delete": 1,
+    }
+    assert rec.bytes_written == 8  # the lost race wrote nothing
+    assert rec.bytes_read == 7
+    assert rec.calls[:3] == [
+        ("put_if_absent", "_versions/1.manifest"),
+        ("put_if_absent", "_versions/1.manifest"),
+        ("put", "_transactions/a.txn"),
+    ]
+    assert ("list", "_versions") in rec.calls
+    assert rec.snapshot()["bytes_read"] == 7
+    assert rec.uri == rec.inner.uri
+
+    rec.reset()
+    assert rec.counts == {}
+    assert rec.calls == []
+    assert rec.bytes_read == rec.bytes_written == 0
+    rec.get("_versions/1.manifest")
+    assert rec.counts["get"] == 1
+
+
+def test_recording_storage_is_thread_safe() -> None:
+    rec = RecordingStorage(MemoryStorage())
+    rec.put("x", b"abcd")
+
+    def reader() -> None:
+        for _ in range(500):
+            rec.get("x")
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert rec.counts["get"] == 2000
+    assert rec.bytes_read == 8000
+    assert len(rec.calls) == 2001

@@ -2,7 +2,10 @@
 
 A :class:`Storage` is rooted at one dataset URI; every path it takes is relative to that
 root and uses ``/`` separators (``_versions/18446744073709551614.manifest``,
-``_transactions/0-<uuid>.txn``, ``data/<name>.lance``).
+``_transactions/0-<uuid>.txn``, ``data/<name>.lance``). Empty, ``.`` or ``..`` segments, a
+leading ``/``, backslashes and NUL bytes are refused with
+:class:`~txn_engine.errors.InvalidStorageArgumentError` (as are negative byte ranges).
+Directories are not objects: ``exists`` is ``False`` for them and ``list`` names objects only.
 
 Guarantees a backend must give (the commit protocol is only correct if they hold):
 
@@ -18,6 +21,11 @@ Guarantees a backend must give (the commit protocol is only correct if they hold
 A backend that cannot give (1) must raise
 :class:`~txn_engine.errors.AtomicityUnsupportedError` from ``put_if_absent`` unless the
 caller supplied a commit lock or explicitly opted into unsafe mode.
+
+On object stores, ``ObjectExistsError`` can also mean that *this* call created the object
+on an earlier attempt whose response was lost (the client library retried internally and
+the retry hit the precondition). A caller that must know who won (the commit loop) reads
+the object back and compares it with what it wrote.
 
 Failures map to the hierarchy in :mod:`txn_engine.errors`: a missing object is
 :class:`~txn_engine.errors.ObjectNotFoundError`; a write whose outcome is unknown (timeout,
@@ -45,7 +53,9 @@ class Storage(Protocol):
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Create ``path`` with ``data`` only if nothing exists there (atomic, guarantee 1).
 
-        Raises ObjectExistsError when the object already exists.
+        Raises ObjectExistsError when the object already exists (see the module docstring
+        for the lost-response caveat), AtomicityUnsupportedError when the backend cannot
+        do this atomically and was given no commit lock / unsafe opt-in.
         """
         ...
 

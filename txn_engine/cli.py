@@ -1,0 +1,345 @@
+"""The ``txn-engine`` command line tool.
+
+    txn-engine log URI [--json]                 versions with time, operation, writer
+    txn-engine show URI [--version N] [--json]  summary of one version's manifest
+
+Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); add one by registering a
+``Command`` with a function that configures its argparse sub-parser and one that runs it
+and returns the exit code. Errors from txn_engine print one line to stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+import attrs
+
+from txn_engine._proto import table_pb2
+from txn_engine.dataset import Dataset
+from txn_engine.errors import TxnEngineError
+from txn_engine.format.flags import describe_flags
+
+__all__ = ["COMMANDS", "Command", "main", "register"]
+
+
+@attrs.frozen
+class Command:
+    """A subcommand: ``configure`` adds its arguments, ``run`` executes it."""
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, TextIO], int]
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def register(command: Command) -> Command:
+    """Add a subcommand to :data:`COMMANDS` (later registrations replace earlier ones)."""
+    COMMANDS[command.name] = command
+    return command
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _index_type(index: table_pb2.IndexMetadata) -> str:
+    if not index.HasField("index_details"):
+        return "unknown"
+    name = index.index_details.type_url.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
+    return name.removesuffix("IndexDetails") or "unknown"
+
+
+def _open(args: argparse.Namespace) -> Dataset:
+    return Dataset.open(args.uri, version=getattr(args, "version", None))
+
+
+# --------------------------------------------------------------------------- log
+
+
+def _configure_log(p: argparse.ArgumentParser) -> None:
+    p.add_argument("uri", help="dataset URI or path")
+    p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+
+
+def _run_log(args: argparse.Namespace, out: TextIO) -> int:
+    ds = _open(args)
+    versions = ds.versions()
+    if args.json:
+        json.dump([v.to_json() for v in versions], out, indent=2)
+        out.write("\n")
+        return 0
+    rows = [
+        [
+            str(v.version),
+            "-" if v.timestamp is None else v.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            v.operation or "?",
+            _dash(v.read_version),
+            _dash(v.writer),
+            _dash(v.uuid),
+        ]
+        for v in versions
+    ]
+    out.write(_table(rows, ["VERSION", "TIMESTAMP", "OPERATION", "READ", "WRITER", "UUID"]))
+    out.write("\n")
+    return 0
+
+
+register(Command("log", "list the versions of a dataset", _configure_log, _run_log))
+
+
+# --------------------------------------------------------------------------- show
+
+
+def _configure_show(p: argparse.ArgumentParser) -> None:
+    p.add_argument("uri", help="dataset URI or path")
+    p.add_argument("--version", type=int, default=None, help="version to show (default latest)")
+    p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+
+
+def _summary(ds: Dataset) -> dict[str, Any]:
+    m = ds.manifest
+    counts = {fid: (phys, deleted) for fid, phys, deleted in ds.fragment_row_counts()}
+    depth: dict[int, int] = {}
+    schema = []
+    for f in m.fields:
+        depth[f.id] = depth.get(f.parent_id, -1) + 1
+        schema.append(
+            {
+                "id": f.id,
+                "parent_id": f.parent_id,
+                "name": f.name,
+                "type": f.logical_type,
+                "nullable": f.nullable,
+                "depth": depth[f.id],
+            }
+        )
+    fragments = []
+    for frag in m.fragments:
+        phys, deleted = counts[frag.id]
+        fragments.append(
+            {
+                "id": frag.id,
+                "files": len(frag.files),
+                "physical_rows": phys,
+                "deleted_rows": deleted,
+                "rows": phys - deleted,
+                "deletion_file": None
+                if not frag.HasField("deletion_file")
+                else {
+                    "type": "bitmap" if frag.deletion_file.file_type else "arrow",
+                    "read_version": frag.deletion_file.read_version,
+                    "id": frag.deletion_file.id,
+                },
+                "stable_row_ids": frag.WhichOneof("row_id_sequence") is not None,
+            }
+        )
+    indices = [
+        {
+            "name": i.name,
+            "type": _index_type(i),
+            "fields": list(i.fields),
+            "uuid": i.uuid.uuid.hex(),
+            "dataset_version": i.dataset_version,
+        }
+        for i in ds.indices
+    ]
+    return {
+        "uri": ds.uri,
+        "version": ds.version,
+        "manifest": ds.manifest_path,
+        "naming_scheme": ds.naming_scheme.name,
+        "data_format": f"{m.data_format.file_format} {m.data_format.version}".strip() or None,
+        "writer": (
+            f"{m.writer_version.library} {m.writer_version.version}"
+            if m.HasField("writer_version")
+            else None
+        ),
+        "timestamp": None
+        if not m.HasField("timestamp")
+        else m.timestamp.ToDatetime().isoformat() + "Z",
+        "schema": schema,
+        "schema_metadata": sorted(m.schema_metadata),
+        "fragments": fragments,
+        "rows": sum(f["rows"] for f in fragments),
+        "deleted_rows": sum(f["deleted_rows"] for f in fragments),
+        "max_fragment_id": m.max_fragment_id if m.HasField("max_fragment_id") else None,
+        "next_row_id": m.next_row_id,
+        "indices": indices,
+        "config": dict(sorted(m.config.items())),
+        "table_metadata": dict(sorted(m.table_metadata.items())),
+        "reader_feature_flags": {
+            "value": m.reader_feature_flags,
+            "names": describe_flags(m.reader_feature_flags),
+        },
+        "writer_feature_flags": {
+            "value": m.writer_feature_flags,
+            "names": describe_flags(m.writer_feature_flags),
+        },
+        "transaction_file": m.transaction_file or None,
+        "inline_transaction": ds.manifest_file.transaction is not None,
+        "tag": m.tag or None,
+    }
+
+
+def _render_show(s: dict[str, Any]) -> str:
+    def flags(f: dict[str, Any]) -> str:
+        return f"{f['value']} ({', '.join(f['names'])})" if f["names"] else "0"
+
+    head = [
+        ("uri", s["uri"]),
+        ("version", str(s["version"])),
+        ("manifest", s["manifest"]),
+        ("naming scheme", s["naming_scheme"]),
+        ("data format", _dash(s["data_format"])),
+        ("writer", _dash(s["writer"])),
+        ("timestamp", _dash(s["timestamp"])),
+        ("rows", f"{s['rows']} ({s['deleted_rows']} deleted)"),
+        ("fragments", f"{len(s['fragments'])} (max id {_dash(s['max_fragment_id'])})"),
+        ("reader flags", flags(s["reader_feature_flags"])),
+        ("writer flags", flags(s["writer_feature_flags"])),
+        (
+            "transaction",
+            _dash(s["transaction_file"]) + (" (inline)" if s["inline_transaction"] else ""),
+        ),
+    ]
+    width = max(len(k) for k, _ in head)
+    parts = ["\n".join(f"{k.ljust(width)}  {v}" for k, v in head)]
+    parts.append(
+        "Schema:\n"
+        + _table(
+            [
+                [
+                    "  " * f["depth"] + f["name"],
+                    f["type"],
+                    "yes" if f["nullable"] else "no",
+                    str(f["id"]),
+                ]
+                for f in s["schema"]
+            ],
+            ["FIELD", "TYPE", "NULLABLE", "ID"],
+        )
+    )
+    if s["fragments"]:
+        parts.append(
+            "Fragments:\n"
+            + _table(
+                [
+                    [
+                        str(f["id"]),
+                        str(f["files"]),
+                        str(f["physical_rows"]),
+                        str(f["deleted_rows"]),
+                        str(f["rows"]),
+                        "-"
+                        if f["deletion_file"] is None
+                        else f"{f['deletion_file']['type']}@{f['deletion_file']['read_version']}",
+                    ]
+                    for f in s["fragments"]
+                ],
+                ["ID", "FILES", "PHYSICAL", "DELETED", "ROWS", "DELETION FILE"],
+            )
+        )
+    else:
+        parts.append("Fragments: none")
+    if s["indices"]:
+        parts.append(
+            "Indices:\n"
+            + _table(
+                [
+                    [
+                        i["name"],
+                        i["type"],
+                        ",".join(map(str, i["fields"])),
+                        str(i["dataset_version"]),
+                        i["uuid"],
+                    ]
+                    for i in s["indices"]
+                ],
+                ["NAME", "TYPE", "FIELDS", "VERSION", "UUID"],
+            )
+        )
+    else:
+        parts.append("Indices: none")
+    if s["config"]:
+        parts.append("Config:\n" + "\n".join(f"  {k} = {v}" for k, v in s["config"].items()))
+    else:
+        parts.append("Config: none")
+    if s["table_metadata"]:
+        parts.append(
+            "Table metadata:\n" + "\n".join(f"  {k} = {v}" for k, v in s["table_metadata"].items())
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def _run_show(args: argparse.Namespace, out: TextIO) -> int:
+    summary = _summary(_open(args))
+    if args.json:
+        json.dump(summary, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(_render_show(summary))
+    return 0
+
+
+register(Command("show", "summarise one version of a dataset", _configure_show, _run_show))
+
+
+# --------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="txn-engine", description="Inspect and operate on Lance datasets."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS.values():
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.configure(p)
+        p.set_defaults(_command=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage error)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else 2
+    command: Command = args._command
+    try:
+        return command.run(args, sys.stdout)
+    except BrokenPipeError:  # pragma: no cover - e.g. piping into `head`
+        return 0
+    except (TxnEngineError, OSError, ValueError) as exc:
+        text = str(exc).strip()
+        message = text.splitlines()[0] if text else type(exc).__name__
+        print(f"txn-engine {command.name}: error: {message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

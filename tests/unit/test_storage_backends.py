@@ -716,3 +716,36 @@ def test_recording_storage_is_thread_safe() -> None:
     assert rec.counts["get"] == 2000
     assert rec.bytes_read == 8000
     assert len(rec.calls) == 2001
+
+
+# ---------------------------------------------------------------------------- pylance
+
+
+@pytest.mark.pylance
+def test_pylance_ignores_inflight_staging_files(tmp_path: Path) -> None:
+    """A staging file left in ``_versions/`` (crash between write and unlink) is not taken
+    for a version by pylance 14, and LocalStorage reads pylance's manifests as written."""
+    import lance
+    import pyarrow as pa
+
+    uri = str(tmp_path / "ds.lance")
+    lance.write_dataset(pa.table({"a": [1, 2, 3]}), uri)
+    st = LocalStorage(uri)
+    before = sorted(st.list("_versions"))  # pylance 14 also writes latest_version_hint.json
+    [manifest] = [n for n in before if n.endswith(".manifest")]
+    raw = (tmp_path / "ds.lance" / "_versions" / manifest).read_bytes()
+    assert st.get(f"_versions/{manifest}") == raw
+    assert st.size(f"_versions/{manifest}") == len(raw)
+
+    # a staging file for the next version, as create_exclusive names it, with garbage bytes
+    from txn_engine.storage._files import staging_path
+
+    staging = staging_path(
+        str(tmp_path / "ds.lance" / "_versions" / "18446744073709551613.manifest")
+    )
+    assert not staging.endswith("manifest")
+    Path(staging).write_bytes(b"not a manifest")
+    ds = lance.dataset(uri)
+    assert ds.version == 1
+    assert ds.count_rows() == 3
+    assert sorted(st.list("_versions")) == before

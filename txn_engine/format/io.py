@@ -6,14 +6,23 @@ import struct
 
 from google.protobuf.message import DecodeError
 
-from txn_engine._proto import transaction_pb2
+from txn_engine._proto import table_pb2, transaction_pb2
 from txn_engine.errors import (
+    CorruptManifestError,
     DatasetNotFoundError,
     ObjectNotFoundError,
     TransactionNotFoundError,
     VersionNotFoundError,
 )
-from txn_engine.format.manifest_file import ManifestFile, decode_manifest_file, decode_transaction
+from txn_engine.format.flags import check_reader_flags
+from txn_engine.format.manifest_file import (
+    FOOTER_SIZE,
+    MAGIC,
+    ManifestFile,
+    decode_manifest_file,
+    decode_transaction,
+    inline_transaction_offset,
+)
 from txn_engine.format.naming import (
     NamingScheme,
     VersionEntry,
@@ -33,7 +42,9 @@ __all__ = [
     "resolve_version",
 ]
 
-#: Bytes fetched from the start of a manifest when only its inline transaction is needed.
+#: Bytes fetched from the start (and, for larger files, the end) of a manifest file when
+#: only its inline transaction is needed: the transaction sits at the start of the file,
+#: right after the index section, so one ranged read usually suffices.
 HEAD_READ_SIZE = 64 * 1024
 _U32 = struct.Struct("<I")
 
@@ -154,10 +165,72 @@ def read_transaction_and_manifest(
             txn = _transaction_from_head(head)
             if txn is not None:
                 return txn, None
-            manifest_file = read_manifest_entry(storage, entry)
+            txn, manifest = _transaction_via_tail(storage, entry, head)
+            if txn is not None:
+                return txn, None
+            return _transaction_file(storage, entry, manifest), None
     if manifest_file.transaction is not None:
         return manifest_file.transaction, manifest_file
-    name = manifest_file.manifest.transaction_file
+    return _transaction_file(storage, entry, manifest_file.manifest), manifest_file
+
+
+def _transaction_via_tail(
+    storage: Storage, entry: VersionEntry, head: bytes
+) -> tuple[transaction_pb2.Transaction | None, table_pb2.Manifest]:
+    """For a large manifest file: read the footer and manifest from the tail, then only
+    the inline transaction section (never the whole file)."""
+    what = f"{storage.uri}/{entry.path}"
+    size = storage.size(entry.path)
+    start = max(0, size - HEAD_READ_SIZE)
+    tail = storage.get_range(entry.path, start, size)
+    if len(tail) < FOOTER_SIZE + 4 or tail[-4:] != MAGIC:
+        raise CorruptManifestError(f"{what}: bad magic or truncated footer")
+    (pos,) = struct.unpack_from("<Q", tail, len(tail) - FOOTER_SIZE)
+    limit = size - FOOTER_SIZE
+    if pos + 4 > limit:
+        raise CorruptManifestError(f"{what}: manifest position {pos} is outside the file")
+    if pos < start:
+        tail = storage.get_range(entry.path, pos, start) + tail
+        start = pos
+    (length,) = _U32.unpack_from(tail, pos - start)
+    if pos + 4 + length != limit:
+        raise CorruptManifestError(
+            f"{what}: manifest length {length} at offset {pos} does not end at the footer"
+        )
+    manifest = table_pb2.Manifest()
+    try:
+        manifest.ParseFromString(tail[pos - start + 4 : len(tail) - FOOTER_SIZE])
+    except DecodeError as exc:
+        raise CorruptManifestError(f"{what}: undecodable manifest protobuf: {exc}") from exc
+    check_reader_flags(manifest)
+    offset = inline_transaction_offset(manifest)
+    if offset is None:
+        return None, manifest
+    if offset + 4 > pos:
+        raise CorruptManifestError(f"{what}: inline transaction offset {offset} is outside")
+    if offset + 4 <= len(head):
+        (length,) = _U32.unpack_from(head, offset)
+    else:
+        (length,) = _U32.unpack(storage.get_range(entry.path, offset, offset + 4))
+    end = offset + 4 + length
+    if end > pos:
+        raise CorruptManifestError(
+            f"{what}: inline transaction at offset {offset} claims {length} bytes, past the "
+            "manifest"
+        )
+    if end <= len(head):
+        blob = head[offset + 4 : end]
+    elif offset + 4 < len(head):
+        blob = head[offset + 4 :] + storage.get_range(entry.path, len(head), end)
+    else:
+        blob = storage.get_range(entry.path, offset + 4, end)
+    return decode_transaction(blob, what=f"{what} (inline transaction)"), manifest
+
+
+def _transaction_file(
+    storage: Storage, entry: VersionEntry, manifest: table_pb2.Manifest
+) -> transaction_pb2.Transaction:
+    name = manifest.transaction_file
     if not name:
         raise TransactionNotFoundError(
             f"{storage.uri}: version {entry.version} has no inline transaction "
@@ -170,4 +243,4 @@ def read_transaction_and_manifest(
             f"{storage.uri}: version {entry.version} names transaction file "
             f"{name}, which is missing"
         ) from exc
-    return decode_transaction(blob, what=f"{storage.uri}/_transactions/{name}"), manifest_file
+    return decode_transaction(blob, what=f"{storage.uri}/_transactions/{name}")

@@ -1,0 +1,93 @@
+"""Datasets written by old Lance releases: read like pylance 14.0.2, or fail typed.
+
+Every dataset under ``/work/shared/fixtures/lance-historical/`` (referenced in place,
+read-only) must give the same versions, row counts and schema as pylance 14.0.2 reports;
+where pylance itself cannot read one, txn_engine must raise a typed
+:class:`~txn_engine.errors.TxnEngineError` that says why (never crash or misread).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lance
+import pytest
+
+from txn_engine.dataset import Dataset
+from txn_engine.errors import DataFileError, TxnEngineError
+
+pytestmark = pytest.mark.pylance
+
+ROOT = Path(
+    os.environ.get(
+        "TXN_ENGINE_HISTORICAL_FIXTURES",
+        Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "lance-historical",
+    )
+)
+FIXTURES = sorted(
+    str(p.parent.relative_to(ROOT)) for p in ROOT.glob("**/_versions") if p.is_dir()
+)
+
+
+def test_fixture_set_is_present() -> None:
+    assert len(FIXTURES) >= 20, f"historical fixtures missing under {ROOT}"
+
+
+def _pylance_view(path: str) -> dict[int, tuple[int, Any]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        latest = lance.dataset(path)
+        out = {}
+        for v in latest.versions():
+            ds = lance.dataset(path, version=v["version"])
+            out[v["version"]] = (ds.count_rows(), ds.schema)
+        return out
+
+
+def _our_view(path: str) -> dict[int, tuple[int, Any]]:
+    latest = Dataset.open(path)
+    out = {}
+    for info in latest.versions():
+        ds = latest.checkout(info.version)
+        out[info.version] = (ds.count_rows(), ds.schema)
+    return out
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_historical_dataset_reads_like_pylance(name: str) -> None:
+    path = str(ROOT / name)
+    theirs: dict[int, tuple[int, Any]] | None
+    try:
+        theirs = _pylance_view(path)
+    except Exception:  # pylance cannot read it: we must fail typed, with a reason
+        theirs = None
+    if theirs is None:
+        with pytest.raises(TxnEngineError) as info:
+            _our_view(path)
+        assert len(str(info.value)) > 20, "the error must say why"
+        return
+    ours = _our_view(path)
+    assert sorted(ours) == sorted(theirs)
+    for version, (rows, schema) in theirs.items():
+        assert ours[version][0] == rows, f"{name} v{version} rows"
+        assert ours[version][1].equals(schema, check_metadata=True), f"{name} v{version} schema"
+
+
+def test_unreadable_fixture_names_the_missing_data_file() -> None:
+    path = str(ROOT / "v0.5.9" / "dataset_with_fragments")
+    ds = Dataset.open(path)
+    assert [v.version for v in ds.versions()] == [1, 2, 3]
+    with pytest.raises(DataFileError, match=r"data file .* is missing"):
+        ds.count_rows()
+
+
+def test_legacy_rows_are_counted_from_data_files() -> None:
+    # v0.8.0 wrote physical_rows = 90 for a 100-row file (no writer_version): Lance
+    # distrusts the manifest there and so must we.
+    ds = Dataset.open(str(ROOT / "v0.8.0" / "migrated_from_v0.7.5"))
+    assert not ds.manifest.HasField("writer_version")
+    assert ds.fragment_row_counts() == [(0, 100, 10), (1, 2, 0)]
+    assert ds.count_rows() == 92

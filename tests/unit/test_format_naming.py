@@ -1,0 +1,93 @@
+"""Version naming (V1 / V2 / detached) and version listing."""
+
+from __future__ import annotations
+
+import pytest
+
+from txn_engine.errors import MixedNamingSchemeError
+from txn_engine.format.naming import (
+    U64_MAX,
+    NamingScheme,
+    VersionEntry,
+    detached_manifest_name,
+    list_versions,
+    list_versions_after,
+    manifest_name,
+    parse_manifest_name,
+    transaction_file_name,
+)
+from txn_engine.storage import MemoryStorage
+
+
+def test_v1_and_v2_names() -> None:
+    assert manifest_name(1, NamingScheme.V1) == "1.manifest"
+    assert manifest_name(1, NamingScheme.V2) == "18446744073709551614.manifest"
+    assert manifest_name(0, NamingScheme.V2) == "18446744073709551615.manifest"
+    assert detached_manifest_name(2**63 + 5) == f"d{2**63 + 5}.manifest"
+    assert transaction_file_name(4, "u-u") == "4-u-u.txn"
+
+
+def test_parse_round_trips() -> None:
+    for version in (0, 1, 9, 10, 123456, 2**62):
+        for scheme in NamingScheme:
+            assert parse_manifest_name(manifest_name(version, scheme)) == (version, scheme)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "5.manifest-0f1e2d3c",
+        "5.manifest#1",
+        "18446744073709551614.manifest-abc",
+        "d9223372036854775813.manifest",
+        "latest_version_hint.json",
+        "_latest.manifest",
+        "abc.manifest",
+        ".manifest",
+        "99999999999999999999.manifest",  # 20 digits but > u64::MAX
+        "5.txn",
+    ],
+)
+def test_staging_detached_and_junk_are_ignored(name: str) -> None:
+    assert parse_manifest_name(name) is None
+
+
+def test_main_line_version_range_is_enforced() -> None:
+    with pytest.raises(ValueError, match="main-line"):
+        manifest_name(2**63, NamingScheme.V2)
+    assert U64_MAX == 2**64 - 1
+
+
+def _store(*names: str) -> MemoryStorage:
+    storage = MemoryStorage()
+    for name in names:
+        storage.put(f"_versions/{name}", b"x")
+    return storage
+
+
+def test_list_versions_sorted_and_ignores_junk() -> None:
+    storage = _store(
+        "10.manifest", "2.manifest", "1.manifest", "3.manifest-tmp", "latest_version_hint.json"
+    )
+    assert [e.version for e in list_versions(storage)] == [1, 2, 10]
+    assert list_versions(storage)[0] == VersionEntry(1, "1.manifest", NamingScheme.V1)
+    assert [e.version for e in list_versions_after(storage, 1)] == [2, 10]
+    assert list_versions(storage)[-1].path == "_versions/10.manifest"
+
+
+def test_list_versions_v2() -> None:
+    storage = _store(*(manifest_name(v, NamingScheme.V2) for v in (3, 1, 2)))
+    storage.put("_versions/d9223372036854775813.manifest", b"x")
+    entries = list_versions(storage)
+    assert [e.version for e in entries] == [1, 2, 3]
+    assert {e.scheme for e in entries} == {NamingScheme.V2}
+
+
+def test_mixed_naming_schemes_are_refused() -> None:
+    storage = _store("1.manifest", manifest_name(2, NamingScheme.V2))
+    with pytest.raises(MixedNamingSchemeError, match="both V1 and V2"):
+        list_versions(storage)
+
+
+def test_empty_listing() -> None:
+    assert list_versions(MemoryStorage()) == []

@@ -34,7 +34,11 @@ from txn_engine.format.flags import compute_feature_flags
 from txn_engine.format.io import read_manifest, read_transaction
 from txn_engine.format.manifest_file import decode_manifest_file, encode_manifest_file
 from txn_engine.format.naming import NamingScheme, list_versions, manifest_path
-from txn_engine.format.rowids import decode_row_id_sequence
+from txn_engine.format.rowids import (
+    decode_row_id_segments,
+    decode_row_id_sequence,
+    encode_row_id_sequence,
+)
 from txn_engine.storage import LocalStorage
 
 if TYPE_CHECKING:
@@ -132,6 +136,9 @@ def test_stable_row_id_sequences_match_pylance_rowids(
             assert frag.WhichOneof("row_id_sequence") == "inline_row_ids"
             ids = decode_row_id_sequence(frag.inline_row_ids)
             assert len(ids) == frag.physical_rows
+            if len(decode_row_id_segments(frag.inline_row_ids)) == 1:
+                # Same encoder choice as Lance: byte-identical re-encoding.
+                assert encode_row_id_sequence(ids) == frag.inline_row_ids
             deleted = BitMap()
             if frag.HasField("deletion_file"):
                 deleted = read_deletion_vector(snap.storage, frag.id, frag.deletion_file)

@@ -1,0 +1,128 @@
+"""Dataset read API over hand-built manifests in memory (no pylance needed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pyroaring import BitMap
+
+from txn_engine._proto import table_pb2, transaction_pb2
+from txn_engine.dataset import Dataset, operation_name
+from txn_engine.errors import (
+    DatasetNotFoundError,
+    MixedNamingSchemeError,
+    VersionNotFoundError,
+)
+from txn_engine.format.deletion import write_deletion_vector
+from txn_engine.format.manifest_file import encode_manifest_file
+from txn_engine.format.naming import NamingScheme, manifest_path
+from txn_engine.model import Fragment
+from txn_engine.storage import MemoryStorage
+
+UUID = "12345678-1234-4234-8234-123456789abc"
+
+
+def _commit(
+    storage: MemoryStorage,
+    version: int,
+    fragments: list[table_pb2.DataFragment],
+    *,
+    op: str = "append",
+    scheme: NamingScheme = NamingScheme.V2,
+    txn: bool = True,
+) -> None:
+    m = table_pb2.Manifest(version=version, fragments=fragments)
+    m.writer_version.library = "txn_engine"
+    m.writer_version.version = "0.1.0"
+    m.timestamp.seconds = 1_700_000_000 + version
+    m.config["k"] = str(version)
+    t = transaction_pb2.Transaction(read_version=version - 1, uuid=UUID)
+    getattr(t, op).SetInParent()
+    storage.put_if_absent(
+        manifest_path(version, scheme), encode_manifest_file(m, (), t if txn else None)
+    )
+
+
+def _frag(fid: int, rows: int) -> table_pb2.DataFragment:
+    f = table_pb2.DataFragment(id=fid, physical_rows=rows)
+    f.files.add(path=f"{fid}.lance", fields=[0], column_indices=[0], file_major_version=2)
+    return f
+
+
+@pytest.fixture
+def storage() -> MemoryStorage:
+    s = MemoryStorage()
+    _commit(s, 1, [_frag(0, 10)], op="overwrite")
+    _commit(s, 2, [_frag(0, 10), _frag(1, 5)])
+    f0 = _frag(0, 10)
+    f0.deletion_file.CopyFrom(write_deletion_vector(s, 0, 2, BitMap([1, 2, 3])))
+    _commit(s, 3, [f0, _frag(1, 5)], op="delete")
+    return s
+
+
+def test_open_latest_and_checkout(storage: MemoryStorage) -> None:
+    ds = Dataset.open(storage)
+    assert ds.version == 3 == ds.latest_version()
+    assert ds.count_rows() == 12
+    assert ds.checkout(2).count_rows() == 15
+    assert Dataset.open(storage, version=1).count_rows() == 10
+    assert [f.id for f in ds.fragments] == [0, 1]
+    assert isinstance(ds.fragments[0], Fragment)
+    assert ds.fragments[0].num_rows == 7
+    assert ds.config == {"k": "3"}
+    assert ds.naming_scheme is NamingScheme.V2
+    assert ds.uri == storage.uri
+
+
+def test_unknown_num_deleted_rows_reads_the_file(storage: MemoryStorage) -> None:
+    f0 = _frag(0, 10)
+    f0.deletion_file.CopyFrom(write_deletion_vector(storage, 0, 3, BitMap([4, 5])))
+    f0.deletion_file.num_deleted_rows = 0  # "unknown"
+    _commit(storage, 4, [f0])
+    assert Dataset.open(storage).fragment_row_counts() == [(0, 10, 2)]
+
+
+def test_versions_and_transactions(storage: MemoryStorage) -> None:
+    ds = Dataset.open(storage, version=2)
+    infos = ds.versions()
+    assert [(v.version, v.operation, v.read_version) for v in infos] == [
+        (1, "Overwrite", 0),
+        (2, "Append", 1),
+        (3, "Delete", 2),
+    ]
+    assert infos[0].timestamp == dt.datetime.fromtimestamp(1_700_000_001, tz=dt.UTC)
+    assert infos[0].writer == "txn_engine 0.1.0"
+    assert infos[0].to_json()["operation"] == "Overwrite"
+    assert ds.transaction().WhichOneof("operation") == "append"
+    assert ds.transaction(3).WhichOneof("operation") == "delete"
+
+
+def test_missing_transaction_is_reported_not_raised() -> None:
+    s = MemoryStorage()
+    _commit(s, 1, [], txn=False)
+    (info,) = Dataset.open(s).versions()
+    assert info.operation is None
+    assert info.transaction_error is not None
+    assert "no inline transaction" in info.transaction_error
+
+
+def test_operation_names() -> None:
+    t = transaction_pb2.Transaction()
+    assert operation_name(t) is None
+    t.create_index.SetInParent()
+    assert operation_name(t) == "CreateIndex"
+    t.update_mem_wal_state.SetInParent()
+    assert operation_name(t) == "UpdateMemWalState"
+
+
+def test_errors() -> None:
+    with pytest.raises(DatasetNotFoundError):
+        Dataset.open(MemoryStorage())
+    s = MemoryStorage()
+    _commit(s, 1, [])
+    with pytest.raises(VersionNotFoundError):
+        Dataset.open(s, version=5)
+    _commit(s, 2, [], scheme=NamingScheme.V1)
+    with pytest.raises(MixedNamingSchemeError):
+        Dataset.open(s)

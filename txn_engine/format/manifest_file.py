@@ -68,6 +68,7 @@ def encode_manifest_file(
 
     Section offsets are set to what is written here; offsets carried over from an older
     manifest (fields 6, 21, 23) are cleared first, since a stale offset makes readers fail.
+    Serialization is deterministic (map entries sorted), so equal inputs give equal bytes.
     """
     m = table_pb2.Manifest()
     m.CopyFrom(manifest)
@@ -77,18 +78,22 @@ def encode_manifest_file(
     parts: list[bytes] = []
     offset = 0
     if indices:
-        blob = table_pb2.IndexSection(indices=list(indices)).SerializeToString()
+        blob = table_pb2.IndexSection(indices=list(indices)).SerializeToString(deterministic=True)
         m.index_section = offset
         parts.append(_U32.pack(len(blob)))
         parts.append(blob)
         offset += 4 + len(blob)
     if transaction is not None:
-        blob = transaction if isinstance(transaction, bytes) else transaction.SerializeToString()
+        blob = (
+            transaction
+            if isinstance(transaction, bytes)
+            else transaction.SerializeToString(deterministic=True)
+        )
         m.transaction_section = offset
         parts.append(_U32.pack(len(blob)))
         parts.append(blob)
         offset += 4 + len(blob)
-    body = m.SerializeToString()
+    body = m.SerializeToString(deterministic=True)
     if len(body) >= 1 << 32:
         raise CorruptManifestError("manifest too large to encode (>= 4 GiB)")
     parts.append(_U32.pack(len(body)))

@@ -1,0 +1,73 @@
+"""Spark integration: executors write Lance data files, the driver commits once.
+
+Two ways in (see ``docs/spark.md``):
+
+* the ``txn_lance`` PySpark data source::
+
+      from txn_engine.spark import register
+      register(spark)
+      df.write.format("txn_lance").mode("append").save("s3://bucket/table.lance")
+
+* the commit hook, for jobs that write fragments themselves::
+
+      collector = FragmentCollector.plan(uri, mode="append", schema=arrow_schema)
+      rows = df.mapInArrow(collector.map_in_arrow(), "fragment string").collect()
+      collector.commit([r.fragment for r in rows])
+
+Needs the ``spark`` extra (pyspark, pandas, pylance) for the data source; the commit hook
+itself needs only pylance on the executors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from txn_engine.spark._options import WriteOptions, parse_write_options
+from txn_engine.spark._staging import STAGING_DIR, SweepResult
+from txn_engine.spark._write import (
+    FRAGMENT_COLUMN,
+    WRITE_ID_PROPERTY,
+    FragmentCollector,
+    SparkCommitResult,
+    WriteMode,
+    commit_fragments,
+    find_write,
+    sweep_staged_writes,
+)
+
+__all__ = [
+    "DATA_SOURCE_NAME",
+    "FRAGMENT_COLUMN",
+    "STAGING_DIR",
+    "WRITE_ID_PROPERTY",
+    "FragmentCollector",
+    "SparkCommitResult",
+    "SweepResult",
+    "TxnLanceDataSource",
+    "TxnLanceWriter",
+    "WriteMode",
+    "WriteOptions",
+    "commit_fragments",
+    "find_write",
+    "parse_write_options",
+    "register",
+    "sweep_staged_writes",
+]
+
+DATA_SOURCE_NAME = "txn_lance"
+
+
+def register(spark: Any) -> None:
+    """Register the ``txn_lance`` data source with a SparkSession (once per session)."""
+    from txn_engine.spark._datasource import TxnLanceDataSource
+
+    spark.dataSource.register(TxnLanceDataSource)
+
+
+def __getattr__(name: str) -> Any:
+    # the data source classes import pyspark; load them only when asked for
+    if name in ("TxnLanceDataSource", "TxnLanceWriter", "TxnLanceCommitMessage"):
+        from txn_engine.spark import _datasource
+
+        return getattr(_datasource, name)
+    raise AttributeError(f"module 'txn_engine.spark' has no attribute {name!r}")

@@ -1,0 +1,197 @@
+"""Parsing the ``df.write.format("txn_lance").option(...)`` options into typed values.
+
+Spark hands a data source its options as strings in a case-insensitive map whose keys
+arrive lower-cased, so every option here has a lower-case name. Options that carry a map
+have two spellings that are merged (the prefixed keys win):
+
+* one JSON object: ``.option("storage_options", '{"key": "...", "anon": false}')``
+  (keeps the case of keys and allows non-string values);
+* one option per key: ``.option("storage.endpoint_url", "http://...")`` (key lower-cased
+  by Spark, value always a string).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from txn_engine.errors import InvalidOperationError
+
+__all__ = ["WriteOptions", "parse_write_options"]
+
+#: Default upper bound on rows per data file (pylance's own default).
+DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
+#: Default age after which a planned write's leftovers are swept (longer than any write).
+DEFAULT_STAGING_RETENTION_SECONDS = 3 * 24 * 3600.0
+
+_MAP_OPTIONS = {
+    # option name -> prefix of the per-key spelling
+    "storage_options": "storage.",
+    "lance_storage_options": "lance_storage.",
+    "properties": "property.",
+    "retry_policy": "retry.",
+}
+
+_SCALAR_OPTIONS = {
+    "path",
+    "max_rows_per_file",
+    "max_rows_per_group",
+    "max_bytes_per_file",
+    "data_storage_version",
+    "commit_message",
+    "write_id",
+    "idempotency_lookback",
+    "commit_attempts",
+    "commit_report",
+    "storage_factory",
+    "staging_retention_seconds",
+    "sweep_on_plan",
+}
+
+
+@attrs.frozen
+class WriteOptions:
+    """Everything a Spark write can be configured with (see ``docs/spark.md``).
+
+    ``storage_options`` are for txn_engine's own storage (fsspec options such as s3fs's
+    ``key``/``secret``/``endpoint_url``; used for the commit, the staging markers and the
+    clean-up). ``lance_storage_options`` are for pylance, which writes the data files
+    (Lance object-store options such as ``aws_access_key_id``/``aws_endpoint``).
+    """
+
+    storage_options: Mapping[str, Any] = attrs.field(factory=dict)
+    lance_storage_options: Mapping[str, str] = attrs.field(factory=dict)
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
+    max_rows_per_group: int | None = None
+    max_bytes_per_file: int | None = None
+    data_storage_version: str | None = None
+    properties: Mapping[str, str] = attrs.field(factory=dict)
+    commit_message: str | None = None
+    retry_policy: Mapping[str, Any] = attrs.field(factory=dict)
+    write_id: str | None = None
+    idempotency_lookback: int = 100
+    commit_attempts: int = 3
+    commit_report: str | None = None
+    storage_factory: str | None = None
+    staging_retention_seconds: float = DEFAULT_STAGING_RETENTION_SECONDS
+    sweep_on_plan: bool = True
+
+
+def _json_object(name: str, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidOperationError(f"option {name!r} must be a JSON object: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidOperationError(
+            f"option {name!r} must be a JSON object, got {type(value).__name__}"
+        )
+    return value
+
+
+def _scalar(text: str) -> Any:
+    """Best-effort typing of a per-key value: bool, int, float, else the string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _int(name: str, text: str, *, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise InvalidOperationError(f"option {name!r} must be an integer, got {text!r}") from exc
+    if value < minimum:
+        raise InvalidOperationError(f"option {name!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(name: str, text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise InvalidOperationError(f"option {name!r} must be true or false, got {text!r}")
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Turn a Spark option map into :class:`WriteOptions`.
+
+    Unknown option names are rejected (a misspelt ``max_rows_per_file`` would otherwise be
+    ignored silently). Raises :class:`~txn_engine.errors.InvalidOperationError` naming the
+    offending option.
+    """
+    lowered = {str(k).lower(): str(v) for k, v in options.items()}
+    maps: dict[str, dict[str, Any]] = {name: {} for name in _MAP_OPTIONS}
+    for name in _MAP_OPTIONS:
+        if name in lowered:
+            maps[name].update(_json_object(name, lowered[name]))
+    for key, value in lowered.items():
+        if key in _MAP_OPTIONS or key in _SCALAR_OPTIONS:
+            continue
+        for name, prefix in _MAP_OPTIONS.items():
+            if key.startswith(prefix) and len(key) > len(prefix):
+                sub = key[len(prefix) :]
+                typed = _scalar(value) if name == "retry_policy" else value
+                maps[name][sub] = typed
+                break
+        else:
+            known = sorted(_SCALAR_OPTIONS | set(_MAP_OPTIONS))
+            prefixes = sorted(_MAP_OPTIONS.values())
+            raise InvalidOperationError(
+                f"unknown txn_lance option {key!r}; known options: {', '.join(known)}; "
+                f"per-key prefixes: {', '.join(p + '<key>' for p in prefixes)}"
+            )
+    kwargs: dict[str, Any] = {
+        "storage_options": maps["storage_options"],
+        "lance_storage_options": {k: str(v) for k, v in maps["lance_storage_options"].items()},
+        "properties": {k: str(v) for k, v in maps["properties"].items()},
+        "retry_policy": maps["retry_policy"],
+    }
+    if "max_rows_per_file" in lowered:
+        kwargs["max_rows_per_file"] = _int(
+            "max_rows_per_file", lowered["max_rows_per_file"], minimum=1
+        )
+    if "max_rows_per_group" in lowered:
+        kwargs["max_rows_per_group"] = _int(
+            "max_rows_per_group", lowered["max_rows_per_group"], minimum=1
+        )
+    if "max_bytes_per_file" in lowered:
+        kwargs["max_bytes_per_file"] = _int(
+            "max_bytes_per_file", lowered["max_bytes_per_file"], minimum=1
+        )
+    if "idempotency_lookback" in lowered:
+        kwargs["idempotency_lookback"] = _int(
+            "idempotency_lookback", lowered["idempotency_lookback"], minimum=0
+        )
+    if "commit_attempts" in lowered:
+        kwargs["commit_attempts"] = _int("commit_attempts", lowered["commit_attempts"], minimum=1)
+    if "staging_retention_seconds" in lowered:
+        try:
+            kwargs["staging_retention_seconds"] = float(lowered["staging_retention_seconds"])
+        except ValueError as exc:
+            raise InvalidOperationError(
+                "option 'staging_retention_seconds' must be a number of seconds"
+            ) from exc
+    if "sweep_on_plan" in lowered:
+        kwargs["sweep_on_plan"] = _bool("sweep_on_plan", lowered["sweep_on_plan"])
+    for name in (
+        "data_storage_version",
+        "commit_message",
+        "write_id",
+        "commit_report",
+        "storage_factory",
+    ):
+        if name in lowered and lowered[name] != "":
+            kwargs[name] = lowered[name]
+    return WriteOptions(**kwargs)

@@ -1,0 +1,696 @@
+"""A distributed write: plan on the driver, write fragments on executors, commit once.
+
+This module does not import pyspark; it is the engine behind the ``txn_lance`` data
+source and the commit-hook API for jobs that write fragments themselves (``mapInArrow``,
+``foreachPartition``, ...). The life of a write:
+
+1. **plan** (driver): :meth:`FragmentCollector.plan` pins the read version (the latest
+   version *now*, 0 when there is no dataset), fixes the target Arrow schema, draws a write
+   id and the transaction uuid, and records the write under ``_txn_engine/spark/``.
+2. **write** (executors): :meth:`FragmentCollector.write_batches` writes Lance data files
+   with pylance and marks each one as produced by this write before returning its
+   fragment metadata (JSON).
+3. **commit** (driver): :meth:`FragmentCollector.commit` builds ONE Append or Overwrite
+   at the pinned read version and commits it through :func:`txn_engine.commit.commit`
+   (conflict detection and rebase happen there). The transaction carries the write id;
+   a commit whose outcome is unknown is retried and a retry that finds the transaction
+   already in the history reports that version instead of committing twice. Files this
+   write produced that the transaction does not reference (failed or speculative task
+   attempts) are deleted.
+4. **abort** (driver): :meth:`FragmentCollector.abort` deletes every file the write
+   produced, unless its transaction turns out to have landed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import time
+import uuid as uuid_mod
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Literal
+
+import attrs
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from txn_engine.errors import (
+    CommitStateUnknownError,
+    DatasetNotFoundError,
+    InvalidOperationError,
+    StorageError,
+    TxnEngineError,
+)
+from txn_engine.model import Fragment, LanceField
+from txn_engine.ops import Append, Overwrite
+from txn_engine.spark import _staging
+from txn_engine.spark._options import DEFAULT_STAGING_RETENTION_SECONDS, WriteOptions
+from txn_engine.storage import open_storage
+from txn_engine.storage.base import Storage
+from txn_engine.transaction import COMMIT_MESSAGE_KEY, Transaction
+
+__all__ = [
+    "FRAGMENT_COLUMN",
+    "WRITE_ID_PROPERTY",
+    "FragmentCollector",
+    "SparkCommitResult",
+    "WriteMode",
+    "commit_fragments",
+    "find_write",
+    "sweep_staged_writes",
+]
+
+_log = logging.getLogger("txn_engine.spark")
+
+#: Transaction property that carries a write's job-level identity.
+WRITE_ID_PROPERTY = "txn_engine.spark.write_id"
+#: Column name (and Spark DDL ``"fragment string"``) of the batches
+#: :meth:`FragmentCollector.map_in_arrow` yields.
+FRAGMENT_COLUMN = "fragment"
+#: Namespace for turning a caller-chosen write id into a transaction uuid.
+_WRITE_ID_NAMESPACE = uuid_mod.UUID("5b0d8a52-61f4-4c55-9d8e-2f3b1a7c9e01")
+
+WriteMode = Literal["append", "overwrite"]
+FragmentLike = Any  # dict | str | bytes | lance.fragment.FragmentMetadata
+
+
+def _uuid_for(write_id: str, generated: bool) -> str:
+    if generated:
+        return write_id
+    return str(uuid_mod.uuid5(_WRITE_ID_NAMESPACE, write_id))
+
+
+def _load_factory(spec: str) -> Callable[[str, Mapping[str, Any]], Storage]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise InvalidOperationError(
+            f"storage_factory must look like 'package.module:callable', got {spec!r}"
+        )
+    factory = getattr(importlib.import_module(module_name), attr)
+    if not callable(factory):
+        raise InvalidOperationError(f"storage_factory {spec!r} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def _fragment_json(value: FragmentLike) -> dict[str, Any]:
+    """A fragment as the dict ``FragmentMetadata.to_json()`` returns."""
+    if hasattr(value, "to_json"):
+        value = value.to_json()
+    if isinstance(value, (str, bytes)):
+        value = json.loads(value)
+    if not isinstance(value, Mapping):
+        raise InvalidOperationError(
+            f"expected fragment metadata (dict, JSON text or FragmentMetadata), "
+            f"got {type(value).__name__}"
+        )
+    return dict(value)
+
+
+def _file_names(fragment: Mapping[str, Any]) -> list[str]:
+    return [str(f["path"]) for f in fragment.get("files", ())]
+
+
+@attrs.frozen
+class SparkCommitResult:
+    """What a driver commit did.
+
+    ``version`` is the version the write created (also when an earlier attempt had
+    already landed it: then ``already_committed`` is True), or None for an append of zero
+    rows, which commits nothing. ``commit_seconds`` is the time spent in
+    :func:`txn_engine.commit.commit` (conflict checks and rebase included);
+    ``total_seconds`` also counts building the transaction, the idempotency check and the
+    clean-up of unreferenced files.
+    """
+
+    write_id: str
+    uuid: str
+    mode: str
+    read_version: int
+    version: int | None
+    fragments: int
+    rows: int
+    already_committed: bool
+    attempts: int
+    commit_seconds: float
+    total_seconds: float
+    files_removed: int
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen(eq=False)
+class FragmentCollector:
+    """A planned distributed write to the Lance dataset at ``uri``; picklable, so it can
+    be shipped to executors.
+
+    Create it on the driver with :meth:`plan`; call :meth:`write_batches` (or
+    :meth:`map_in_arrow`, or :meth:`record_fragments` for fragments written another
+    way) on executors; call :meth:`commit` with every fragment the successful tasks
+    returned, or :meth:`abort`, on the driver.
+    """
+
+    uri: str
+    mode: WriteMode
+    write_id: str
+    uuid: str
+    write_key: str
+    read_version: int
+    schema: pa.Schema
+    options: WriteOptions
+    already_committed_version: int | None = None
+
+    # ------------------------------------------------------------------ planning
+
+    @classmethod
+    def plan(
+        cls,
+        uri: str,
+        *,
+        mode: WriteMode = "append",
+        schema: pa.Schema,
+        options: WriteOptions | None = None,
+        **option_values: Any,
+    ) -> FragmentCollector:
+        """Plan a write on the driver: pin the read version now, fix the target schema.
+
+        ``schema`` is the schema of the data to write. For an append to an existing
+        dataset the data is written with the dataset's schema (columns matched by name and
+        cast, e.g. ``large_string`` to ``string``); the column names must be the same set.
+        For ``mode="overwrite"``, and for an append that creates the dataset, ``schema``
+        becomes the table schema. Options come as ``options=WriteOptions(...)`` or as its
+        field names (``max_rows_per_file=...``, ``commit_message=...``, ...).
+
+        Raises InvalidOperationError when the columns do not match the dataset.
+        """
+        if mode not in ("append", "overwrite"):
+            raise InvalidOperationError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+        if options is None:
+            options = WriteOptions(**option_values)
+        elif option_values:
+            options = attrs.evolve(options, **option_values)
+        generated = options.write_id is None
+        write_id = str(uuid_mod.uuid4()) if options.write_id is None else options.write_id
+        txn_uuid = _uuid_for(write_id, generated)
+        key = _staging.new_write_key()
+        storage = _open(uri, options)
+        read_version, target = _pin(storage, uri, mode, schema, options)
+        collector = cls(
+            uri=uri,
+            mode=mode,
+            write_id=write_id,
+            uuid=txn_uuid,
+            write_key=key,
+            read_version=read_version,
+            schema=target,
+            options=options,
+        )
+        if not generated and read_version > 0:
+            landed = _staging.find_landed(
+                storage,
+                txn_uuid,
+                after_version=max(0, read_version - options.idempotency_lookback),
+                write_id=write_id,
+                write_id_property=WRITE_ID_PROPERTY,
+            )
+            if landed is not None:
+                _log.info(
+                    "write id %s already landed as version %d; this write commits nothing",
+                    write_id,
+                    landed.version,
+                )
+                return attrs.evolve(collector, already_committed_version=landed.version)
+        if options.sweep_on_plan:
+            try:
+                _staging.sweep(
+                    storage,
+                    older_than_seconds=options.staging_retention_seconds,
+                    write_id_property=WRITE_ID_PROPERTY,
+                )
+            except Exception as exc:
+                _log.warning("sweeping old staged writes of %s failed: %r", uri, exc)
+        _staging.write_record(
+            storage,
+            key,
+            {
+                "write_id": write_id,
+                "uuid": txn_uuid,
+                "read_version": read_version,
+                "mode": mode,
+                "planned_at": time.time(),
+            },
+        )
+        return collector
+
+    @property
+    def creates_dataset(self) -> bool:
+        """True when the commit creates the dataset (nothing existed at plan time)."""
+        return self.read_version == 0
+
+    def open_storage(self) -> Storage:
+        """txn_engine's storage for the dataset (``storage_factory`` if one was given)."""
+        return _open(self.uri, self.options)
+
+    # ------------------------------------------------------------------ executors
+
+    def conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with the target schema: columns picked by name, in the target order,
+        cast where the types differ. Raises InvalidOperationError for a missing column or
+        a null in a non-nullable one."""
+        if batch.schema.equals(self.schema):
+            return batch
+        columns = []
+        for field in self.schema:
+            index = batch.schema.get_field_index(field.name)
+            if index < 0:
+                raise InvalidOperationError(f"the data has no column {field.name!r}")
+            column = batch.column(index)
+            if not column.type.equals(field.type):
+                column = column.cast(field.type)
+            if not field.nullable and column.null_count:
+                raise InvalidOperationError(
+                    f"column {field.name!r} is not nullable but the data has "
+                    f"{column.null_count} null(s)"
+                )
+            columns.append(column)
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def write_batches(self, batches: Iterable[pa.RecordBatch]) -> list[str]:
+        """Write ``batches`` as Lance data files (a new fragment every
+        ``max_rows_per_file`` rows) and return the fragments' metadata as JSON strings.
+
+        Every data file is marked as produced by this write as soon as it is complete, so
+        :meth:`abort` and the post-commit clean-up find it even if this task fails later.
+        Writes nothing (and returns ``[]``) when the write id had already landed at plan
+        time, or when ``batches`` is empty.
+        """
+        if self.already_committed_version is not None:
+            return []
+        import lance
+        from lance.progress import FragmentWriteProgress
+
+        storage = self.open_storage()
+        key = self.write_key
+
+        class _Marker(FragmentWriteProgress):
+            def begin(self, fragment: Any, **kwargs: Any) -> None:
+                return None
+
+            def complete(self, fragment: Any, **kwargs: Any) -> None:
+                _staging.put_markers(storage, key, _file_names(fragment.to_json()))
+
+        iterator = iter(batches)
+        first = next(iterator, None)
+        while first is not None and first.num_rows == 0:
+            first = next(iterator, None)
+        if first is None:
+            return []
+
+        def conformed() -> Iterator[pa.RecordBatch]:
+            assert first is not None
+            yield self.conform(first)
+            for batch in iterator:
+                if batch.num_rows:
+                    yield self.conform(batch)
+
+        reader = pa.RecordBatchReader.from_batches(self.schema, conformed())
+        kwargs: dict[str, Any] = {
+            "mode": "append" if not self.creates_dataset and self.mode == "append" else "overwrite",
+            "max_rows_per_file": self.options.max_rows_per_file,
+            "progress": _Marker(),
+        }
+        if self.options.max_rows_per_group is not None:
+            kwargs["max_rows_per_group"] = self.options.max_rows_per_group
+        if self.options.max_bytes_per_file is not None:
+            kwargs["max_bytes_per_file"] = self.options.max_bytes_per_file
+        if self.options.data_storage_version is not None:
+            kwargs["data_storage_version"] = self.options.data_storage_version
+        if self.options.lance_storage_options:
+            kwargs["storage_options"] = dict(self.options.lance_storage_options)
+        fragments = lance.fragment.write_fragments(reader, self.uri, schema=self.schema, **kwargs)
+        out = []
+        for fragment in fragments:
+            data = fragment.to_json()
+            # the last file of a call is not reported through ``complete``
+            _staging.put_markers(storage, key, _file_names(data))
+            out.append(json.dumps(data))
+        return out
+
+    def record_fragments(self, fragments: Iterable[FragmentLike]) -> list[str]:
+        """Mark fragments written by other means (e.g. your own
+        ``lance.fragment.write_fragments`` call into this dataset) as produced by this
+        write, so abort and the post-commit clean-up know them; returns their JSON."""
+        storage = self.open_storage()
+        out = []
+        for fragment in fragments:
+            data = _fragment_json(fragment)
+            _staging.put_markers(storage, self.write_key, _file_names(data))
+            out.append(json.dumps(data))
+        return out
+
+    def map_in_arrow(self) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+        """A function for ``df.mapInArrow(fn, "fragment string")``: writes the partition
+        and yields one row per fragment (column ``fragment``, the JSON metadata)."""
+
+        def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            fragments = self.write_batches(batches)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(fragments, pa.string())], names=[FRAGMENT_COLUMN]
+            )
+
+        return write_partition
+
+    # ------------------------------------------------------------------ driver
+
+    def transaction(self, fragments: Iterable[FragmentLike]) -> Transaction:
+        """The single transaction this write commits (Append, or Overwrite when the mode
+        is overwrite or the write creates the dataset), at the pinned read version."""
+        frags = tuple(Fragment.from_lance_json(_fragment_json(f)) for f in fragments)
+        if self.mode == "append" and not self.creates_dataset:
+            operation: Append | Overwrite = Append(fragments=frags)
+        else:
+            from txn_engine.format.schema import arrow_to_fields
+
+            fields = tuple(LanceField.from_proto(f) for f in arrow_to_fields(self.schema))
+            operation = Overwrite(
+                fragments=frags,
+                schema=fields,
+                schema_metadata={
+                    k.decode() if isinstance(k, bytes) else str(k): v
+                    for k, v in (self.schema.metadata or {}).items()
+                },
+            )
+        properties = dict(self.options.properties)
+        if self.options.commit_message is not None:
+            properties[COMMIT_MESSAGE_KEY] = self.options.commit_message
+        properties[WRITE_ID_PROPERTY] = self.write_id
+        return Transaction(
+            read_version=self.read_version,
+            operation=operation,
+            uuid=self.uuid,
+            properties=properties,
+        )
+
+    def find_landed(self, storage: Storage | None = None) -> int | None:
+        """The version this write's transaction created, if it is in the history."""
+        landed = self._landed(storage or self.open_storage())
+        return None if landed is None else landed.version
+
+    def _landed(self, storage: Storage) -> _staging.Landed | None:
+        return _staging.find_landed(
+            storage,
+            self.uuid,
+            after_version=self.read_version,
+            write_id=self.write_id,
+            write_id_property=WRITE_ID_PROPERTY,
+        )
+
+    def commit(self, fragments: Iterable[FragmentLike]) -> SparkCommitResult:
+        """Commit the fragments of the successful tasks as one transaction (driver side).
+
+        Idempotent: if this write's transaction is already in the history (an earlier
+        call whose response was lost, a re-run of the commit) its version is returned and
+        nothing new is committed. A commit whose outcome is unknown (storage failure at the
+        wrong moment) is retried up to ``commit_attempts`` times, each retry first looking
+        for the transaction. Afterwards, files this write produced that the transaction
+        does not reference are deleted (best effort, logged).
+
+        Raises the commit errors of :func:`txn_engine.commit.commit`
+        (IncompatibleTransactionError, RetriesExhaustedError, ...), and
+        CommitStateUnknownError when the outcome is still unknown after every attempt: then
+        do not delete anything; call :meth:`commit` again later or :meth:`find_landed`.
+        """
+        started = time.perf_counter()
+        jsons = [_fragment_json(f) for f in fragments]
+        referenced = {name for data in jsons for name in _file_names(data)}
+        rows = sum(int(data.get("physical_rows") or 0) for data in jsons)
+        storage = self.open_storage()
+        commit_seconds = 0.0
+        attempts = 0
+        already = False
+        version: int | None
+        if self.already_committed_version is not None:
+            version, already = self.already_committed_version, True
+            keep: set[str] = set()
+        elif not jsons and self.mode == "append" and not self.creates_dataset:
+            version, keep = None, set()
+        else:
+            txn = self.transaction(jsons)
+            version, already, attempts, commit_seconds, keep = self._commit_once(
+                storage, txn, referenced
+            )
+        stats = _staging.finalize(storage, self.write_key, keep, extra_files=referenced - keep)
+        result = SparkCommitResult(
+            write_id=self.write_id,
+            uuid=self.uuid,
+            mode=self.mode,
+            read_version=self.read_version,
+            version=version,
+            fragments=len(jsons),
+            rows=rows,
+            already_committed=already,
+            attempts=attempts,
+            commit_seconds=commit_seconds,
+            total_seconds=time.perf_counter() - started,
+            files_removed=stats.files_removed,
+        )
+        _log.info(
+            "txn_lance %s write %s -> version %s (read version %d): %d fragments, %d rows; "
+            "txn_engine commit %.3f s in %d attempt(s), driver commit total %.3f s%s; "
+            "%d unreferenced file(s) removed",
+            self.mode,
+            self.write_id,
+            version,
+            self.read_version,
+            result.fragments,
+            rows,
+            commit_seconds,
+            attempts,
+            result.total_seconds,
+            " (already committed)" if already else "",
+            stats.files_removed,
+        )
+        if self.options.commit_report:
+            _write_report(self.options.commit_report, result.to_json())
+        return result
+
+    def _commit_once(
+        self, storage: Storage, txn: Transaction, referenced: set[str]
+    ) -> tuple[int, bool, int, float, set[str]]:
+        from txn_engine.commit import commit as txn_commit
+
+        policy = self._retry_policy()
+        last: BaseException | None = None
+        attempts = 0
+        spent = 0.0
+        for attempt in range(1, self.options.commit_attempts + 1):
+            landed = self._landed(storage)
+            if landed is not None:
+                return (
+                    landed.version,
+                    attempt == 1,
+                    attempts,
+                    spent,
+                    _staging.transaction_data_files(landed.transaction),
+                )
+            attempts += 1
+            t0 = time.perf_counter()
+            try:
+                result = txn_commit(storage, txn, retry_policy=policy)
+            except (CommitStateUnknownError, StorageError) as exc:
+                last = exc
+            except TxnEngineError:
+                raise
+            except OSError as exc:  # a raw backend error from a custom storage
+                last = exc
+            else:
+                spent += time.perf_counter() - t0
+                return result.version, False, attempts, spent, referenced
+            spent += time.perf_counter() - t0
+            _log.warning(
+                "commit of write %s attempt %d: outcome unknown (%r); checking the history "
+                "and retrying",
+                self.write_id,
+                attempt,
+                last,
+            )
+            time.sleep(min(0.05 * 2**attempt, 2.0))
+        landed = self._landed(storage)
+        if landed is not None:
+            return (
+                landed.version,
+                False,
+                attempts,
+                spent,
+                _staging.transaction_data_files(landed.transaction),
+            )
+        raise CommitStateUnknownError(
+            f"the commit of write {self.write_id} to {self.uri} failed {attempts} time(s) "
+            f"with an unknown outcome; last error: {last!r}",
+            read_version=self.read_version,
+            operation=txn.kind,
+            remedy="call commit() again with the same fragments, or find_landed(); do not "
+            "delete the data files",
+        ) from last
+
+    def _retry_policy(self) -> Any:
+        if not self.options.retry_policy:
+            return None
+        from txn_engine.commit import RetryPolicy
+
+        return RetryPolicy(**dict(self.options.retry_policy))
+
+    def abort(self, fragments: Iterable[FragmentLike] = ()) -> int:
+        """Delete every data file this write produced (driver side, after a failed job).
+
+        If the write's transaction turns out to be in the history (a commit whose outcome
+        was reported as unknown), the files it references are kept. If the history cannot
+        be read, nothing is deleted (a later :func:`sweep_staged_writes` finishes the job).
+        Returns the number of data files deleted.
+        """
+        extra = {name for f in fragments for name in _file_names(_fragment_json(f))}
+        storage = self.open_storage()
+        try:
+            landed = self._landed(storage)
+        except Exception as exc:
+            _log.warning(
+                "abort of write %s: cannot read the history (%r); keeping its files for "
+                "sweep_staged_writes",
+                self.write_id,
+                exc,
+            )
+            return 0
+        keep = set() if landed is None else _staging.transaction_data_files(landed.transaction)
+        stats = _staging.finalize(storage, self.write_key, keep, extra_files=extra)
+        _log.info(
+            "txn_lance write %s aborted: %d data file(s) removed%s",
+            self.write_id,
+            stats.files_removed,
+            "" if landed is None else f" (its transaction had landed as version {landed.version})",
+        )
+        return stats.files_removed
+
+
+def _open(uri: str, options: WriteOptions) -> Storage:
+    if options.storage_factory:
+        return _load_factory(options.storage_factory)(uri, dict(options.storage_options))
+    return open_storage(uri, dict(options.storage_options) or None)
+
+
+def _pin(
+    storage: Storage, uri: str, mode: WriteMode, schema: pa.Schema, options: WriteOptions
+) -> tuple[int, pa.Schema]:
+    """(read version, target schema) as of now."""
+    from txn_engine.format.io import latest_version
+
+    try:
+        entry = latest_version(storage)
+    except DatasetNotFoundError:
+        return 0, schema
+    if mode == "overwrite":
+        return entry.version, schema
+    from txn_engine.dataset import Dataset
+
+    target = Dataset.open(storage, version=entry.version).schema
+    theirs, ours = set(target.names), set(schema.names)
+    if theirs != ours:
+        raise InvalidOperationError(
+            f"cannot append to {uri}: the data's columns do not match the dataset's "
+            f"(missing: {sorted(theirs - ours)}, unexpected: {sorted(ours - theirs)})"
+        )
+    return entry.version, target
+
+
+def _write_report(path: str, report: Mapping[str, Any]) -> None:
+    import fsspec
+
+    try:
+        with fsspec.open(path, "w") as handle:
+            json.dump(report, handle, sort_keys=True)
+    except Exception as exc:
+        _log.warning("could not write the commit report to %s: %r", path, exc)
+
+
+def commit_fragments(
+    uri: str,
+    fragments: Iterable[FragmentLike],
+    *,
+    mode: WriteMode = "append",
+    read_version: int,
+    write_id: str,
+    schema: pa.Schema | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    properties: Mapping[str, str] | None = None,
+    commit_message: str | None = None,
+    retry_policy: Mapping[str, Any] | None = None,
+    commit_attempts: int = 3,
+) -> SparkCommitResult:
+    """Commit fragments a job wrote itself, once, with exactly-once semantics.
+
+    For jobs that pinned ``read_version`` themselves when they planned the write and carry
+    a job-level ``write_id``: calling this twice with the same ``write_id`` commits once
+    (the second call finds the first in the versions after ``read_version``); files among
+    ``fragments`` that the landed transaction does not reference are then deleted.
+    ``schema`` is required for ``mode="overwrite"`` or when ``read_version`` is 0
+    (creation). Files of failed tasks are not known here; use :class:`FragmentCollector`
+    to have them cleaned up too.
+    """
+    if schema is None:
+        if mode == "overwrite" or read_version == 0:
+            raise InvalidOperationError("schema is required to overwrite or create a dataset")
+        schema = pa.schema([])
+    options = WriteOptions(
+        storage_options=dict(storage_options or {}),
+        properties=dict(properties or {}),
+        commit_message=commit_message,
+        retry_policy=dict(retry_policy or {}),
+        write_id=write_id,
+        commit_attempts=commit_attempts,
+    )
+    collector = FragmentCollector(
+        uri=uri,
+        mode=mode,
+        write_id=write_id,
+        uuid=_uuid_for(write_id, generated=False),
+        write_key=_staging.new_write_key(),
+        read_version=read_version,
+        schema=schema,
+        options=options,
+    )
+    return collector.commit(fragments)
+
+
+def find_write(
+    uri: str,
+    write_id: str,
+    *,
+    after_version: int = 0,
+    storage_options: Mapping[str, Any] | None = None,
+) -> int | None:
+    """The version created by the write with job-level identity ``write_id`` (looking at
+    versions newer than ``after_version``), or None if there is none."""
+    storage = open_storage(uri, dict(storage_options or {}) or None)
+    landed = _staging.find_landed(
+        storage,
+        str(uuid_mod.uuid5(_WRITE_ID_NAMESPACE, write_id)),
+        after_version=after_version,
+        write_id=write_id,
+        write_id_property=WRITE_ID_PROPERTY,
+    )
+    return None if landed is None else landed.version
+
+
+def sweep_staged_writes(
+    uri: str,
+    *,
+    older_than_seconds: float = DEFAULT_STAGING_RETENTION_SECONDS,
+    storage_options: Mapping[str, Any] | None = None,
+) -> _staging.SweepResult:
+    """Remove the leftovers of Spark writes planned more than ``older_than_seconds`` ago:
+    data files of task attempts that finished after their write was committed or aborted,
+    and files of writes whose driver died (kept if their transaction landed). Writes run
+    it automatically when they are planned; run it yourself after a crashed driver."""
+    storage = open_storage(uri, dict(storage_options or {}) or None)
+    return _staging.sweep(
+        storage, older_than_seconds=older_than_seconds, write_id_property=WRITE_ID_PROPERTY
+    )

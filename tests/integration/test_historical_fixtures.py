@@ -27,9 +27,7 @@ ROOT = Path(
         Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "lance-historical",
     )
 )
-FIXTURES = sorted(
-    str(p.parent.relative_to(ROOT)) for p in ROOT.glob("**/_versions") if p.is_dir()
-)
+FIXTURES = sorted(str(p.parent.relative_to(ROOT)) for p in ROOT.glob("**/_versions") if p.is_dir())
 
 
 def test_fixture_set_is_present() -> None:

@@ -3,6 +3,7 @@
 # test/dev extras, then runs lint, types and the whole test suite (unit, property, integration).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install_system_deps.sh
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

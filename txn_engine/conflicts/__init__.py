@@ -1,0 +1,36 @@
+"""Conflict resolution: the matrix as data, detection (pure values) and rebase.
+
+* :mod:`txn_engine.conflicts.matrix`: ``MATRIX[(mine_kind, other_kind)] -> Rule``.
+* :mod:`txn_engine.conflicts.detect`: ``detect(mine, other, other_version=...)`` returns
+  :class:`Conflict` values; nothing there raises.
+* :mod:`txn_engine.conflicts.rebase`: moving a transaction onto the latest version
+  (deletion-vector merge for Delete/Update).
+
+Only the commit loop (:mod:`txn_engine.commit`) turns conflicts into exceptions.
+"""
+
+from __future__ import annotations
+
+from txn_engine.conflicts.matrix import (
+    COMPATIBLE,
+    INCOMPATIBLE,
+    MATRIX,
+    PREDICATES,
+    RETRYABLE,
+    Outcome,
+    Rule,
+    render_markdown,
+    rule_for,
+)
+
+__all__ = [
+    "COMPATIBLE",
+    "INCOMPATIBLE",
+    "MATRIX",
+    "PREDICATES",
+    "RETRYABLE",
+    "Outcome",
+    "Rule",
+    "render_markdown",
+    "rule_for",
+]

@@ -92,7 +92,11 @@ def test_attempt_budget() -> None:
 def test_deadline_budget_stops_before_a_sleep_that_would_cross_it() -> None:
     clock = FakeClock()
     policy = RetryPolicy(
-        deadline=1.0, adaptive=False, initial_unit=0.3, clock=clock.now, sleep=clock.sleep,
+        deadline=1.0,
+        adaptive=False,
+        initial_unit=0.3,
+        clock=clock.now,
+        sleep=clock.sleep,
         randbelow=lambda n: 1,
     )
     budget = policy.budget()

@@ -6,9 +6,9 @@ newer than my read version). Kinds are the names of :data:`txn_engine.ops.OPERAT
 
 A rule is either a constant (:data:`COMPATIBLE`, :data:`RETRYABLE`, :data:`INCOMPATIBLE`)
 or a named predicate (``D1``, ``O1``, ``F1``, ...) that :mod:`txn_engine.conflicts.detect`
-evaluates on the two operations. Each predicate's docstring-like ``summary`` below is what
-``docs/conflicts.md`` shows; that file is rendered from this module
-(:func:`render_markdown`, :func:`sync_docs`; ``python -m txn_engine.conflicts``) and a test fails when they differ.
+evaluates on the two operations. Each rule's ``summary`` is what ``docs/conflicts.md``
+shows; that file is rendered from this module (:func:`render_markdown`, :func:`sync_docs`;
+``python -m txn_engine.conflicts``) and a test fails when they differ.
 
 The rules follow Lance's conflict resolver (``lance-format.md`` §7.2) corrected by what
 pylance 14.0.2 measurably does (``pylance14-conflict-matrix.md``: 841 ordered pairs). Rules
@@ -164,14 +164,12 @@ C6 = Rule(
 )
 N1 = Rule(
     "N1",
-    "Append/Update vs Merge/Project: R unless the other sets `preserves_nullability`; "
-    "then ✓.",
+    "Append/Update vs Merge/Project: R unless the other sets `preserves_nullability`; then ✓.",
     source="pylance14",
 )
 N2 = Rule(
     "N2",
-    "Project vs Append/Update/DataReplacement: R unless I set `preserves_nullability`; "
-    "then ✓.",
+    "Project vs Append/Update/DataReplacement: R unless I set `preserves_nullability`; then ✓.",
     source="pylance14",
 )
 E1 = Rule(
@@ -205,8 +203,7 @@ M3 = Rule(
 )
 B1 = Rule(
     "B1",
-    "UpdateBases vs UpdateBases: X if two new bases share a non-zero id, a name or a path; "
-    "else ✓.",
+    "UpdateBases vs UpdateBases: X if two new bases share a non-zero id, a name or a path; else ✓.",
 )
 
 #: Every named predicate, by code.
@@ -214,8 +211,31 @@ PREDICATES: Mapping[str, Rule] = MappingProxyType(
     {
         r.code: r
         for r in (
-            D1, O1, F1, I1, I2, W1, W2, P1, K, K2, C1, C2, C3, C4, C5, C6, N1, N2, E1, E2, E3,
-            M1, M2, M3, B1,
+            D1,
+            O1,
+            F1,
+            I1,
+            I2,
+            W1,
+            W2,
+            P1,
+            K,
+            K2,
+            C1,
+            C2,
+            C3,
+            C4,
+            C5,
+            C6,
+            N1,
+            N2,
+            E1,
+            E2,
+            E3,
+            M1,
+            M2,
+            M3,
+            B1,
         )
     }
 )
@@ -306,9 +326,15 @@ def render_markdown() -> str:
     for mine in OPERATION_KINDS:
         cells = " | ".join(MATRIX[(mine, other)].code for other in OPERATION_KINDS)
         lines.append(f"| **{mine}** | {cells} |")
-    lines += ["", "Abbreviations: " + ", ".join(
-        f"{short} = {kind}" for kind, short in abbrev.items() if short != kind
-    ) + ".", "", "| rule | meaning | source |", "|---|---|---|"]
+    lines += [
+        "",
+        "Abbreviations: "
+        + ", ".join(f"{short} = {kind}" for kind, short in abbrev.items() if short != kind)
+        + ".",
+        "",
+        "| rule | meaning | source |",
+        "|---|---|---|",
+    ]
     for rule in (COMPATIBLE, RETRYABLE, INCOMPATIBLE, *PREDICATES.values()):
         source = "pylance 14.0.2 (measured)" if rule.source == "pylance14" else "Lance resolver"
         lines.append(f"| {rule.code} | {rule.summary} | {source} |")
@@ -338,4 +364,3 @@ def sync_docs(path: str | Path, *, check: bool = False) -> bool:
     if not check:
         p.write_text(new, encoding="utf-8")
     return False
-

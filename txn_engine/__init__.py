@@ -18,7 +18,92 @@ Layers (each only imports the ones above it)::
 from __future__ import annotations
 
 from txn_engine import errors as errors
+from txn_engine.codec import transaction_from_proto as transaction_from_proto
+from txn_engine.codec import transaction_to_proto as transaction_to_proto
+from txn_engine.dataset import Dataset as Dataset
+from txn_engine.model import BasePath as BasePath
+from txn_engine.model import DataFile as DataFile
+from txn_engine.model import DeletionFile as DeletionFile
+from txn_engine.model import DeletionFileType as DeletionFileType
+from txn_engine.model import ExternalFile as ExternalFile
+from txn_engine.model import Fragment as Fragment
+from txn_engine.model import Index as Index
+from txn_engine.model import IndexDetails as IndexDetails
+from txn_engine.model import IndexFile as IndexFile
+from txn_engine.model import IndexMetadata as IndexMetadata
+from txn_engine.model import LanceField as LanceField
+from txn_engine.model import MemWal as MemWal
+from txn_engine.model import MemWalId as MemWalId
+from txn_engine.model import MemWalState as MemWalState
+from txn_engine.ops import Append as Append
+from txn_engine.ops import Clone as Clone
+from txn_engine.ops import CreateIndex as CreateIndex
+from txn_engine.ops import DataReplacement as DataReplacement
+from txn_engine.ops import DataReplacementGroup as DataReplacementGroup
+from txn_engine.ops import Delete as Delete
+from txn_engine.ops import Merge as Merge
+from txn_engine.ops import Operation as Operation
+from txn_engine.ops import Overwrite as Overwrite
+from txn_engine.ops import Project as Project
+from txn_engine.ops import ReserveFragments as ReserveFragments
+from txn_engine.ops import Restore as Restore
+from txn_engine.ops import Rewrite as Rewrite
+from txn_engine.ops import RewriteGroup as RewriteGroup
+from txn_engine.ops import RewrittenIndex as RewrittenIndex
+from txn_engine.ops import Update as Update
+from txn_engine.ops import UpdateBases as UpdateBases
+from txn_engine.ops import UpdateConfig as UpdateConfig
+from txn_engine.ops import UpdateMap as UpdateMap
+from txn_engine.ops import UpdateMemWalState as UpdateMemWalState
+from txn_engine.ops import UpdateMode as UpdateMode
+from txn_engine.ops import operation_kind as operation_kind
+from txn_engine.storage import open_storage as open_storage
+from txn_engine.transaction import Transaction as Transaction
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "errors"]
+__all__ = [
+    "Append",
+    "BasePath",
+    "Clone",
+    "CreateIndex",
+    "DataFile",
+    "DataReplacement",
+    "DataReplacementGroup",
+    "Dataset",
+    "Delete",
+    "DeletionFile",
+    "DeletionFileType",
+    "ExternalFile",
+    "Fragment",
+    "Index",
+    "IndexDetails",
+    "IndexFile",
+    "IndexMetadata",
+    "LanceField",
+    "MemWal",
+    "MemWalId",
+    "MemWalState",
+    "Merge",
+    "Operation",
+    "Overwrite",
+    "Project",
+    "ReserveFragments",
+    "Restore",
+    "Rewrite",
+    "RewriteGroup",
+    "RewrittenIndex",
+    "Transaction",
+    "Update",
+    "UpdateBases",
+    "UpdateConfig",
+    "UpdateMap",
+    "UpdateMemWalState",
+    "UpdateMode",
+    "__version__",
+    "errors",
+    "open_storage",
+    "operation_kind",
+    "transaction_from_proto",
+    "transaction_to_proto",
+]

@@ -47,6 +47,7 @@ __all__ = [
     "TxnLanceWriter",
     "WriteMode",
     "WriteOptions",
+    "activate",
     "commit_fragments",
     "find_write",
     "parse_write_options",
@@ -62,6 +63,21 @@ def register(spark: Any) -> None:
     from txn_engine.spark._datasource import TxnLanceDataSource
 
     spark.dataSource.register(TxnLanceDataSource)
+
+
+def activate(spark: Any) -> None:
+    """Make ``spark`` the active session of the calling thread.
+
+    Spark resolves ``format("txn_lance")`` against the *active* session of the JVM thread
+    that runs the query, and a Python thread other than the one that created the session
+    has none (the write then fails with DATA_SOURCE_NOT_FOUND). Call this at the start of
+    such a thread. A no-op for Spark Connect sessions.
+    """
+    jvm = getattr(spark, "_jvm", None)
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jvm is None or jsession is None:
+        return
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,167 @@
+"""Helpers the Spark integration tests ship to Spark's Python workers.
+
+This module is imported by name inside executor and driver-side Python workers (the test
+session puts ``tests/integration`` on ``PYTHONPATH`` before starting Spark), so everything
+a task or a commit needs (barriers, fault-injecting storage) lives here rather than in the
+test module, which workers cannot import.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from txn_engine.storage import LocalStorage
+from txn_engine.storage.base import Storage
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# --------------------------------------------------------------------------- barriers
+
+
+def gate(control_dir: str, *, timeout: float = 90.0):  # type: ignore[no-untyped-def]
+    """A ``mapInArrow`` function that announces its task (``started-*`` file in
+    ``control_dir``), waits until ``control_dir/go`` exists, then passes the rows through.
+
+    Lets a test hold tasks after the write was planned (read version pinned) and before
+    the driver commits, to interleave other writers deterministically.
+    """
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        open(os.path.join(control_dir, f"started-{uuid.uuid4().hex}"), "w").close()
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(os.path.join(control_dir, "go")):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the test never opened the gate")
+            time.sleep(0.02)
+        yield from batches
+
+    return fn
+
+
+def wait_started(
+    control_dir: str, count: int, errors: list[BaseException], *, timeout: float = 90.0
+) -> None:
+    """Wait until ``count`` tasks wait at the gate; re-raise the first error a job
+    thread reported meanwhile."""
+    deadline = time.monotonic() + timeout
+    while sum(n.startswith("started-") for n in os.listdir(control_dir)) < count:
+        if errors:
+            raise errors[0]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {count} tasks reached the gate")
+        time.sleep(0.02)
+
+
+def open_gate(control_dir: str) -> None:
+    open(os.path.join(control_dir, "go"), "w").close()
+
+
+def fail_partition(partition: int, *, after_batches: int = 1, always: bool = True):  # type: ignore[no-untyped-def]
+    """A ``mapInArrow`` function that raises in ``partition`` after passing
+    ``after_batches`` batches through (in every attempt, or only in attempt 0)."""
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        failing = ctx.partitionId() == partition and (always or ctx.attemptNumber() == 0)
+        for i, batch in enumerate(batches):
+            if failing and i >= after_batches:
+                raise RuntimeError(f"injected failure in partition {partition}")
+            yield batch
+        if failing:
+            raise RuntimeError(f"injected failure in partition {partition}")
+
+    return fn
+
+
+def small_batches(rows: int):  # type: ignore[no-untyped-def]
+    """A ``mapInArrow`` function that re-chunks its input into batches of ``rows`` rows."""
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for start in range(0, batch.num_rows, rows):
+                yield batch.slice(start, rows)
+
+    return fn
+
+
+def collector_writer_failing_first_attempt(collector: Any, partition: int):  # type: ignore[no-untyped-def]
+    """A ``mapInArrow`` function for the commit-hook API: writes the partition with
+    ``collector`` and then, in attempt 0 of ``partition``, fails *after* its files exist
+    (as if the executor was lost before reporting)."""
+    write = collector.map_in_arrow()
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        out = list(write(batches))
+        if ctx.partitionId() == partition and ctx.attemptNumber() == 0:
+            raise RuntimeError("injected failure after the fragments were written")
+        yield from out
+
+    return fn
+
+
+# --------------------------------------------------------------------------- storage faults
+
+
+class FaultyStorage:
+    """LocalStorage with two one-shot faults, each armed by a flag file (one-shot across
+    processes: whoever removes the flag file fires the fault).
+
+    * ``lose_response_flag``: the next manifest create-if-absent (a commit) reaches the
+      disk and then raises ConnectionResetError: a lost response.
+    * ``crash_after_marker_flag``: in attempt 0 of a Spark task, the first staging-marker
+      write reaches the disk and then the Python worker exits hard (``os._exit``): a task
+      lost after its data file was complete.
+    """
+
+    def __init__(self, root: str, options: Mapping[str, Any]) -> None:
+        self._inner = LocalStorage(root)
+        self._lose = options.get("lose_response_flag")
+        self._crash = options.get("crash_after_marker_flag")
+
+    @staticmethod
+    def _fire(flag: str | None) -> bool:
+        if not flag:
+            return False
+        try:
+            os.remove(flag)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def uri(self) -> str:
+        return self._inner.uri
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        self._inner.put_if_absent(path, data)
+        if path.startswith("_versions/") and self._fire(self._lose):
+            raise ConnectionResetError("injected: the response to the manifest write was lost")
+
+    def put(self, path: str, data: bytes) -> None:
+        self._inner.put(path, data)
+        if "~" in path and path.startswith("_txn_engine/spark/") and self._crash:
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            if ctx is not None and ctx.attemptNumber() == 0 and self._fire(self._crash):
+                os._exit(17)
+
+
+def faulty_storage(uri: str, options: Mapping[str, Any]) -> Storage:
+    """``storage_factory`` entry point: ``conftest_spark:faulty_storage``."""
+    return FaultyStorage(uri, options)  # type: ignore[return-value]

@@ -863,9 +863,8 @@ def main() -> int:
                     for t in list_transactions(lance.dataset(str(d)))[:60]:
                         print(f"--- {d.name}\n{t}")
         print_report(report, args.protos, lance.__version__, time.time() - t0)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    finally:  # --keep datasets live outside `work`; the compiled protos never need keeping
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

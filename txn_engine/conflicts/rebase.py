@@ -1,0 +1,221 @@
+"""Rebase: moving a checked transaction onto the latest version (``lance-format.md`` §7.3).
+
+* Delete / Update: when a concurrent Delete/Update changed the deletion vector of a fragment
+  I also changed (rule D1 marked it), my deletion vector is recomputed as *latest deletion
+  vector* union *my affected rows*, written as a new ``.bin`` file named with the latest version,
+  and my transaction's ``read_version`` moves to the latest version. If both sides deleted
+  or updated the same row, the result is a retryable :class:`Conflict` (rule ``ROWS``). A
+  fragment whose rows all end up deleted is removed instead. Without rebasing work the
+  read version still moves.
+* Every other operation is returned unchanged: it is rebuilt on the latest manifest by the
+  builder. (Lance also folds fragment-reuse indices of concurrent compactions into a
+  CreateIndex/Rewrite, but only for transactions it holds in memory: the fragment-reuse index
+  of a Rewrite is never serialized, so a transaction read from storage never has one, and
+  txn_engine's :class:`~txn_engine.ops.Rewrite` carries none.)
+
+Nothing here raises for a conflict; :func:`rebase` returns a :class:`Conflict` instead.
+Storage and format errors propagate.
+
+More permissive than Lance, off by default: :attr:`ConflictOptions.derive_affected_rows`
+computes the affected rows of a Delete/Update that carries none from its own deletion files
+(mine minus the read version's), so two deletes of disjoint rows of one fragment both land
+even when the caller did not record ``affected_rows``. See ``docs/conflicts.md``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+from pyroaring import BitMap, BitMap64
+
+from txn_engine._proto import table_pb2
+from txn_engine.conflicts.detect import Conflict, FragmentLookup
+from txn_engine.conflicts.matrix import Outcome
+from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
+from txn_engine.model import DeletionFile
+from txn_engine.ops import Delete, Update, UpdateMode
+from txn_engine.storage.base import Storage
+from txn_engine.transaction import Transaction
+
+__all__ = [
+    "ConflictOptions",
+    "derive_affected_rows",
+    "find_fragment",
+    "fragment_offsets",
+    "rebase",
+]
+
+
+@attrs.frozen(kw_only=True)
+class ConflictOptions:
+    """Opt-in behaviour more permissive than Lance (every default matches pylance 14).
+
+    * ``derive_affected_rows``: for a Delete/Update without ``affected_rows`` that meets a
+      concurrent Delete/Update on a shared fragment, derive the rows it affected from its
+      deletion files (its new deletion vector minus the read version's) and rebase like a
+      transaction that carried them. Costs two deletion-file reads per shared fragment and
+      only applies to Delete and row-rewriting Update (``REWRITE_COLUMNS`` updates change
+      rows in place and cannot be derived). Proven by ``tests/property/test_conflict_props.py``.
+    """
+
+    derive_affected_rows: bool = False
+
+
+def find_fragment(
+    fragments: Sequence[table_pb2.DataFragment], fragment_id: int
+) -> table_pb2.DataFragment | None:
+    """Binary search of a manifest's fragment list (sorted by id)."""
+    lo = bisect.bisect_left(fragments, fragment_id, key=lambda f: f.id)
+    if lo < len(fragments) and fragments[lo].id == fragment_id:
+        return fragments[lo]
+    return None
+
+
+def fragment_offsets(rows: BitMap64, fragment_id: int) -> BitMap:
+    """The row offsets of ``fragment_id`` among row addresses (``fragment_id << 32 | offset``)."""
+    lo = fragment_id << 32
+    mask = BitMap64()
+    mask.add_range(lo, lo + (1 << 32))
+    part = np.asarray((rows & mask).to_array(), dtype=np.uint64) - np.uint64(lo)
+    return BitMap(part.astype(np.uint32))
+
+
+def _addresses(fragment_id: int, offsets: BitMap) -> BitMap64:
+    arr = np.asarray(offsets.to_array(), dtype=np.uint64) + np.uint64(fragment_id << 32)
+    return BitMap64(arr)
+
+
+def _dv(storage: Storage, fragment_id: int, deletion: DeletionFile | None) -> BitMap:
+    if deletion is None:
+        return BitMap()
+    return read_deletion_vector(storage, fragment_id, deletion.to_proto())
+
+
+def _pb_dv(storage: Storage, fragment: table_pb2.DataFragment) -> BitMap:
+    if not fragment.HasField("deletion_file"):
+        return BitMap()
+    return read_deletion_vector(storage, fragment.id, fragment.deletion_file)
+
+
+def derive_affected_rows(
+    storage: Storage, txn: Transaction, initial_fragments: FragmentLookup
+) -> BitMap64 | None:
+    """The row addresses a Delete/Update removed, computed from its deletion files.
+
+    For each updated fragment: its deletion vector minus the read version's; for each
+    removed fragment: every row not already deleted at the read version. ``None`` when it
+    cannot be derived (not a Delete / row-rewriting Update, no updated fragments, or a
+    fragment whose data files it changed).
+    """
+    op = txn.operation
+    if not isinstance(op, (Delete, Update)) or not op.updated_fragments:
+        return None
+    if isinstance(op, Update) and op.update_mode is UpdateMode.REWRITE_COLUMNS:
+        return None
+    removed = op.deleted_fragment_ids if isinstance(op, Delete) else op.removed_fragment_ids
+    rows = BitMap64()
+    for frag in op.updated_fragments:
+        initial = initial_fragments(frag.id)
+        if initial is None or initial.files != frag.files:
+            return None
+        mine = _dv(storage, frag.id, frag.deletion_file)
+        before = _dv(storage, frag.id, initial.deletion_file)
+        rows |= _addresses(frag.id, mine - before)
+    for fid in removed:
+        initial = initial_fragments(fid)
+        if initial is None:
+            return None
+        everything = BitMap(range(initial.physical_rows))
+        rows |= _addresses(fid, everything - _dv(storage, fid, initial.deletion_file))
+    return rows
+
+
+def rebase(
+    storage: Storage,
+    txn: Transaction,
+    *,
+    latest_version: int,
+    latest_fragments: Sequence[table_pb2.DataFragment],
+    rebase_fragment_ids: frozenset[int],
+    initial_fragments: FragmentLookup | None,
+) -> Transaction | Conflict:
+    """Move ``txn`` onto ``latest_version`` (whose fragment list is ``latest_fragments``).
+
+    ``rebase_fragment_ids`` are the fragments :func:`~txn_engine.conflicts.detect.check`
+    marked (rule D1). Returns the rebased transaction, or a retryable ``Conflict`` when my
+    affected rows clash with rows the latest version already deleted. Writes one ``.bin``
+    deletion file per merged fragment (nothing when there is nothing to merge).
+    """
+    op = txn.operation
+    if not isinstance(op, (Delete, Update)):
+        return txn
+    if not rebase_fragment_ids:
+        return txn.with_read_version(latest_version)
+    affected = op.affected_rows
+    if affected is None or initial_fragments is None:  # D1 never marks fragments then
+        raise ValueError("rebasing deletion vectors needs affected_rows and initial fragments")
+    new_files: dict[int, DeletionFile] = {}
+    now_empty: list[int] = []
+    for fid in sorted(rebase_fragment_ids):
+        latest = find_fragment(latest_fragments, fid)
+        if latest is None:
+            return _conflict(txn, latest_version, f"fragment {fid} no longer exists", [fid], ())
+        existing = _pb_dv(storage, latest)
+        mine = fragment_offsets(affected, fid)
+        clash = existing & mine
+        if clash:
+            sample = tuple(fid << 32 | int(o) for o in list(clash)[:5])
+            return _conflict(
+                txn,
+                latest_version,
+                f"both deleted or updated rows of fragment {fid} (row addresses {list(sample)})",
+                [fid],
+                sample,
+            )
+        merged = existing | mine
+        initial = initial_fragments(fid)
+        physical = initial.physical_rows if initial is not None else latest.physical_rows
+        if physical and len(merged) >= physical:
+            now_empty.append(fid)
+            continue
+        pb = write_deletion_vector(storage, fid, latest_version, merged, encoding="bitmap")
+        new_files[fid] = DeletionFile.from_proto(pb)
+    updated = tuple(
+        attrs.evolve(f, deletion_file=new_files[f.id]) if f.id in new_files else f
+        for f in op.updated_fragments
+        if f.id not in now_empty
+    )
+    new_op: Delete | Update
+    if isinstance(op, Delete):
+        ids = _extend(op.deleted_fragment_ids, now_empty)
+        new_op = attrs.evolve(op, updated_fragments=updated, deleted_fragment_ids=ids)
+    else:
+        ids = _extend(op.removed_fragment_ids, now_empty)
+        new_op = attrs.evolve(op, updated_fragments=updated, removed_fragment_ids=ids)
+    return attrs.evolve(txn, read_version=latest_version, operation=new_op)
+
+
+def _extend(ids: tuple[int, ...], more: list[int]) -> tuple[int, ...]:
+    return ids + tuple(i for i in more if i not in ids)
+
+
+def _conflict(
+    txn: Transaction, version: int, detail: str, fragment_ids: list[int], rows: tuple[int, ...]
+) -> Conflict:
+    return Conflict(
+        outcome=Outcome.RETRYABLE,
+        rule="ROWS",
+        version=version,
+        read_version=txn.read_version,
+        mine=txn.kind,
+        other=None,
+        reason=(
+            f"This {txn.kind} transaction was preempted by a concurrent transaction at or "
+            f"before version {version}: {detail}. Please retry."
+        ),
+        fragment_ids=frozenset(fragment_ids),
+        row_addresses=rows,
+    )

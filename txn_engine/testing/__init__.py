@@ -1,0 +1,1 @@
+"""Test support shipped with txn_engine (fault injection, ...); see the submodules."""

@@ -43,6 +43,7 @@ from txn_engine.errors import (
 )
 from txn_engine.model import Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
+from txn_engine.retry import RetryPolicy
 from txn_engine.spark import _staging
 from txn_engine.spark._options import DEFAULT_STAGING_RETENTION_SECONDS, WriteOptions
 from txn_engine.storage import open_storage
@@ -189,6 +190,7 @@ class FragmentCollector:
             options = WriteOptions(**option_values)
         elif option_values:
             options = attrs.evolve(options, **option_values)
+        _retry_policy(options)  # fail on bad retry options before anything is written
         generated = options.write_id is None
         write_id = str(uuid_mod.uuid4()) if options.write_id is None else options.write_id
         txn_uuid = _uuid_for(write_id, generated)
@@ -533,12 +535,8 @@ class FragmentCollector:
             "delete the data files",
         ) from last
 
-    def _retry_policy(self) -> Any:
-        if not self.options.retry_policy:
-            return None
-        from txn_engine.commit import RetryPolicy
-
-        return RetryPolicy(**dict(self.options.retry_policy))
+    def _retry_policy(self) -> RetryPolicy | None:
+        return _retry_policy(self.options)
 
     def abort(self, fragments: Iterable[FragmentLike] = ()) -> int:
         """Delete every data file this write produced (driver side, after a failed job).
@@ -569,6 +567,18 @@ class FragmentCollector:
             "" if landed is None else f" (its transaction had landed as version {landed.version})",
         )
         return stats.files_removed
+
+
+def _retry_policy(options: WriteOptions) -> RetryPolicy | None:
+    """The commit loop's retry policy from the ``retry.*`` options (None: its default)."""
+    if not options.retry_policy:
+        return None
+    try:
+        return RetryPolicy(**dict(options.retry_policy))
+    except (TypeError, ValueError) as exc:
+        raise InvalidOperationError(
+            f"bad retry policy options {dict(options.retry_policy)}: {exc}"
+        ) from exc
 
 
 def _open(uri: str, options: WriteOptions) -> Storage:

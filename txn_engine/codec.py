@@ -24,6 +24,7 @@ from txn_engine.model import (
 from txn_engine.ops import (
     Append,
     Clone,
+    CompactedSsTable,
     CreateIndex,
     DataReplacement,
     DataReplacementGroup,
@@ -145,10 +146,14 @@ def _enc_update(op: Update, pb: T) -> None:
     u.updated_fragments.extend(f.to_proto() for f in op.updated_fragments)
     u.new_fragments.extend(f.to_proto() for f in op.new_fragments)
     u.fields_modified.extend(op.fields_modified)
-    if op.mem_wal_to_merge is not None:
-        u.mem_wal_to_merge.CopyFrom(op.mem_wal_to_merge.to_proto())
+    for sst in op.compacted_sstables:
+        u.compacted_sstables.add(shard_id=_uuid_pb(sst.shard_id), generation=sst.generation)
     u.fields_for_preserving_frag_bitmap.extend(op.fields_for_preserving_frag_bitmap)
     u.update_mode = int(op.update_mode)  # type: ignore[assignment]
+    if op.inserted_rows is not None:
+        u.inserted_rows.ParseFromString(op.inserted_rows)
+    for frag_id, bitmap in op.updated_fragment_offset_bitmaps:
+        u.updated_fragment_offset_bitmaps[frag_id] = bitmap
 
 
 def _enc_map(m: UpdateMap, pb: transaction_pb2.Transaction.UpdateMap) -> None:
@@ -329,9 +334,11 @@ def _dec_update(pb: T) -> Update:
         updated_fragments=_frag_list(u.updated_fragments),
         new_fragments=_frag_list(u.new_fragments),
         fields_modified=tuple(u.fields_modified),
-        mem_wal_to_merge=MemWal.from_proto(u.mem_wal_to_merge)
-        if u.HasField("mem_wal_to_merge")
-        else None,
+        compacted_sstables=tuple(
+            CompactedSsTable(_uuid_str(s.shard_id), s.generation) for s in u.compacted_sstables
+        ),
+        inserted_rows=u.inserted_rows.SerializeToString() if u.HasField("inserted_rows") else None,
+        updated_fragment_offset_bitmaps=dict(u.updated_fragment_offset_bitmaps),
         fields_for_preserving_frag_bitmap=tuple(u.fields_for_preserving_frag_bitmap),
         update_mode=UpdateMode(u.update_mode),
     )
@@ -441,7 +448,7 @@ def decode_operation(pb: T) -> Operation:
     """The operation of a Transaction message. Raises UnknownOperationError when the
     ``operation`` oneof is empty or holds an arm this library does not know."""
     arm = pb.WhichOneof("operation")
-    if arm is None:
+    if arm is None or arm not in _DECODERS:
         raise UnknownOperationError(
             f"transaction {pb.uuid or '?'} (read version {pb.read_version}) carries no "
             "operation this library knows (newer Lance operation, or corrupt)"

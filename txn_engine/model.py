@@ -382,6 +382,7 @@ class IndexMetadata:
     created_at: int | None = None
     base_id: int | None = None
     files: tuple[IndexFile, ...] = attrs.field(default=(), converter=_index_files)
+    covering_fields: tuple[int, ...] = attrs.field(default=(), converter=_ints)
 
     @property
     def is_vector(self) -> bool:
@@ -407,6 +408,7 @@ class IndexMetadata:
             pb.base_id = self.base_id
         for f in self.files:
             pb.files.add(path=f.path, size_bytes=f.size_bytes)
+        pb.covering_fields.extend(self.covering_fields)
         return pb
 
     @classmethod
@@ -424,6 +426,7 @@ class IndexMetadata:
             created_at=pb.created_at if pb.HasField("created_at") else None,
             base_id=pb.base_id if pb.HasField("base_id") else None,
             files=tuple(IndexFile(f.path, f.size_bytes) for f in pb.files),
+            covering_fields=tuple(pb.covering_fields),
         )
 
 

@@ -186,12 +186,12 @@ def test_unknown_reader_flag_refuses_reading() -> None:
 
 def test_unknown_writer_flag_refuses_writing_but_reads() -> None:
     m = _manifest()
-    m.writer_feature_flags = 8 | 128
+    m.writer_feature_flags = 8 | 256
     mf = decode_manifest_file(encode_manifest_file(m, (), None))
-    assert mf.manifest.writer_feature_flags == 136
-    with pytest.raises(UnsupportedFeatureError, match="writer feature flag 128") as info:
+    assert mf.manifest.writer_feature_flags == 264
+    with pytest.raises(UnsupportedFeatureError, match="writer feature flag 256") as info:
         check_writer_flags(mf.manifest)
-    assert (info.value.flag, info.value.kind) == (128, "writer")
+    assert (info.value.flag, info.value.kind) == (256, "writer")
 
 
 def test_known_flags_pass() -> None:
@@ -201,3 +201,15 @@ def test_known_flags_pass() -> None:
     mf = decode_manifest_file(encode_manifest_file(m, (), None))
     check_writer_flags(mf.manifest)
     assert mf.manifest.writer_feature_flags == 59
+
+
+def test_covering_index_flag_128_is_understood_and_64_is_not() -> None:
+    """pylance 14 sets 128 for covering indices (and reads them); 64 (overlays) it refuses."""
+    from txn_engine.format.flags import check_reader_flags, check_writer_flags
+
+    m = table_pb2.Manifest(version=3, reader_feature_flags=128 | 1, writer_feature_flags=128 | 8)
+    check_reader_flags(m)
+    check_writer_flags(m)
+    m.reader_feature_flags = 64
+    with pytest.raises(UnsupportedFeatureError, match="reader feature flag 64"):
+        check_reader_flags(m)

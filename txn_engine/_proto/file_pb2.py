@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nfile.proto\x12\nlance.file\"\x90\x01\n\x06Schema\x12!\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x11.lance.file.Field\x12\x32\n\x08metadata\x18\x05 \x03(\x0b\x32 .lance.file.Schema.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\",\n\nDictionary\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\"\xa4\x03\n\x05\x46ield\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.lance.file.Field.Type\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\n\n\x02id\x18\x03 \x01(\x05\x12\x11\n\tparent_id\x18\x04 \x01(\x05\x12\x14\n\x0clogical_type\x18\x05 \x01(\t\x12\x10\n\x08nullable\x18\x06 \x01(\x08\x12&\n\x08\x65ncoding\x18\x07 \x01(\x0e\x32\x14.lance.file.Encoding\x12*\n\ndictionary\x18\x08 \x01(\x0b\x32\x16.lance.file.Dictionary\x12\x16\n\x0e\x65xtension_name\x18\t \x01(\t\x12\x31\n\x08metadata\x18\n \x03(\x0b\x32\x1f.lance.file.Field.MetadataEntry\x12\x1e\n\x16unenforced_primary_key\x18\x0c \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"*\n\x04Type\x12\n\n\x06PARENT\x10\x00\x12\x0c\n\x08REPEATED\x10\x01\x12\x08\n\x04LEAF\x10\x02J\x04\x08\x0b\x10\x0c*H\n\x08\x45ncoding\x12\x08\n\x04NONE\x10\x00\x12\t\n\x05PLAIN\x10\x01\x12\x0e\n\nVAR_BINARY\x10\x02\x12\x0e\n\nDICTIONARY\x10\x03\x12\x07\n\x03RLE\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nfile.proto\x12\nlance.file\"\x90\x01\n\x06Schema\x12!\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x11.lance.file.Field\x12\x32\n\x08metadata\x18\x05 \x03(\x0b\x32 .lance.file.Schema.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\",\n\nDictionary\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\"\xce\x04\n\x05\x46ield\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.lance.file.Field.Type\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\n\n\x02id\x18\x03 \x01(\x05\x12\x11\n\tparent_id\x18\x04 \x01(\x05\x12\x14\n\x0clogical_type\x18\x05 \x01(\t\x12\x10\n\x08nullable\x18\x06 \x01(\x08\x12&\n\x08\x65ncoding\x18\x07 \x01(\x0e\x32\x14.lance.file.Encoding\x12*\n\ndictionary\x18\x08 \x01(\x0b\x32\x16.lance.file.Dictionary\x12\x16\n\x0e\x65xtension_name\x18\t \x01(\t\x12\x31\n\x08metadata\x18\n \x03(\x0b\x32\x1f.lance.file.Field.MetadataEntry\x12\x1e\n\x16unenforced_primary_key\x18\x0c \x01(\x08\x12,\n\x1funenforced_primary_key_position\x18\r \x01(\rH\x00\x88\x01\x01\x12/\n\"unenforced_clustering_key_position\x18\x0f \x01(\rH\x01\x88\x01\x01\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"*\n\x04Type\x12\n\n\x06PARENT\x10\x00\x12\x0c\n\x08REPEATED\x10\x01\x12\x08\n\x04LEAF\x10\x02\x42\"\n _unenforced_primary_key_positionB%\n#_unenforced_clustering_key_positionJ\x04\x08\x0b\x10\x0c*H\n\x08\x45ncoding\x12\x08\n\x04NONE\x10\x00\x12\t\n\x05PLAIN\x10\x01\x12\x0e\n\nVAR_BINARY\x10\x02\x12\x0e\n\nDICTIONARY\x10\x03\x12\x07\n\x03RLE\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,8 +36,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCHEMA_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_FIELD_METADATAENTRY']._loaded_options = None
   _globals['_FIELD_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_ENCODING']._serialized_start=642
-  _globals['_ENCODING']._serialized_end=714
+  _globals['_ENCODING']._serialized_start=812
+  _globals['_ENCODING']._serialized_end=884
   _globals['_SCHEMA']._serialized_start=27
   _globals['_SCHEMA']._serialized_end=171
   _globals['_SCHEMA_METADATAENTRY']._serialized_start=124
@@ -45,9 +45,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DICTIONARY']._serialized_start=173
   _globals['_DICTIONARY']._serialized_end=217
   _globals['_FIELD']._serialized_start=220
-  _globals['_FIELD']._serialized_end=640
+  _globals['_FIELD']._serialized_end=810
   _globals['_FIELD_METADATAENTRY']._serialized_start=124
   _globals['_FIELD_METADATAENTRY']._serialized_end=171
-  _globals['_FIELD_TYPE']._serialized_start=592
-  _globals['_FIELD_TYPE']._serialized_end=634
+  _globals['_FIELD_TYPE']._serialized_start=687
+  _globals['_FIELD_TYPE']._serialized_end=729
 # @@protoc_insertion_point(module_scope)

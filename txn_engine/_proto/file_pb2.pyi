@@ -169,6 +169,8 @@ class Field(_message.Message):
     EXTENSION_NAME_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     UNENFORCED_PRIMARY_KEY_FIELD_NUMBER: _builtins.int
+    UNENFORCED_PRIMARY_KEY_POSITION_FIELD_NUMBER: _builtins.int
+    UNENFORCED_CLUSTERING_KEY_POSITION_FIELD_NUMBER: _builtins.int
     type: Global___Field.Type.ValueType
     """Lance writes 0; readers rely on logical_type."""
     name: _builtins.str
@@ -183,6 +185,10 @@ class Field(_message.Message):
     encoding: Global___Encoding.ValueType
     extension_name: _builtins.str
     unenforced_primary_key: _builtins.bool
+    unenforced_primary_key_position: _builtins.int
+    """pylance 14: position of the field within a composite primary key."""
+    unenforced_clustering_key_position: _builtins.int
+    """pylance 14: position within the clustering key."""
     @_builtins.property
     def dictionary(self) -> Global___Dictionary: ...
     @_builtins.property
@@ -203,11 +209,20 @@ class Field(_message.Message):
         extension_name: _builtins.str = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.bytes] | None = ...,
         unenforced_primary_key: _builtins.bool = ...,
+        unenforced_primary_key_position: _builtins.int | None = ...,
+        unenforced_clustering_key_position: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["dictionary", b"dictionary"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_unenforced_clustering_key_position", b"_unenforced_clustering_key_position", "_unenforced_primary_key_position", b"_unenforced_primary_key_position", "dictionary", b"dictionary", "unenforced_clustering_key_position", b"unenforced_clustering_key_position", "unenforced_primary_key_position", b"unenforced_primary_key_position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dictionary", b"dictionary", "encoding", b"encoding", "extension_name", b"extension_name", "id", b"id", "logical_type", b"logical_type", "metadata", b"metadata", "name", b"name", "nullable", b"nullable", "parent_id", b"parent_id", "type", b"type", "unenforced_primary_key", b"unenforced_primary_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_unenforced_clustering_key_position", b"_unenforced_clustering_key_position", "_unenforced_primary_key_position", b"_unenforced_primary_key_position", "dictionary", b"dictionary", "encoding", b"encoding", "extension_name", b"extension_name", "id", b"id", "logical_type", b"logical_type", "metadata", b"metadata", "name", b"name", "nullable", b"nullable", "parent_id", b"parent_id", "type", b"type", "unenforced_clustering_key_position", b"unenforced_clustering_key_position", "unenforced_primary_key", b"unenforced_primary_key", "unenforced_primary_key_position", b"unenforced_primary_key_position"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__unenforced_clustering_key_position: _TypeAlias = _typing.Literal["unenforced_clustering_key_position"]  # noqa: Y015
+    _WhichOneofArgType__unenforced_clustering_key_position: _TypeAlias = _typing.Literal["_unenforced_clustering_key_position", b"_unenforced_clustering_key_position"]  # noqa: Y015
+    _WhichOneofReturnType__unenforced_primary_key_position: _TypeAlias = _typing.Literal["unenforced_primary_key_position"]  # noqa: Y015
+    _WhichOneofArgType__unenforced_primary_key_position: _TypeAlias = _typing.Literal["_unenforced_primary_key_position", b"_unenforced_primary_key_position"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__unenforced_clustering_key_position) -> _WhichOneofReturnType__unenforced_clustering_key_position | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__unenforced_primary_key_position) -> _WhichOneofReturnType__unenforced_primary_key_position | None: ...
 
 Global___Field: _TypeAlias = Field  # noqa: Y015

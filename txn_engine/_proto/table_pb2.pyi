@@ -388,6 +388,7 @@ class IndexMetadata(_message.Message):
     CREATED_AT_FIELD_NUMBER: _builtins.int
     BASE_ID_FIELD_NUMBER: _builtins.int
     FILES_FIELD_NUMBER: _builtins.int
+    COVERING_FIELDS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     dataset_version: _builtins.int
     """Dataset version the index was built at."""
@@ -411,6 +412,12 @@ class IndexMetadata(_message.Message):
     def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___IndexFile]:
         """pylance 14: the files making up the index, with their sizes."""
 
+    @_builtins.property
+    def covering_fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """pylance 14: fields whose values the index stores (a subset of `fields`);
+        any index with covering fields sets feature flag 128.
+        """
+
     def __init__(
         self,
         *,
@@ -424,10 +431,11 @@ class IndexMetadata(_message.Message):
         created_at: _builtins.int | None = ...,
         base_id: _builtins.int | None = ...,
         files: _abc.Iterable[Global___IndexFile] | None = ...,
+        covering_fields: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_base_id", b"_base_id", "_created_at", b"_created_at", "_index_version", b"_index_version", "base_id", b"base_id", "created_at", b"created_at", "index_details", b"index_details", "index_version", b"index_version", "uuid", b"uuid"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_base_id", b"_base_id", "_created_at", b"_created_at", "_index_version", b"_index_version", "base_id", b"base_id", "created_at", b"created_at", "dataset_version", b"dataset_version", "fields", b"fields", "files", b"files", "fragment_bitmap", b"fragment_bitmap", "index_details", b"index_details", "index_version", b"index_version", "name", b"name", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_base_id", b"_base_id", "_created_at", b"_created_at", "_index_version", b"_index_version", "base_id", b"base_id", "covering_fields", b"covering_fields", "created_at", b"created_at", "dataset_version", b"dataset_version", "fields", b"fields", "files", b"files", "fragment_bitmap", b"fragment_bitmap", "index_details", b"index_details", "index_version", b"index_version", "name", b"name", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__base_id: _TypeAlias = _typing.Literal["base_id"]  # noqa: Y015
     _WhichOneofArgType__base_id: _TypeAlias = _typing.Literal["_base_id", b"_base_id"]  # noqa: Y015
@@ -506,6 +514,7 @@ class DataFragment(_message.Message):
     EXTERNAL_LAST_UPDATED_AT_VERSIONS_FIELD_NUMBER: _builtins.int
     INLINE_CREATED_AT_VERSIONS_FIELD_NUMBER: _builtins.int
     EXTERNAL_CREATED_AT_VERSIONS_FIELD_NUMBER: _builtins.int
+    OVERLAYS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     physical_rows: _builtins.int
     """Rows including deleted ones. Always written (0 reads as "unknown")."""
@@ -522,6 +531,12 @@ class DataFragment(_message.Message):
     def external_last_updated_at_versions(self) -> Global___ExternalFile: ...
     @_builtins.property
     def external_created_at_versions(self) -> Global___ExternalFile: ...
+    @_builtins.property
+    def overlays(self) -> _containers.RepeatedCompositeFieldContainer[Global___DataOverlayFile]:
+        """pylance 14: overlay files replacing some rows of some columns (feature flag 64,
+        which pylance 14.0.2 itself cannot read yet; txn_engine refuses it).
+        """
+
     def __init__(
         self,
         *,
@@ -535,10 +550,11 @@ class DataFragment(_message.Message):
         external_last_updated_at_versions: Global___ExternalFile | None = ...,
         inline_created_at_versions: _builtins.bytes = ...,
         external_created_at_versions: Global___ExternalFile | None = ...,
+        overlays: _abc.Iterable[Global___DataOverlayFile] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at_version_sequence", b"created_at_version_sequence", "deletion_file", b"deletion_file", "external_created_at_versions", b"external_created_at_versions", "external_last_updated_at_versions", b"external_last_updated_at_versions", "external_row_ids", b"external_row_ids", "inline_created_at_versions", b"inline_created_at_versions", "inline_last_updated_at_versions", b"inline_last_updated_at_versions", "inline_row_ids", b"inline_row_ids", "last_updated_at_version_sequence", b"last_updated_at_version_sequence", "row_id_sequence", b"row_id_sequence"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at_version_sequence", b"created_at_version_sequence", "deletion_file", b"deletion_file", "external_created_at_versions", b"external_created_at_versions", "external_last_updated_at_versions", b"external_last_updated_at_versions", "external_row_ids", b"external_row_ids", "files", b"files", "id", b"id", "inline_created_at_versions", b"inline_created_at_versions", "inline_last_updated_at_versions", b"inline_last_updated_at_versions", "inline_row_ids", b"inline_row_ids", "last_updated_at_version_sequence", b"last_updated_at_version_sequence", "physical_rows", b"physical_rows", "row_id_sequence", b"row_id_sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at_version_sequence", b"created_at_version_sequence", "deletion_file", b"deletion_file", "external_created_at_versions", b"external_created_at_versions", "external_last_updated_at_versions", b"external_last_updated_at_versions", "external_row_ids", b"external_row_ids", "files", b"files", "id", b"id", "inline_created_at_versions", b"inline_created_at_versions", "inline_last_updated_at_versions", b"inline_last_updated_at_versions", "inline_row_ids", b"inline_row_ids", "last_updated_at_version_sequence", b"last_updated_at_version_sequence", "overlays", b"overlays", "physical_rows", b"physical_rows", "row_id_sequence", b"row_id_sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_created_at_version_sequence: _TypeAlias = _typing.Literal["inline_created_at_versions", "external_created_at_versions"]  # noqa: Y015
     _WhichOneofArgType_created_at_version_sequence: _TypeAlias = _typing.Literal["created_at_version_sequence", b"created_at_version_sequence"]  # noqa: Y015
@@ -554,6 +570,63 @@ class DataFragment(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_row_id_sequence) -> _WhichOneofReturnType_row_id_sequence | None: ...
 
 Global___DataFragment: _TypeAlias = DataFragment  # noqa: Y015
+
+@_typing.final
+class DataOverlayFile(_message.Message):
+    """pylance 14: a data file overlaying a subset of a fragment's rows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FILE_FIELD_NUMBER: _builtins.int
+    DENSE_OFFSETS_FIELD_NUMBER: _builtins.int
+    SPARSE_FIELD_NUMBER: _builtins.int
+    COMMITTED_VERSION_FIELD_NUMBER: _builtins.int
+    dense_offsets: _builtins.bytes
+    """Portable roaring bitmap of covered row offsets."""
+    committed_version: _builtins.int
+    @_builtins.property
+    def data_file(self) -> Global___DataFile: ...
+    @_builtins.property
+    def sparse(self) -> Global___SparseOverlayCoverage: ...
+    def __init__(
+        self,
+        *,
+        data_file: Global___DataFile | None = ...,
+        dense_offsets: _builtins.bytes = ...,
+        sparse: Global___SparseOverlayCoverage | None = ...,
+        committed_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["coverage", b"coverage", "data_file", b"data_file", "dense_offsets", b"dense_offsets", "sparse", b"sparse"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_version", b"committed_version", "coverage", b"coverage", "data_file", b"data_file", "dense_offsets", b"dense_offsets", "sparse", b"sparse"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_coverage: _TypeAlias = _typing.Literal["dense_offsets", "sparse"]  # noqa: Y015
+    _WhichOneofArgType_coverage: _TypeAlias = _typing.Literal["coverage", b"coverage"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_coverage) -> _WhichOneofReturnType_coverage | None: ...
+
+Global___DataOverlayFile: _TypeAlias = DataOverlayFile  # noqa: Y015
+
+@_typing.final
+class SparseOverlayCoverage(_message.Message):
+    """One roaring bitmap of covered row offsets per field of the overlay file."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_OFFSETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def field_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    def __init__(
+        self,
+        *,
+        field_offsets: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["field_offsets", b"field_offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SparseOverlayCoverage: _TypeAlias = SparseOverlayCoverage  # noqa: Y015
 
 @_typing.final
 class DataFile(_message.Message):

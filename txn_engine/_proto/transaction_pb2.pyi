@@ -461,16 +461,111 @@ class Transaction(_message.Message):
         def WhichOneof(self, oneof_group: _WhichOneofArgType__ref_name) -> _WhichOneofReturnType__ref_name | None: ...
 
     @_typing.final
+    class CompactedSsTable(_message.Message):
+        """pylance 14: an LSM sstable of a MemWAL shard that this update compacted."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        SHARD_ID_FIELD_NUMBER: _builtins.int
+        GENERATION_FIELD_NUMBER: _builtins.int
+        generation: _builtins.int
+        @_builtins.property
+        def shard_id(self) -> _table_pb2.UUID: ...
+        def __init__(
+            self,
+            *,
+            shard_id: _table_pb2.UUID | None = ...,
+            generation: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["shard_id", b"shard_id"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "shard_id", b"shard_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class BloomFilter(_message.Message):
+        """pylance 14: which keys a merge-insert inserted (for duplicate-key detection)."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        BITS_FIELD_NUMBER: _builtins.int
+        NUM_BITS_FIELD_NUMBER: _builtins.int
+        NUM_ITEMS_FIELD_NUMBER: _builtins.int
+        FPP_FIELD_NUMBER: _builtins.int
+        bits: _builtins.bytes
+        num_bits: _builtins.int
+        num_items: _builtins.int
+        fpp: _builtins.float
+        def __init__(
+            self,
+            *,
+            bits: _builtins.bytes = ...,
+            num_bits: _builtins.int = ...,
+            num_items: _builtins.int = ...,
+            fpp: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["bits", b"bits", "fpp", b"fpp", "num_bits", b"num_bits", "num_items", b"num_items"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class KeyExistenceFilter(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        FIELD_IDS_FIELD_NUMBER: _builtins.int
+        BLOOM_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def field_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+        @_builtins.property
+        def bloom(self) -> Global___Transaction.BloomFilter: ...
+        def __init__(
+            self,
+            *,
+            field_ids: _abc.Iterable[_builtins.int] | None = ...,
+            bloom: Global___Transaction.BloomFilter | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["bloom", b"bloom"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["bloom", b"bloom", "field_ids", b"field_ids"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
     class Update(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
+
+        @_typing.final
+        class UpdatedFragmentOffsetBitmapsEntry(_message.Message):
+            DESCRIPTOR: _descriptor.Descriptor
+
+            KEY_FIELD_NUMBER: _builtins.int
+            VALUE_FIELD_NUMBER: _builtins.int
+            key: _builtins.int
+            value: _builtins.bytes
+            def __init__(
+                self,
+                *,
+                key: _builtins.int = ...,
+                value: _builtins.bytes = ...,
+            ) -> None: ...
+            _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+            def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+            def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+            def WhichOneof(self, oneof_group: _Never) -> None: ...
 
         REMOVED_FRAGMENT_IDS_FIELD_NUMBER: _builtins.int
         UPDATED_FRAGMENTS_FIELD_NUMBER: _builtins.int
         NEW_FRAGMENTS_FIELD_NUMBER: _builtins.int
         FIELDS_MODIFIED_FIELD_NUMBER: _builtins.int
-        MEM_WAL_TO_MERGE_FIELD_NUMBER: _builtins.int
+        COMPACTED_SSTABLES_FIELD_NUMBER: _builtins.int
         FIELDS_FOR_PRESERVING_FRAG_BITMAP_FIELD_NUMBER: _builtins.int
         UPDATE_MODE_FIELD_NUMBER: _builtins.int
+        INSERTED_ROWS_FIELD_NUMBER: _builtins.int
+        UPDATED_FRAGMENT_OFFSET_BITMAPS_FIELD_NUMBER: _builtins.int
         update_mode: Global___Transaction.UpdateMode.ValueType
         @_builtins.property
         def removed_fragment_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
@@ -481,9 +576,19 @@ class Transaction(_message.Message):
         @_builtins.property
         def fields_modified(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
         @_builtins.property
-        def mem_wal_to_merge(self) -> _table_pb2.MemWalIndexDetails.MemWal: ...
+        def compacted_sstables(self) -> _containers.RepeatedCompositeFieldContainer[Global___Transaction.CompactedSsTable]:
+            """Lance 1.0 had `MemWal mem_wal_to_merge = 5`; pylance 14 reuses field 5 for
+            the sstables the update compacted. We follow pylance 14.
+            """
+
         @_builtins.property
         def fields_for_preserving_frag_bitmap(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+        @_builtins.property
+        def inserted_rows(self) -> Global___Transaction.KeyExistenceFilter: ...
+        @_builtins.property
+        def updated_fragment_offset_bitmaps(self) -> _containers.ScalarMap[_builtins.int, _builtins.bytes]:
+            """pylance 14: fragment id -> portable roaring bitmap of the row offsets updated."""
+
         def __init__(
             self,
             *,
@@ -491,13 +596,15 @@ class Transaction(_message.Message):
             updated_fragments: _abc.Iterable[_table_pb2.DataFragment] | None = ...,
             new_fragments: _abc.Iterable[_table_pb2.DataFragment] | None = ...,
             fields_modified: _abc.Iterable[_builtins.int] | None = ...,
-            mem_wal_to_merge: _table_pb2.MemWalIndexDetails.MemWal | None = ...,
+            compacted_sstables: _abc.Iterable[Global___Transaction.CompactedSsTable] | None = ...,
             fields_for_preserving_frag_bitmap: _abc.Iterable[_builtins.int] | None = ...,
             update_mode: Global___Transaction.UpdateMode.ValueType = ...,
+            inserted_rows: Global___Transaction.KeyExistenceFilter | None = ...,
+            updated_fragment_offset_bitmaps: _abc.Mapping[_builtins.int, _builtins.bytes] | None = ...,
         ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _typing.Literal["mem_wal_to_merge", b"mem_wal_to_merge"]  # noqa: Y015
+        _HasFieldArgType: _TypeAlias = _typing.Literal["inserted_rows", b"inserted_rows"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["fields_for_preserving_frag_bitmap", b"fields_for_preserving_frag_bitmap", "fields_modified", b"fields_modified", "mem_wal_to_merge", b"mem_wal_to_merge", "new_fragments", b"new_fragments", "removed_fragment_ids", b"removed_fragment_ids", "update_mode", b"update_mode", "updated_fragments", b"updated_fragments"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted_sstables", b"compacted_sstables", "fields_for_preserving_frag_bitmap", b"fields_for_preserving_frag_bitmap", "fields_modified", b"fields_modified", "inserted_rows", b"inserted_rows", "new_fragments", b"new_fragments", "removed_fragment_ids", b"removed_fragment_ids", "update_mode", b"update_mode", "updated_fragment_offset_bitmaps", b"updated_fragment_offset_bitmaps", "updated_fragments", b"updated_fragments"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -804,6 +911,47 @@ class Transaction(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class DataOverlayGroup(_message.Message):
+        """pylance 14: attach overlay files to fragments (feature flag 64)."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        FRAGMENT_ID_FIELD_NUMBER: _builtins.int
+        OVERLAYS_FIELD_NUMBER: _builtins.int
+        fragment_id: _builtins.int
+        @_builtins.property
+        def overlays(self) -> _containers.RepeatedCompositeFieldContainer[_table_pb2.DataOverlayFile]: ...
+        def __init__(
+            self,
+            *,
+            fragment_id: _builtins.int = ...,
+            overlays: _abc.Iterable[_table_pb2.DataOverlayFile] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["fragment_id", b"fragment_id", "overlays", b"overlays"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class DataOverlay(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        GROUPS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___Transaction.DataOverlayGroup]: ...
+        def __init__(
+            self,
+            *,
+            groups: _abc.Iterable[Global___Transaction.DataOverlayGroup] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     READ_VERSION_FIELD_NUMBER: _builtins.int
     UUID_FIELD_NUMBER: _builtins.int
     TAG_FIELD_NUMBER: _builtins.int
@@ -823,6 +971,7 @@ class Transaction(_message.Message):
     UPDATE_MEM_WAL_STATE_FIELD_NUMBER: _builtins.int
     CLONE_FIELD_NUMBER: _builtins.int
     UPDATE_BASES_FIELD_NUMBER: _builtins.int
+    DATA_OVERLAY_FIELD_NUMBER: _builtins.int
     read_version: _builtins.int
     """Version the writer read (0 when creating the dataset)."""
     uuid: _builtins.str
@@ -862,6 +1011,8 @@ class Transaction(_message.Message):
     def clone(self) -> Global___Transaction.Clone: ...
     @_builtins.property
     def update_bases(self) -> Global___Transaction.UpdateBases: ...
+    @_builtins.property
+    def data_overlay(self) -> Global___Transaction.DataOverlay: ...
     def __init__(
         self,
         *,
@@ -884,12 +1035,13 @@ class Transaction(_message.Message):
         update_mem_wal_state: Global___Transaction.UpdateMemWalState | None = ...,
         clone: Global___Transaction.Clone | None = ...,
         update_bases: Global___Transaction.UpdateBases | None = ...,
+        data_overlay: Global___Transaction.DataOverlay | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "clone", b"clone", "create_index", b"create_index", "data_replacement", b"data_replacement", "delete", b"delete", "merge", b"merge", "operation", b"operation", "overwrite", b"overwrite", "project", b"project", "reserve_fragments", b"reserve_fragments", "restore", b"restore", "rewrite", b"rewrite", "update", b"update", "update_bases", b"update_bases", "update_config", b"update_config", "update_mem_wal_state", b"update_mem_wal_state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "clone", b"clone", "create_index", b"create_index", "data_overlay", b"data_overlay", "data_replacement", b"data_replacement", "delete", b"delete", "merge", b"merge", "operation", b"operation", "overwrite", b"overwrite", "project", b"project", "reserve_fragments", b"reserve_fragments", "restore", b"restore", "rewrite", b"rewrite", "update", b"update", "update_bases", b"update_bases", "update_config", b"update_config", "update_mem_wal_state", b"update_mem_wal_state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "clone", b"clone", "create_index", b"create_index", "data_replacement", b"data_replacement", "delete", b"delete", "merge", b"merge", "operation", b"operation", "overwrite", b"overwrite", "project", b"project", "read_version", b"read_version", "reserve_fragments", b"reserve_fragments", "restore", b"restore", "rewrite", b"rewrite", "tag", b"tag", "transaction_properties", b"transaction_properties", "update", b"update", "update_bases", b"update_bases", "update_config", b"update_config", "update_mem_wal_state", b"update_mem_wal_state", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "clone", b"clone", "create_index", b"create_index", "data_overlay", b"data_overlay", "data_replacement", b"data_replacement", "delete", b"delete", "merge", b"merge", "operation", b"operation", "overwrite", b"overwrite", "project", b"project", "read_version", b"read_version", "reserve_fragments", b"reserve_fragments", "restore", b"restore", "rewrite", b"rewrite", "tag", b"tag", "transaction_properties", b"transaction_properties", "update", b"update", "update_bases", b"update_bases", "update_config", b"update_config", "update_mem_wal_state", b"update_mem_wal_state", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_operation: _TypeAlias = _typing.Literal["append", "delete", "overwrite", "create_index", "rewrite", "merge", "restore", "reserve_fragments", "update", "project", "update_config", "data_replacement", "update_mem_wal_state", "clone", "update_bases"]  # noqa: Y015
+    _WhichOneofReturnType_operation: _TypeAlias = _typing.Literal["append", "delete", "overwrite", "create_index", "rewrite", "merge", "restore", "reserve_fragments", "update", "project", "update_config", "data_replacement", "update_mem_wal_state", "clone", "update_bases", "data_overlay"]  # noqa: Y015
     _WhichOneofArgType_operation: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_operation) -> _WhichOneofReturnType_operation | None: ...
 

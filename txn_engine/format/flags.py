@@ -7,11 +7,15 @@ Flags are recomputed from content on every commit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from txn_engine._proto import table_pb2
 from txn_engine.errors import UnsupportedFeatureError
 
 __all__ = [
     "FLAG_BASE_PATHS",
+    "FLAG_COVERING_INDEX",
+    "FLAG_DATA_OVERLAYS",
     "FLAG_DELETION_FILES",
     "FLAG_DISABLE_TRANSACTION_FILE",
     "FLAG_STABLE_ROW_IDS",
@@ -32,6 +36,11 @@ FLAG_USE_V2_FORMAT_DEPRECATED = 4
 FLAG_TABLE_CONFIG = 8
 FLAG_BASE_PATHS = 16
 FLAG_DISABLE_TRANSACTION_FILE = 32
+#: pylance 14: data overlay files (DataFragment.overlays). pylance 14.0.2 itself refuses to
+#: read it, and so does txn_engine (not in the known masks).
+FLAG_DATA_OVERLAYS = 64
+#: pylance 14: an index with covering fields (IndexMetadata.covering_fields).
+FLAG_COVERING_INDEX = 128
 
 FLAG_NAMES = {
     FLAG_DELETION_FILES: "deletion_files",
@@ -40,11 +49,14 @@ FLAG_NAMES = {
     FLAG_TABLE_CONFIG: "table_config",
     FLAG_BASE_PATHS: "base_paths",
     FLAG_DISABLE_TRANSACTION_FILE: "disable_transaction_file",
+    FLAG_DATA_OVERLAYS: "data_overlays",
+    FLAG_COVERING_INDEX: "covering_index",
 }
 
-#: Every bit below 64 is understood (as by pylance 14.0.2); 64 and above are refused.
-KNOWN_READER_FLAGS = 63
-KNOWN_WRITER_FLAGS = 63
+#: Bits this library understands: 1..32 and 128 (covering indices, carried through
+#: untouched). 64 (data overlays) and every bit above 128 are refused.
+KNOWN_READER_FLAGS = 63 | FLAG_COVERING_INDEX
+KNOWN_WRITER_FLAGS = 63 | FLAG_COVERING_INDEX
 
 
 def describe_flags(value: int) -> list[str]:
@@ -91,7 +103,11 @@ def check_writer_flags(manifest: table_pb2.Manifest) -> None:
 
 
 def compute_feature_flags(
-    manifest: table_pb2.Manifest, *, stable_row_ids: bool, inline_transaction_only: bool = False
+    manifest: table_pb2.Manifest,
+    *,
+    stable_row_ids: bool,
+    inline_transaction_only: bool = False,
+    indices: Iterable[table_pb2.IndexMetadata] = (),
 ) -> tuple[int, int]:
     """Return ``(reader_flags, writer_flags)`` implied by the manifest's content.
 
@@ -116,4 +132,7 @@ def compute_feature_flags(
         writer |= FLAG_BASE_PATHS
     if inline_transaction_only:
         writer |= FLAG_DISABLE_TRANSACTION_FILE
+    if any(len(index.covering_fields) for index in indices):
+        reader |= FLAG_COVERING_INDEX
+        writer |= FLAG_COVERING_INDEX
     return reader, writer

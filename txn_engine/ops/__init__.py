@@ -15,13 +15,14 @@ from txn_engine.ops.data import (
 )
 from txn_engine.ops.index import CreateIndex, UpdateMemWalState
 from txn_engine.ops.metadata import UpdateBases, UpdateConfig, UpdateMap
-from txn_engine.ops.rows import Delete, Update, UpdateMode
+from txn_engine.ops.rows import CompactedSsTable, Delete, Update, UpdateMode
 from txn_engine.ops.versions import Clone, Restore
 
 __all__ = [
     "OPERATION_KINDS",
     "Append",
     "Clone",
+    "CompactedSsTable",
     "CreateIndex",
     "DataReplacement",
     "DataReplacementGroup",

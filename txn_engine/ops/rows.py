@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 from pyroaring import BitMap64
 
 from txn_engine.model import Fragment, MemWal
 
-__all__ = ["Delete", "Update", "UpdateMode"]
+__all__ = ["CompactedSsTable", "Delete", "Update", "UpdateMode"]
 
 
 def _tuple_of_Fragment(value: Iterable[Fragment]) -> tuple[Fragment, ...]:
@@ -45,6 +45,25 @@ class Delete:
     )
 
 
+@attrs.frozen
+class CompactedSsTable:
+    """pylance 14: a MemWAL shard sstable (shard uuid, generation) an Update compacted."""
+
+    shard_id: str
+    generation: int
+
+
+def _sstables(value: Iterable[CompactedSsTable]) -> tuple[CompactedSsTable, ...]:
+    return tuple(value)
+
+
+def _offset_bitmaps(
+    value: Mapping[int, bytes] | Iterable[tuple[int, bytes]],
+) -> tuple[tuple[int, bytes], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((int(k), bytes(v)) for k, v in items))
+
+
 class UpdateMode(enum.IntEnum):
     """How an Update rewrites data."""
 
@@ -58,6 +77,12 @@ class Update:
 
     ``fields_modified`` lists field ids whose values changed (indices on them lose the
     updated fragments). ``affected_rows`` as for :class:`Delete`.
+
+    pylance 14 wire fields: ``compacted_sstables`` (field 5, which Lance 1.0 used for
+    ``mem_wal_to_merge``), ``inserted_rows`` (a serialized KeyExistenceFilter, kept opaque)
+    and ``updated_fragment_offset_bitmaps`` (fragment id -> portable roaring bitmap of the
+    updated row offsets). ``mem_wal_to_merge`` is no longer on the wire; it is kept in
+    memory for the MemWAL conflict rules of in-process callers.
     """
 
     removed_fragment_ids: tuple[int, ...] = attrs.field(default=(), converter=_ids)
@@ -67,6 +92,11 @@ class Update:
     mem_wal_to_merge: MemWal | None = None
     fields_for_preserving_frag_bitmap: tuple[int, ...] = attrs.field(default=(), converter=_ids)
     update_mode: UpdateMode = attrs.field(default=UpdateMode.REWRITE_ROWS, converter=UpdateMode)
+    compacted_sstables: tuple[CompactedSsTable, ...] = attrs.field(default=(), converter=_sstables)
+    inserted_rows: bytes | None = None
+    updated_fragment_offset_bitmaps: tuple[tuple[int, bytes], ...] = attrs.field(
+        default=(), converter=_offset_bitmaps
+    )
     affected_rows: BitMap64 | None = attrs.field(
         default=None, converter=_rows, eq=False, hash=False, repr=False
     )

@@ -1,0 +1,553 @@
+"""The commit loop over MemoryStorage: creation, conflicts, rebase, budgets, storage calls,
+lost responses and crashes (exactly-once). Clock, sleep and randomness are injected."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import attrs
+import pytest
+from pyroaring import BitMap, BitMap64
+
+from txn_engine._proto import transaction_pb2
+from txn_engine.commit import CommitResult, commit, find_transaction, replan_and_commit
+from txn_engine.conflicts.detect import Conflict
+from txn_engine.conflicts.matrix import Outcome
+from txn_engine.dataset import Dataset
+from txn_engine.errors import (
+    AmbiguousWriteError,
+    CommitStateUnknownError,
+    DatasetAlreadyExistsError,
+    DatasetNotFoundError,
+    IncompatibleTransactionError,
+    ObjectExistsError,
+    RetriesExhaustedError,
+    RetryableConflictError,
+    StorageError,
+    VersionNotFoundError,
+)
+from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
+from txn_engine.format.io import latest_version, read_manifest, read_transaction
+from txn_engine.format.manifest_file import encode_manifest_file
+from txn_engine.format.naming import NamingScheme, list_versions, manifest_name
+from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
+from txn_engine.ops import Append, Delete, Overwrite, UpdateConfig, UpdateMap
+from txn_engine.retry import RetryPolicy
+from txn_engine.storage import MemoryStorage, RecordingStorage
+from txn_engine.storage.base import Storage
+from txn_engine.testing.faults import Fault, FaultyStorage, SimulatedCrash
+from txn_engine.transaction import Transaction
+
+SCHEMA = (LanceField(0, -1, "id", "int64"), LanceField(1, -1, "val", "int64"))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+
+def policy(clock: FakeClock, **kw: object) -> RetryPolicy:
+    args: dict[str, object] = {
+        "clock": clock.now,
+        "sleep": clock.sleep,
+        "randbelow": lambda n: n - 1,
+    }
+    args.update(kw)
+    return RetryPolicy(**args)  # type: ignore[arg-type]
+
+
+def frag(rows: int = 10) -> Fragment:
+    path = f"{uuid.uuid4().hex}.lance"
+    return Fragment(0, (DataFile(path, (0, 1), (0, 1), 2, 2, 100),), rows)
+
+
+def create(store: Storage, fragments: int = 4) -> CommitResult:
+    return commit(store, Transaction(0, Overwrite([frag() for _ in range(fragments)], SCHEMA)))
+
+
+def append(store: Storage, read_version: int | None = None) -> CommitResult:
+    rv = latest_version(store).version if read_version is None else read_version
+    return commit(store, Transaction(rv, Append([frag()])))
+
+
+def versions(store: Storage) -> list[int]:
+    return [e.version for e in list_versions(store)]
+
+
+def competitor(inner: Storage) -> Callable[[str, str], None]:
+    """A hook that lands another writer's Append right before our manifest create."""
+
+    def hook(_method: str, _path: str) -> None:
+        append(inner)
+
+    return hook
+
+
+# ---- creation -------------------------------------------------------------------------------
+
+
+def test_create_then_exists_then_idempotent() -> None:
+    store = MemoryStorage()
+    txn = Transaction(0, Overwrite([frag()], SCHEMA))
+    result = commit(store, txn)
+    assert (result.version, result.attempts, result.already_committed) == (1, 1, False)
+    assert result.manifest_path == f"_versions/{manifest_name(1, NamingScheme.V2)}"
+    assert store.exists(f"_transactions/0-{txn.uuid}.txn")
+    again = commit(store, txn)  # same transaction: found, not committed twice
+    assert again.already_committed
+    assert again.version == 1
+    with pytest.raises(DatasetAlreadyExistsError, match="read_version=1"):
+        commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))
+    assert versions(store) == [1]
+
+
+def test_create_v1_naming_is_kept_by_later_commits() -> None:
+    store = MemoryStorage()
+    commit(store, Transaction(0, Overwrite([frag()], SCHEMA)), naming=NamingScheme.V1)
+    r = append(store)
+    assert r.manifest_path == "_versions/2.manifest"
+    assert sorted(store.list("_versions")) == ["1.manifest", "2.manifest"]
+
+
+def test_concurrent_create_loses_with_already_exists() -> None:
+    inner = MemoryStorage()
+    store = FaultyStorage(inner)
+    store.add(
+        Fault(
+            "put_if_absent",
+            "_versions/*",
+            mode="hook",
+            hook=lambda m, p: commit(inner, Transaction(0, Overwrite([frag()], SCHEMA))),
+        )
+    )
+    with pytest.raises(DatasetAlreadyExistsError, match="concurrently"):
+        commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))
+    assert versions(inner) == [1]
+
+
+def test_commit_to_missing_dataset_and_missing_read_version() -> None:
+    with pytest.raises(DatasetNotFoundError):
+        commit(MemoryStorage(), Transaction(1, Append([frag()])))
+    store = MemoryStorage()
+    create(store)
+    with pytest.raises(VersionNotFoundError, match="read version 5"):
+        commit(store, Transaction(5, Append([frag()])))
+
+
+# ---- storage calls per commit ------------------------------------------------------------------
+
+
+def test_uncontended_commit_storage_calls() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    rec = RecordingStorage(inner)
+    r = commit(rec, Transaction(1, Append([frag()])))
+    assert r.version == 2
+    counts = rec.snapshot()
+    assert counts["list"] == 1
+    assert counts["put"] == 1  # the .txn file
+    assert counts["put_if_absent"] == 1  # the manifest
+    assert counts.get("get", 0) + counts.get("get_range", 0) == 1  # the read-version manifest
+    assert rec.calls[-1][0] == "put_if_absent"
+    assert rec.calls[-2] == ("put", f"_transactions/1-{r.transaction.uuid}.txn")
+
+
+def test_uncontended_commit_with_base_reads_nothing() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    ds = Dataset.open(inner)
+    rec = RecordingStorage(inner)
+    commit(rec, Transaction(1, Append([frag()])), base=ds)
+    counts = rec.snapshot()
+    assert counts.get("get", 0) + counts.get("get_range", 0) + counts.get("exists", 0) == 0
+    assert (counts["list"], counts["put"], counts["put_if_absent"]) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_k_intervening_versions_cost_at_most_k_reads(k: int) -> None:
+    inner = MemoryStorage()
+    create(inner)
+    for _ in range(k):
+        append(inner)
+    rec = RecordingStorage(inner)
+    r = commit(rec, Transaction(1, Append([frag()])))
+    assert r.version == k + 2
+    reads = [c for c in rec.calls if c[0] in ("get", "get_range", "size")]
+    assert len(reads) <= k
+    assert rec.counts["list"] == 1
+
+
+# ---- conflicts raise typed errors ----------------------------------------------------------------
+
+
+def test_incompatible_conflict_carries_context() -> None:
+    store = MemoryStorage()
+    create(store)
+    commit(store, Transaction(1, Overwrite([frag()], SCHEMA)))
+    with pytest.raises(IncompatibleTransactionError) as info:
+        commit(store, Transaction(1, Append([frag()])))
+    err = info.value
+    assert not err.retryable
+    assert (err.read_version, err.conflicting_version) == (1, 2)
+    assert (err.operation, err.other_operation) == ("Append", "Overwrite")
+    assert err.remedy
+    assert "Help:" in str(err)
+    (conflict,) = err.conflicts
+    assert isinstance(conflict, Conflict)
+    assert conflict.outcome is Outcome.INCOMPATIBLE
+    assert versions(store) == [1, 2]
+
+
+def test_config_conflict_names_the_key() -> None:
+    store = MemoryStorage()
+    create(store)
+    cfg = UpdateConfig(config_updates=UpdateMap({"k": "1"}))
+    commit(store, Transaction(1, cfg))
+    with pytest.raises(IncompatibleTransactionError) as info:
+        commit(store, Transaction(1, UpdateConfig(config_updates=UpdateMap({"k": "2"}))))
+    assert info.value.conflicts[0].keys == {"k"}
+
+
+def _delete(
+    store: Storage, fid: int, rows: set[int], *, affected: bool, read_version: int = 1
+) -> Transaction:
+    _, mf = read_manifest(store, read_version)
+    base = Fragment.from_proto(next(f for f in mf.manifest.fragments if f.id == fid))
+    before = (
+        read_deletion_vector(store, fid, base.deletion_file.to_proto())
+        if base.deletion_file is not None
+        else BitMap()
+    )
+    dv = write_deletion_vector(store, fid, read_version, before | BitMap(rows))
+    updated = attrs.evolve(base, deletion_file=DeletionFile.from_proto(dv))
+    addresses = BitMap64([fid << 32 | r for r in rows]) if affected else None
+    return Transaction(read_version, Delete([updated], predicate="x", affected_rows=addresses))
+
+
+def _deleted(store: Storage, fid: int) -> BitMap:
+    _, mf = read_manifest(store)
+    f = next(f for f in mf.manifest.fragments if f.id == fid)
+    return (
+        read_deletion_vector(store, fid, f.deletion_file)
+        if f.HasField("deletion_file")
+        else BitMap()
+    )
+
+
+def test_same_fragment_deletes_without_affected_rows_are_retryable() -> None:
+    store = MemoryStorage()
+    create(store)
+    a = _delete(store, 0, {1, 2}, affected=False)
+    b = _delete(store, 0, {7, 8}, affected=False)
+    commit(store, a)
+    with pytest.raises(RetryableConflictError) as info:
+        commit(store, b)
+    assert info.value.retryable
+    assert info.value.conflicts[0].rule == "D1"
+
+
+def test_disjoint_row_deletes_in_one_fragment_both_land() -> None:
+    store = MemoryStorage()
+    create(store)
+    a = _delete(store, 0, {1, 2}, affected=True)
+    b = _delete(store, 0, {7, 8}, affected=True)
+    commit(store, a)
+    r = commit(store, b)
+    assert r.version == 3
+    assert r.transaction.read_version == 2  # rebased
+    assert r.transaction.uuid == b.uuid
+    assert _deleted(store, 0) == BitMap([1, 2, 7, 8])
+    landed = read_transaction(store, 3)
+    assert landed.read_version == 2
+    assert landed.delete.updated_fragments[0].deletion_file.file_type == 1  # .bin
+    assert store.exists(f"_transactions/2-{b.uuid}.txn")
+
+
+def test_overlapping_row_deletes_are_retryable() -> None:
+    store = MemoryStorage()
+    create(store)
+    commit(store, _delete(store, 0, {1, 2}, affected=True))
+    with pytest.raises(RetryableConflictError) as info:
+        commit(store, _delete(store, 0, {2, 3}, affected=True))
+    assert info.value.conflicts[0].rule == "ROWS"
+    assert info.value.conflicts[0].row_addresses == (2,)
+    assert _deleted(store, 0) == BitMap([1, 2])
+
+
+def test_unreadable_concurrent_transaction_is_an_incompatible_conflict() -> None:
+    store = MemoryStorage()
+    create(store)
+    _, mf = read_manifest(store, 1)
+    m = type(mf.manifest)()
+    m.CopyFrom(mf.manifest)
+    m.version = 2
+    m.transaction_file = ""
+    alien = transaction_pb2.Transaction(read_version=1, uuid=str(uuid.uuid4()))  # no operation
+    store.put_if_absent(
+        f"_versions/{manifest_name(2, NamingScheme.V2)}",
+        encode_manifest_file(m, mf.indices, alien),
+    )
+    with pytest.raises(IncompatibleTransactionError, match="version 2") as info:
+        commit(store, Transaction(1, Append([frag()])))
+    assert info.value.conflicts[0].rule == "UNREADABLE"
+    assert info.value.conflicting_version == 2
+
+
+# ---- losing the race: backoff and budgets ------------------------------------------------------
+
+
+def test_lost_race_backs_off_and_lands_on_the_next_version() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    clock = FakeClock()
+
+    def slow_competitor(method: str, path: str) -> None:
+        clock.t += 0.1  # the first attempt took 100 ms
+        append(inner)
+
+    store.add(Fault("put_if_absent", "_versions/*", mode="hook", hook=slow_competitor))
+    r = commit(store, Transaction(1, Append([frag()])), retry_policy=policy(clock))
+    assert (r.version, r.attempts) == (3, 2)
+    assert clock.sleeps == [pytest.approx(3 * 0.11)]  # slot 3 of 4, unit = 1.1 x 100 ms
+    assert versions(inner) == [1, 2, 3]
+
+
+def test_backoff_delays_stay_within_slot_bounds() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    clock = FakeClock()
+
+    def slow(method: str, path: str) -> None:
+        clock.t += 0.05
+        append(inner)
+
+    store.add(Fault("put_if_absent", "_versions/*", mode="hook", hook=slow, times=5))
+    import random
+
+    rng = random.Random(3)
+    r = commit(
+        store,
+        Transaction(1, Append([frag()])),
+        retry_policy=policy(clock, randbelow=rng.randrange),
+    )
+    assert r.attempts == 6
+    unit = 0.055
+    for n, delay in enumerate(clock.sleeps):
+        assert 0 <= delay <= (2 ** (n + 2) - 1) * unit + 1e-9
+
+
+def test_attempt_budget_exhausted_is_contention_not_conflict() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    clock = FakeClock()
+
+    def slow(method: str, path: str) -> None:
+        clock.t += 0.01
+        append(inner)
+
+    store.add(Fault("put_if_absent", "_versions/*", mode="hook", hook=slow, times=None))
+    txn = Transaction(1, Append([frag()]))
+    with pytest.raises(RetriesExhaustedError, match="3 attempt") as info:
+        commit(store, txn, retry_policy=policy(clock, max_attempts=3))
+    assert not isinstance(info.value, RetryableConflictError)
+    assert info.value.read_version == 1
+    ours = [p for m, p, o in store.log if m == "put_if_absent"]
+    assert len(ours) == 3
+    assert len(clock.sleeps) == 2
+    assert find_transaction(inner, txn.uuid) is None
+
+
+def test_deadline_budget() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    clock = FakeClock()
+
+    def slow(method: str, path: str) -> None:
+        clock.t += 1.0
+        append(inner)
+
+    store.add(Fault("put_if_absent", "_versions/*", mode="hook", hook=slow, times=None))
+    with pytest.raises(RetriesExhaustedError, match="deadline"):
+        commit(
+            store,
+            Transaction(1, Append([frag()])),
+            retry_policy=policy(clock, deadline=2.5, adaptive=False, initial_unit=0.0),
+        )
+    assert clock.t < 3.5
+
+
+# ---- exactly once ------------------------------------------------------------------------------
+
+
+def test_lost_response_on_manifest_create_reports_the_original_version() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    store.add(Fault("put_if_absent", "_versions/*", mode="after"))
+    txn = Transaction(1, Append([frag()]))
+    r = commit(store, txn)
+    assert (r.version, r.attempts) == (2, 1)
+    assert versions(inner) == [1, 2]
+    assert read_transaction(inner, 2).uuid == txn.uuid
+
+
+def test_lost_response_seen_as_object_exists_is_settled_by_content() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    store.add(
+        Fault(
+            "put_if_absent",
+            "_versions/*",
+            mode="after",
+            error=lambda m, p: ObjectExistsError(f"{p} exists (our own retried request)"),
+        )
+    )
+    r = commit(store, Transaction(1, Append([frag()])))
+    assert r.version == 2
+    assert versions(inner) == [1, 2]
+
+
+def test_unsettled_outcome_then_retry_finds_the_original_version() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    store.add(Fault("put_if_absent", "_versions/*", mode="after"))
+    v2 = f"_versions/{manifest_name(2, NamingScheme.V2)}"
+    store.add(Fault("get", v2, mode="before", times=None))  # reading it back fails too
+    txn = Transaction(1, Append([frag()]))
+    with pytest.raises(CommitStateUnknownError) as info:
+        commit(store, txn)
+    assert "do not delete" in str(info.value)
+    assert versions(inner) == [1, 2]  # it did land
+    assert find_transaction(inner, txn.uuid) == 2
+    store.clear()
+    append(inner)  # another writer commits on top meanwhile
+    r = commit(store, txn)
+    assert r.already_committed
+    assert r.version == 2
+    assert versions(inner) == [1, 2, 3]
+
+
+def test_crash_after_transaction_file_before_manifest_then_retry_lands_once() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    store.add(Fault("put_if_absent", "_versions/*", mode="crash_before"))
+    txn = Transaction(1, Append([frag()]))
+    with pytest.raises(SimulatedCrash):
+        commit(store, txn)
+    assert versions(inner) == [1]
+    assert inner.exists(f"_transactions/1-{txn.uuid}.txn")
+    r = commit(store, txn)
+    assert (r.version, r.already_committed) == (2, False)
+    assert versions(inner) == [1, 2]
+    assert commit(store, txn).already_committed
+    assert versions(inner) == [1, 2]
+
+
+def test_manifest_create_failing_before_the_store_is_offered_again() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    store.add(
+        Fault("put_if_absent", "_versions/*", mode="before", error=lambda m, p: StorageError("503"))
+    )
+    r = commit(store, Transaction(1, Append([frag()])))
+    assert r.version == 2
+    assert versions(inner) == [1, 2]
+
+
+def test_manifest_create_failing_persistently_is_unknown_and_nothing_lands() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    store.add(Fault("put_if_absent", "_versions/*", mode="before", times=None))
+    txn = Transaction(1, Append([frag()]))
+    with pytest.raises(CommitStateUnknownError) as info:
+        commit(store, txn)
+    assert isinstance(info.value.__cause__, AmbiguousWriteError)
+    assert versions(inner) == [1]
+    store.clear()
+    assert commit(store, txn).version == 2
+
+
+def test_transaction_file_write_failure_propagates_and_nothing_lands() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    store.add(
+        Fault("put", "_transactions/*", mode="before", error=lambda m, p: StorageError("down"))
+    )
+    txn = Transaction(1, Append([frag()]))
+    with pytest.raises(StorageError, match="down"):
+        commit(store, txn)
+    assert versions(inner) == [1]
+    assert commit(store, txn).version == 2
+
+
+def test_find_transaction() -> None:
+    store = MemoryStorage()
+    first = create(store)
+    r = append(store)
+    assert find_transaction(store, r.transaction.uuid) == 2
+    assert find_transaction(store, first.transaction.uuid) == 1
+    assert find_transaction(store, first.transaction.uuid, since_version=1) is None
+    assert find_transaction(store, str(uuid.uuid4())) is None
+
+
+# ---- re-planning ---------------------------------------------------------------------------------
+
+
+def test_replan_and_commit_replans_after_a_retryable_conflict() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    calls: list[int] = []
+
+    def plan(ds: Dataset) -> Transaction:
+        calls.append(ds.version)
+        if len(calls) == 1:  # someone deletes in the same fragment while we plan
+            commit(inner, _delete(inner, 0, {5}, affected=False, read_version=ds.version))
+        return _delete(inner, 0, {1}, affected=False, read_version=ds.version)
+
+    clock = FakeClock()
+    r = replan_and_commit(store, plan, retry_policy=policy(clock, max_attempts=3))
+    assert calls == [1, 2]
+    assert r.version == 3
+    assert _deleted(inner, 0) == BitMap([1, 5])
+
+
+def test_replan_budget_exhaustion_chains_the_last_conflict() -> None:
+    inner = MemoryStorage()
+    create(inner)
+
+    clock = FakeClock()
+    planned: list[int] = []
+
+    def plan(ds: Dataset) -> Transaction:
+        planned.append(ds.version)
+        clock.t += 0.2
+        # a competitor deletes another row of the same fragment while we plan, every time
+        commit(inner, _delete(inner, 0, {ds.version + 4}, affected=False, read_version=ds.version))
+        return _delete(inner, 0, {0}, affected=False, read_version=ds.version)
+
+    with pytest.raises(RetriesExhaustedError, match="preempted 2 time") as info:
+        replan_and_commit(inner, plan, retry_policy=policy(clock, max_attempts=2))
+    assert isinstance(info.value.__cause__, RetryableConflictError)
+    assert info.value.conflicts
+    assert planned == [1, 2]
+    assert clock.sleeps == [pytest.approx(3 * 0.22)]

@@ -1,0 +1,576 @@
+"""The commit loop: land a transaction exactly once, or say precisely why not.
+
+:func:`commit` follows Lance's ``commit_transaction`` (``lance-format.md`` §8):
+
+1. list ``_versions/`` once; take the versions newer than the one already checked;
+2. load their transactions (the inline copy, reading as little of each manifest as the
+   format allows; ``_transactions/`` as a fallback). If one of them *is* this transaction
+   (same uuid) an earlier call landed it: return that version, commit nothing;
+3. check this transaction against each of them in version order
+   (:func:`txn_engine.conflicts.detect.check`); a conflict raises
+   :class:`~txn_engine.errors.RetryableConflictError` or
+   :class:`~txn_engine.errors.IncompatibleTransactionError`. A version whose transaction
+   cannot be read or has an unknown operation is an incompatible conflict naming it;
+4. rebase (merge deletion vectors of concurrent Delete/Update), write
+   ``_transactions/{read_version}-{uuid}.txn``, build the next manifest on the latest one
+   (:mod:`txn_engine.builder`) and create it with ``put_if_absent`` in the dataset's naming
+   scheme;
+5. on losing the race, back off (:class:`~txn_engine.retry.RetryPolicy`) and repeat from 1.
+
+Exactly once: when the manifest create fails in a way that leaves its outcome unknown
+(lost response, timeout, any storage error after the request may have reached the store,
+or ``ObjectExistsError`` that may be the store answering our own retried request), the loop
+reads the target version back *before doing anything else*: our bytes there mean it landed;
+another writer's mean we lost the race; nothing there means the same bytes are offered
+again at the same name (so a delayed original and the repeat cannot both land). If that
+cannot be settled, :class:`~txn_engine.errors.CommitStateUnknownError` is raised and nothing
+is deleted; committing the same transaction again settles it (step 2).
+
+Creating a dataset (``read_version`` 0) is a single attempt: an existing dataset raises
+:class:`~txn_engine.errors.DatasetAlreadyExistsError` (unless it was this very transaction).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from txn_engine._proto import transaction_pb2
+from txn_engine.builder import ManifestState, build_manifest, validate
+from txn_engine.codec import transaction_from_proto, transaction_to_proto
+from txn_engine.conflicts.detect import Conflict, check, unreadable_conflict
+from txn_engine.conflicts.rebase import ConflictOptions, derive_affected_rows, find_fragment, rebase
+from txn_engine.dataset import Dataset
+from txn_engine.errors import (
+    AtomicityUnsupportedError,
+    CommitStateUnknownError,
+    DatasetAlreadyExistsError,
+    DatasetNotFoundError,
+    FormatError,
+    IncompatibleTransactionError,
+    InvalidOperationError,
+    InvalidStorageArgumentError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    RetriesExhaustedError,
+    RetryableConflictError,
+    StorageError,
+    VersionNotFoundError,
+)
+from txn_engine.format.flags import check_writer_flags
+from txn_engine.format.io import read_manifest_entry, read_transaction_and_manifest
+from txn_engine.format.manifest_file import ManifestFile, encode_manifest_file
+from txn_engine.format.naming import (
+    NamingScheme,
+    VersionEntry,
+    list_versions,
+    manifest_name,
+    transaction_file_name,
+    transaction_path,
+)
+from txn_engine.model import Fragment
+from txn_engine.ops import Clone, Delete, Restore, Update
+from txn_engine.retry import RetryBudget, RetryPolicy
+from txn_engine.storage import open_storage
+from txn_engine.storage.base import Storage
+from txn_engine.transaction import Transaction
+
+__all__ = [
+    "CommitResult",
+    "ConflictOptions",
+    "RetryPolicy",
+    "commit",
+    "find_transaction",
+    "replan_and_commit",
+]
+
+#: How many times the loop re-reads / re-offers an ambiguous manifest create before it
+#: gives up with CommitStateUnknownError.
+SETTLE_ATTEMPTS = 3
+
+_Uri = str | os.PathLike[str] | Storage
+
+
+@attrs.frozen
+class CommitResult:
+    """A landed transaction.
+
+    ``transaction`` is the transaction as landed (a rebased Delete/Update has a newer
+    ``read_version`` and merged deletion files); ``attempts`` counts manifest-create
+    attempts in this call; ``already_committed`` is True when an earlier call had landed it
+    (found by uuid) and this call committed nothing.
+    """
+
+    version: int
+    transaction: Transaction
+    attempts: int
+    manifest_path: str
+    already_committed: bool = False
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+def _entry_for(entries: list[VersionEntry], version: int) -> VersionEntry | None:
+    i = bisect.bisect_left(entries, version, key=lambda e: e.version)
+    if i < len(entries) and entries[i].version == version:
+        return entries[i]
+    return None
+
+
+def _conflict_error(txn: Transaction, conflict: Conflict) -> Exception:
+    cls = RetryableConflictError if conflict.retryable else IncompatibleTransactionError
+    return cls(
+        conflict.reason,
+        read_version=txn.read_version,
+        conflicting_version=conflict.version,
+        operation=txn.kind,
+        other_operation=conflict.other,
+        remedy=conflict.remedy,
+        conflicts=(conflict,),
+    )
+
+
+@attrs.define
+class _State:
+    """What one commit call has learned so far."""
+
+    storage: Storage
+    original: Transaction
+    txn: Transaction
+    options: ConflictOptions
+    checked_up_to: int
+    manifests: dict[int, ManifestFile] = attrs.field(factory=dict)
+    entries: list[VersionEntry] = attrs.field(factory=list)
+
+    def manifest(self, version: int) -> ManifestFile:
+        """The decoded manifest of ``version`` (cached; one read)."""
+        mf = self.manifests.get(version)
+        if mf is None:
+            entry = _entry_for(self.entries, version)
+            if entry is None:
+                raise VersionNotFoundError(
+                    f"{self.storage.uri}: version {version} does not exist (cleaned up?)"
+                )
+            mf = read_manifest_entry(self.storage, entry)
+            self.manifests[version] = mf
+        return mf
+
+    def initial_fragment(self, fragment_id: int) -> Fragment | None:
+        """My fragment as of my transaction's current read version."""
+        pb = find_fragment(self.manifest(self.txn.read_version).manifest.fragments, fragment_id)
+        return None if pb is None else Fragment.from_proto(pb)
+
+
+def _load_transaction(
+    state: _State, entry: VersionEntry
+) -> tuple[transaction_pb2.Transaction | None, Exception | None]:
+    """The transaction pb of a newer version (reusing a cached manifest), or the error."""
+    cached = state.manifests.get(entry.version)
+    try:
+        pb, whole = read_transaction_and_manifest(state.storage, entry, cached)
+    except (FormatError, VersionNotFoundError) as exc:
+        return None, exc
+    if whole is not None:
+        state.manifests[entry.version] = whole
+    return pb, None
+
+
+def _check_all(
+    state: _State,
+    loaded: list[tuple[VersionEntry, transaction_pb2.Transaction | None, Exception | None]],
+) -> frozenset[int]:
+    """Check my transaction against each newer version; raise on a conflict; return the
+    fragments whose deletion vectors need merging."""
+    rebase_ids: set[int] = set()
+    for entry, pb, error in loaded:
+        mine = state.txn
+        if pb is None:
+            raise _conflict_error(
+                mine,
+                unreadable_conflict(mine, entry.version, error or ValueError("?"), other_uuid=None),
+            )
+        try:
+            other = transaction_from_proto(pb)
+        except Exception as exc:  # undecodable or unknown operation: conservative conflict
+            raise _conflict_error(
+                mine, unreadable_conflict(mine, entry.version, exc, other_uuid=pb.uuid)
+            ) from exc
+        result = check(
+            mine, other, other_version=entry.version, initial_fragments=state.initial_fragment
+        )
+        if (
+            result.conflicts
+            and state.options.derive_affected_rows
+            and isinstance(mine.operation, (Delete, Update))
+            and mine.operation.affected_rows is None
+            and all(c.rule == "D1" for c in result.conflicts)
+        ):
+            rows = derive_affected_rows(state.storage, mine, state.initial_fragment)
+            if rows is not None:
+                op = attrs.evolve(mine.operation, affected_rows=rows)
+                state.txn = attrs.evolve(mine, operation=op)
+                result = check(
+                    state.txn,
+                    other,
+                    other_version=entry.version,
+                    initial_fragments=state.initial_fragment,
+                )
+        if result.conflicts:
+            raise _conflict_error(state.txn, result.conflicts[0])
+        rebase_ids |= result.rebase_fragment_ids
+    return frozenset(rebase_ids)
+
+
+def _settle(
+    storage: Storage, path: str, data: bytes, cause: BaseException, txn: Transaction
+) -> bool:
+    """Decide whether an ambiguous manifest create landed. True: ours is there; False:
+    another writer's is. Raises CommitStateUnknownError when it cannot be decided."""
+    last: BaseException = cause
+    for _ in range(SETTLE_ATTEMPTS):
+        try:
+            found = storage.get(path)
+        except ObjectNotFoundError:
+            found = None
+        except StorageError as exc:
+            last = exc
+            continue
+        if found is not None:
+            return found == data
+        try:  # nothing there: offer the very same bytes again at the same name
+            storage.put_if_absent(path, data)
+        except ObjectExistsError:
+            continue
+        except (AtomicityUnsupportedError, InvalidStorageArgumentError):
+            raise
+        except StorageError as exc:
+            last = exc
+            continue
+        return True
+    raise CommitStateUnknownError(
+        f"the outcome of creating {path} for transaction {txn.uuid} is unknown "
+        f"({type(last).__name__}: {last})",
+        read_version=txn.read_version,
+        operation=txn.kind,
+        remedy=(
+            "do not delete any file this transaction references; commit the same "
+            "transaction again (or call txn_engine.find_transaction) to settle it"
+        ),
+    ) from last
+
+
+def _create(storage: Storage, path: str, data: bytes, txn: Transaction) -> bool:
+    """put_if_absent with settlement. True if our manifest is at ``path``."""
+    try:
+        storage.put_if_absent(path, data)
+    except ObjectExistsError as exc:
+        return _settle(storage, path, data, exc, txn)
+    except (AtomicityUnsupportedError, InvalidStorageArgumentError):
+        raise
+    except StorageError as exc:
+        return _settle(storage, path, data, exc, txn)
+    return True
+
+
+def _write_transaction_file(
+    storage: Storage, txn: Transaction
+) -> tuple[str, transaction_pb2.Transaction]:
+    pb = transaction_to_proto(txn)
+    name = transaction_file_name(txn.read_version, txn.uuid)
+    storage.put(transaction_path(name), pb.SerializeToString(deterministic=True))
+    return name, pb
+
+
+def _state_of(mf: ManifestFile) -> ManifestState:
+    return ManifestState(manifest=mf.manifest, indices=tuple(mf.indices))
+
+
+# ---- creation --------------------------------------------------------------------------------
+
+
+def _commit_new(
+    storage: Storage,
+    txn: Transaction,
+    naming: NamingScheme | None,
+    timestamp_ns: int | None,
+    stable_row_ids: bool,
+) -> CommitResult:
+    op = txn.operation
+    clone_source: ManifestState | None = None
+    target = 1
+    if isinstance(op, Clone):
+        source = open_storage(op.ref_path)
+        entry = _source_entry(source, op.ref_version)
+        clone_source = _state_of(read_manifest_entry(source, entry))
+        target = op.ref_version
+    scheme = naming or NamingScheme.V2
+    path = f"_versions/{manifest_name(target, scheme)}"
+    entries = list_versions(storage)
+    if entries:
+        existing = _entry_for(entries, target)
+        if existing is not None:
+            pb, _ = read_transaction_and_manifest(storage, existing)
+            if pb.uuid == txn.uuid:
+                return CommitResult(
+                    existing.version, transaction_from_proto(pb), 0, existing.path, True
+                )
+        raise DatasetAlreadyExistsError(
+            f"{storage.uri} already holds a dataset (latest version {entries[-1].version}); "
+            f"commit with read_version={entries[-1].version} to overwrite it"
+        )
+    validate(None, txn)
+    name, pb = _write_transaction_file(storage, txn)
+    state = build_manifest(
+        None,
+        txn,
+        version=target,
+        transaction_file=name,
+        timestamp_ns=timestamp_ns,
+        clone_source=clone_source,
+        stable_row_ids=stable_row_ids,
+    )
+    data = encode_manifest_file(state.manifest, state.indices, pb)
+    if not _create(storage, path, data, txn):
+        raise DatasetAlreadyExistsError(
+            f"{storage.uri}: another writer created the dataset concurrently"
+        )
+    return CommitResult(target, txn, 1, path)
+
+
+def _source_entry(source: Storage, version: int) -> VersionEntry:
+    entry = _entry_for(list_versions(source), version)
+    if entry is None:
+        raise VersionNotFoundError(f"{source.uri}: version {version} does not exist")
+    return entry
+
+
+# ---- the loop --------------------------------------------------------------------------------
+
+
+def commit(
+    uri_or_storage: _Uri,
+    transaction: Transaction,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    retry_policy: RetryPolicy | None = None,
+    naming: NamingScheme | None = None,
+    conflict_options: ConflictOptions | None = None,
+    base: Dataset | ManifestFile | None = None,
+    timestamp_ns: int | None = None,
+    enable_stable_row_ids: bool = False,
+) -> CommitResult:
+    """Commit ``transaction`` to the dataset at ``uri_or_storage``; return where it landed.
+
+    * ``retry_policy``: attempts / deadline / backoff when losing the race for a version
+      (default :class:`RetryPolicy`: 20 attempts, Lance's slot backoff).
+    * ``naming``: manifest naming for a *new* dataset (default V2, as pylance 14); an
+      existing dataset keeps its scheme.
+    * ``conflict_options``: opt-in rules more permissive than Lance (default: none).
+    * ``base``: the manifest at ``transaction.read_version`` if the caller has it (a
+      :class:`~txn_engine.dataset.Dataset` or ManifestFile), saving one read.
+    * ``timestamp_ns``: the manifest timestamp (default: now).
+    * ``enable_stable_row_ids``: only when creating a dataset (it cannot be switched on
+      later; an existing dataset keeps its setting).
+
+    Raises RetryableConflictError (re-plan and retry; see :func:`replan_and_commit`),
+    IncompatibleTransactionError, RetriesExhaustedError (contention), CommitStateUnknownError
+    (outcome unknown: commit the same transaction again to settle it), InvalidOperationError
+    (nothing written), DatasetAlreadyExistsError, DatasetNotFoundError, VersionNotFoundError,
+    StorageError (before the manifest create: nothing landed).
+    """
+    storage = open_storage(uri_or_storage, storage_options)
+    policy = retry_policy or RetryPolicy()
+    if transaction.read_version == 0 or isinstance(transaction.operation, Clone):
+        return _commit_new(storage, transaction, naming, timestamp_ns, enable_stable_row_ids)
+    state = _State(
+        storage=storage,
+        original=transaction,
+        txn=transaction,
+        options=conflict_options or ConflictOptions(),
+        checked_up_to=transaction.read_version,
+    )
+    if base is not None:
+        mf = base.manifest_file if isinstance(base, Dataset) else base
+        if mf.manifest.version != transaction.read_version:
+            raise InvalidOperationError(
+                f"base is version {mf.manifest.version}, the transaction reads version "
+                f"{transaction.read_version}"
+            )
+        state.manifests[transaction.read_version] = mf
+    budget = policy.budget()
+    while True:
+        budget.start_attempt()
+        result = _attempt(state, budget, timestamp_ns)
+        if result is not None:
+            return result
+        if not budget.wait():
+            raise RetriesExhaustedError(
+                f"{state.txn.kind} transaction {state.txn.uuid} lost the race for a new "
+                f"version {budget.attempts} time(s) ({budget.exhausted_reason() or 'deadline'})",
+                read_version=transaction.read_version,
+                conflicting_version=state.checked_up_to + 1,
+                operation=state.txn.kind,
+                remedy="contention, not a conflict: retry later or raise RetryPolicy budgets",
+            )
+
+
+def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> CommitResult | None:
+    """One attempt. Returns the result, or None when the race for the version was lost."""
+    storage = state.storage
+    entries = list_versions(storage)
+    if not entries:
+        raise DatasetNotFoundError(f"no Lance dataset at {storage.uri}")
+    state.entries = entries
+    latest = entries[-1]
+    if latest.version < state.original.read_version:
+        raise VersionNotFoundError(
+            f"{storage.uri}: read version {state.original.read_version} does not exist "
+            f"(latest is {latest.version})"
+        )
+    newer = [e for e in entries if e.version > state.checked_up_to]
+    latest_error: Exception | None = None
+    if newer:  # the latest manifest is needed whole anyway: its inline transaction comes free
+        try:
+            state.manifest(latest.version)
+        except (FormatError, VersionNotFoundError) as exc:
+            latest_error = exc
+    loaded: list[tuple[VersionEntry, transaction_pb2.Transaction | None, Exception | None]] = []
+    for entry in newer:
+        pb: transaction_pb2.Transaction | None
+        error: Exception | None
+        if entry is latest and latest_error is not None:
+            pb, error = None, latest_error
+        else:
+            pb, error = _load_transaction(state, entry)
+        if pb is not None and pb.uuid == state.original.uuid:
+            return CommitResult(
+                entry.version,
+                transaction_from_proto(pb),
+                budget.attempts - 1,
+                entry.path,
+                already_committed=True,
+            )
+        loaded.append((entry, pb, error))
+    rebase_ids = _check_all(state, loaded)
+    base_file = state.manifest(latest.version)
+    check_writer_flags(base_file.manifest)
+    if isinstance(state.txn.operation, (Delete, Update)):
+        moved = rebase(
+            storage,
+            state.txn,
+            latest_version=latest.version,
+            latest_fragments=base_file.manifest.fragments,
+            rebase_fragment_ids=rebase_ids,
+            initial_fragments=state.initial_fragment if rebase_ids else None,
+        )
+        if isinstance(moved, Conflict):
+            raise _conflict_error(state.txn, moved)
+        state.txn = moved
+    state.checked_up_to = latest.version
+    txn = state.txn
+    current = _state_of(base_file)
+    validate(current, txn)
+    restore_source = None
+    if isinstance(txn.operation, Restore):
+        restore_source = _state_of(state.manifest(txn.operation.version))
+    name, pb = _write_transaction_file(storage, txn)
+    target = latest.version + 1
+    built = build_manifest(
+        current,
+        txn,
+        version=target,
+        transaction_file=name,
+        timestamp_ns=timestamp_ns,
+        restore_source=restore_source,
+    )
+    data = encode_manifest_file(built.manifest, built.indices, pb)
+    path = f"_versions/{manifest_name(target, latest.scheme)}"
+    if _create(storage, path, data, txn):
+        return CommitResult(target, txn, budget.attempts, path)
+    return None
+
+
+# ---- lookups and re-planning ------------------------------------------------------------------
+
+
+def find_transaction(
+    uri_or_storage: _Uri,
+    uuid: str,
+    *,
+    since_version: int = 0,
+    storage_options: Mapping[str, Any] | None = None,
+) -> int | None:
+    """The version created by transaction ``uuid`` (looking at versions newer than
+    ``since_version``), or None. Versions whose transaction cannot be read are skipped.
+
+    Use it after :class:`~txn_engine.errors.CommitStateUnknownError` to learn whether a
+    transaction landed (committing it again does the same and lands it if it did not).
+    """
+    storage = open_storage(uri_or_storage, storage_options)
+    for entry in reversed(list_versions(storage)):
+        if entry.version <= since_version:
+            break
+        try:
+            pb, _ = read_transaction_and_manifest(storage, entry)
+        except (FormatError, VersionNotFoundError):
+            continue
+        if pb.uuid == uuid:
+            return entry.version
+    return None
+
+
+def replan_and_commit(
+    uri_or_storage: _Uri,
+    plan: Callable[[Dataset], Transaction],
+    *,
+    retry_policy: RetryPolicy | None = None,
+    commit_retry_policy: RetryPolicy | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    conflict_options: ConflictOptions | None = None,
+    timestamp_ns: int | None = None,
+) -> CommitResult:
+    """Plan a transaction against the latest version and commit it; on a retryable
+    conflict, re-plan from a fresh read and try again (what Lance's delete / update /
+    merge-insert builders do).
+
+    ``plan(dataset)`` must build a new Transaction (``read_version = dataset.version``)
+    from the snapshot it is given, each time it is called. ``retry_policy`` is the
+    re-planning budget (default :meth:`RetryPolicy.replanning`: 10 retries, 30 s; the
+    first attempt is never cut short); ``commit_retry_policy`` the budget of each commit.
+    Raises RetriesExhaustedError (chained to the last RetryableConflictError) when the
+    budget runs out; every other error propagates unchanged.
+    """
+    storage = open_storage(uri_or_storage, storage_options)
+    policy = retry_policy or RetryPolicy.replanning()
+    budget = policy.budget()
+    while True:
+        budget.start_attempt()
+        snapshot = Dataset.open(storage)
+        txn = plan(snapshot)
+        try:
+            return commit(
+                storage,
+                txn,
+                retry_policy=commit_retry_policy,
+                conflict_options=conflict_options,
+                base=snapshot if txn.read_version == snapshot.version else None,
+                timestamp_ns=timestamp_ns,
+            )
+        except RetryableConflictError as exc:
+            if not budget.wait():
+                raise RetriesExhaustedError(
+                    f"{txn.kind} was preempted {budget.attempts} time(s) by concurrent "
+                    f"commits ({budget.exhausted_reason() or 'deadline'}); too much write "
+                    "contention",
+                    read_version=txn.read_version,
+                    conflicting_version=exc.conflicting_version,
+                    operation=txn.kind,
+                    other_operation=exc.other_operation,
+                    remedy="retry later, or raise the re-planning RetryPolicy budgets",
+                    conflicts=exc.conflicts,
+                ) from exc

@@ -20,6 +20,10 @@ from __future__ import annotations
 from txn_engine import errors as errors
 from txn_engine.codec import transaction_from_proto as transaction_from_proto
 from txn_engine.codec import transaction_to_proto as transaction_to_proto
+from txn_engine.commit import CommitResult as CommitResult
+from txn_engine.commit import commit as commit
+from txn_engine.commit import find_transaction as find_transaction
+from txn_engine.commit import replan_and_commit as replan_and_commit
 from txn_engine.dataset import Dataset as Dataset
 from txn_engine.model import BasePath as BasePath
 from txn_engine.model import DataFile as DataFile
@@ -57,6 +61,7 @@ from txn_engine.ops import UpdateMap as UpdateMap
 from txn_engine.ops import UpdateMemWalState as UpdateMemWalState
 from txn_engine.ops import UpdateMode as UpdateMode
 from txn_engine.ops import operation_kind as operation_kind
+from txn_engine.retry import RetryPolicy as RetryPolicy
 from txn_engine.storage import open_storage as open_storage
 from txn_engine.transaction import Transaction as Transaction
 
@@ -66,6 +71,7 @@ __all__ = [
     "Append",
     "BasePath",
     "Clone",
+    "CommitResult",
     "CreateIndex",
     "DataFile",
     "DataReplacement",
@@ -90,6 +96,7 @@ __all__ = [
     "Project",
     "ReserveFragments",
     "Restore",
+    "RetryPolicy",
     "Rewrite",
     "RewriteGroup",
     "RewrittenIndex",
@@ -101,9 +108,12 @@ __all__ = [
     "UpdateMemWalState",
     "UpdateMode",
     "__version__",
+    "commit",
     "errors",
+    "find_transaction",
     "open_storage",
     "operation_kind",
+    "replan_and_commit",
     "transaction_from_proto",
     "transaction_to_proto",
 ]

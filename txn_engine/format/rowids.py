@@ -221,6 +221,9 @@ def segment_for_values(values: Sequence[int]) -> Segment:
     if not is_sorted:
         return ArraySegment(tuple(values))
     lo, hi = values[0], values[-1]
+    if hi == (1 << 64) - 1:
+        # u64::MAX cannot be the inclusive end of a range (exclusive ends overflow)
+        return SortedArraySegment(tuple(values))
     span = hi - lo + 1
     n_holes = span - n
     if n_holes == 0:

@@ -1,0 +1,319 @@
+"""Matrix conformance with pylance 14.0.2, writers mixed both ways.
+
+The 29 operations of ``pylance14-conflict-matrix.md`` ("Operations") are prepared once on a
+4-fragment dataset (ids 0..39, 10 rows per fragment, read version 1). For every ordered
+pair (A committed first, B planned on version 1 and committed second) three scenarios run
+on a fresh copy of that dataset:
+
+* ``PP``: pylance commits A and B (the oracle; its outcomes must equal the measured table);
+* ``PE``: pylance commits A, txn_engine commits B;
+* ``EP``: txn_engine commits A, pylance commits B (pylance checks against our manifests
+  and transactions).
+
+The outcome of B (Y lands, R retryable, X incompatible, E another error) must equal the
+measured matrix in every scenario, and the resulting table (version, rows, schema, config,
+table metadata, index names) must equal the ``PP`` result.
+
+txn_engine's form of each operation is what pylance serialized for it (decoded from the
+transaction pylance wrote when committing it alone), so both writers commit the very same
+operation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lance
+import lance.fragment as lf
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from lance.file import LanceFileWriter
+from lance.schema import LanceSchema
+
+from txn_engine.codec import transaction_from_proto
+from txn_engine.commit import commit
+from txn_engine.errors import (
+    IncompatibleTransactionError,
+    RetryableConflictError,
+    TxnEngineError,
+)
+from txn_engine.format.io import read_transaction
+from txn_engine.ops import Operation
+from txn_engine.storage import LocalStorage
+from txn_engine.transaction import Transaction
+
+pytestmark = pytest.mark.pylance
+
+Op = lance.LanceOperation
+
+MEASURED = {
+    "Append": "YYYYYYYXYYYYYYRYRYXYYYYYYYYYY",
+    "Delete0": "YRRYRRYXYYYYRYRRYYXYYYYYYYRYR",
+    "Delete0b": "YRRYRRYXYYYYRYRRYYXYYYYYYYRYR",
+    "Delete1": "YYYRYYYXYYYYRYRRYYXYYYYYYYYYY",
+    "DeleteFrag0": "YRRYRRYXYYYYRYRRYYXYYYYYYYRYR",
+    "Update0": "YRRYRRYXYYYYRYRRRYXYYYYYYYRYR",
+    "Update2": "YYYYYYRXYYYYYRRRRYXYYYYYYYYRY",
+    "Overwrite": "YYYYYYYRYYYYYYYYYYYYYYYYYYYYY",
+    "CreateIndex01": "YYYYYYYXRRYYRYYYYYXYYYYYYYYYR",
+    "CreateIndex23": "YYYYYYYXRRYYYRYYYYXYYYYYYYYYR",
+    "CreateIdxVal01": "YYYYYYYXYYRYRYYYYYXYYYYYYYRRY",
+    "CreateIdxIdB01": "YYYYYYYXYYYRRYYYYYXYYYYYYYYYR",
+    "Rewrite01": "YRRRRRYXRYRRRYRRYYXYYYYYYYRYR",
+    "Rewrite23": "YYYYYYRXYRYYYRRRYYXYYYYYYYYRY",
+    "Merge": "RRRRRRRXYYYYRRRRXXXYYYRYYRRRR",
+    "MergeNN": "RRRRRRRXYYYYRRRRXXXYYYRYYRRRR",
+    "Project": "RYYYYRRXYYYYYYRRRRXYYYYYYYRRR",
+    "ProjectNN": "YYYYYYYXYYYYYYRRRRXYYYYYYYYYY",
+    "Restore": "YYYYYYYYYYYYYYYYYYYYYYXYYXYYY",
+    "Cfg_k1": "YYYYYYYYYYYYYYYYYYYXYXYYYYYYY",
+    "Cfg_k2": "YYYYYYYYYYYYYYYYYYYYXYYYYYYYY",
+    "Cfg_k1del": "YYYYYYYYYYYYYYYYYYYXYYYYYYYYY",
+    "CfgSchemaMeta": "YYYYYYYXYYYYYYRRYYXYYYXYYYYYY",
+    "CfgTableMeta": "YYYYYYYYYYYYYYYYYYYYYYYXYYYYY",
+    "CfgTableMeta2": "YYYYYYYYYYYYYYYYYYYYYYYYXYYYY",
+    "CfgFieldMeta": "YYYYYYYXYYYYYYRREEXYYYYYYXYYY",
+    "DataRepl0": "YYYYXRYXYYRYRYRRRXXYYYYYYYRYY",
+    "DataRepl2": "YYYYYYRXYYRYYRRRRXXYYYYYYYYRY",
+    "DataReplId0": "YYYYXRYXRRYRRYRRRYXYYYYYYYYYR",
+}
+NAMES = list(MEASURED)
+
+
+# ---- the 29 operations --------------------------------------------------------------------
+
+
+def _rows(ids: list[int] | range, mul: int = 10) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(list(ids), pa.int64()),
+            "val": pa.array([i * mul for i in ids], pa.int64()),
+        }
+    )
+
+
+def _single_column_file(root: str, ds: Any, column: str, values: list[int]) -> Any:
+    name = f"{uuid.uuid4().hex}.lance"
+    schema = pa.schema([ds.schema.field(column)])
+    path = os.path.join(root, "data", name)
+    with LanceFileWriter(path, schema, version="2.2") as writer:
+        writer.write_batch(pa.record_batch([pa.array(values, pa.int64())], schema=schema))
+    field_id = ds.lance_schema.field(column).id()
+    return lf.DataFile(name, [field_id], [0], 2, 2, os.path.getsize(path))
+
+
+def _pylance_operations(root: str) -> dict[str, Any]:
+    ds = lance.dataset(root)
+    fr = {f.fragment_id: f for f in ds.get_fragments()}
+    u = Op.UpdateMap
+
+    def index(column: str, name: str, fragments: list[int]) -> Any:
+        return ds.create_index_uncommitted(column, "BTREE", name=name, fragment_ids=fragments)
+
+    def extra(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.record_batch([pc.multiply(batch["id"], 2)], names=["extra"])
+
+    merged = []
+    merged_schema = None
+    for i in range(4):
+        meta, merged_schema = fr[i].merge_columns(extra, columns=["id"])
+        merged.append(meta)
+    only_id = LanceSchema.from_pyarrow(pa.schema([ds.schema.field("id")]))
+    return {
+        "Append": Op.Append(lf.write_fragments(_rows(range(100, 110)), root)),
+        "Delete0": Op.Delete([fr[0].delete("id < 3")], [], "id < 3"),
+        "Delete0b": Op.Delete([fr[0].delete("id in (7, 8)")], [], "id in (7, 8)"),
+        "Delete1": Op.Delete([fr[1].delete("id >= 10 and id < 13")], [], "id >= 10 and id < 13"),
+        "DeleteFrag0": Op.Delete([], [0], "id < 10"),
+        "Update0": Op.Update(
+            updated_fragments=[fr[0].delete("id in (0, 1)")],
+            new_fragments=lf.write_fragments(_rows([0, 1], -1), root),
+            update_mode="rewrite_rows",
+        ),
+        "Update2": Op.Update(
+            updated_fragments=[fr[2].delete("id in (20, 21)")],
+            new_fragments=lf.write_fragments(_rows([20, 21], -1), root),
+            update_mode="rewrite_rows",
+        ),
+        "Overwrite": Op.Overwrite(ds.schema, lf.write_fragments(_rows(range(200, 205)), root)),
+        "CreateIndex01": Op.CreateIndex([index("id", "id_idx", [0, 1])], []),
+        "CreateIndex23": Op.CreateIndex([index("id", "id_idx", [2, 3])], []),
+        "CreateIdxVal01": Op.CreateIndex([index("val", "val_idx", [0, 1])], []),
+        "CreateIdxIdB01": Op.CreateIndex([index("id", "id_idx_b", [0, 1])], []),
+        "Rewrite01": Op.Rewrite(
+            [
+                Op.RewriteGroup(
+                    [fr[0].metadata, fr[1].metadata],
+                    lf.write_fragments(ds.to_table(filter="id < 20"), root),
+                )
+            ],
+            [],
+        ),
+        "Rewrite23": Op.Rewrite(
+            [
+                Op.RewriteGroup(
+                    [fr[2].metadata, fr[3].metadata],
+                    lf.write_fragments(ds.to_table(filter="id >= 20"), root),
+                )
+            ],
+            [],
+        ),
+        "Merge": Op.Merge(merged, merged_schema),
+        "MergeNN": Op.Merge(merged, merged_schema, preserves_nullability=True),
+        "Project": Op.Project(only_id),
+        "ProjectNN": Op.Project(only_id, preserves_nullability=True),
+        "Restore": Op.Restore(1),
+        "Cfg_k1": Op.UpdateConfig(config_updates=u({"k1": "v1"})),
+        "Cfg_k2": Op.UpdateConfig(config_updates=u({"k2": "v2"})),
+        "Cfg_k1del": Op.UpdateConfig(config_updates=u({"k1": None})),
+        "CfgSchemaMeta": Op.UpdateConfig(schema_metadata_updates=u({"sm": "x"})),
+        "CfgTableMeta": Op.UpdateConfig(table_metadata_updates=u({"tm": "x"})),
+        "CfgTableMeta2": Op.UpdateConfig(table_metadata_updates=u({"tm2": "x"})),
+        "CfgFieldMeta": Op.UpdateConfig(field_metadata_updates={1: u({"fm": "x"})}),
+        "DataRepl0": Op.DataReplacement(
+            [
+                Op.DataReplacementGroup(
+                    0, _single_column_file(root, ds, "val", [-i for i in range(10)])
+                )
+            ]
+        ),
+        "DataRepl2": Op.DataReplacement(
+            [
+                Op.DataReplacementGroup(
+                    2, _single_column_file(root, ds, "val", [-i for i in range(20, 30)])
+                )
+            ]
+        ),
+        "DataReplId0": Op.DataReplacement(
+            [
+                Op.DataReplacementGroup(
+                    0, _single_column_file(root, ds, "id", [1000 + i for i in range(10)])
+                )
+            ]
+        ),
+    }
+
+
+class Catalogue:
+    """The base dataset plus each operation in pylance's and txn_engine's form."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.base = str(workdir / "base")
+        lance.write_dataset(_rows(range(40)), self.base, max_rows_per_file=10)
+        self.pylance = _pylance_operations(self.base)
+        self.engine: dict[str, Operation] = {}
+        for name, op in self.pylance.items():
+            scratch = self.fresh(f"solo-{name}")
+            lance.LanceDataset.commit(scratch, op, read_version=1)
+            pb = read_transaction(LocalStorage(scratch), 2)
+            self.engine[name] = transaction_from_proto(pb).operation
+        self._n = 0
+
+    def fresh(self, label: str | None = None) -> str:
+        self._n = getattr(self, "_n", 0) + 1
+        target = str(self.workdir / (label or f"run-{self._n}"))
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(self.base, target)
+        return target
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory: pytest.TempPathFactory) -> Catalogue:
+    return Catalogue(tmp_path_factory.mktemp("matrix"))
+
+
+# ---- writers and outcomes --------------------------------------------------------------------
+
+
+def _pylance_commit(uri: str, op: Any) -> None:
+    lance.LanceDataset.commit(uri, op, read_version=1)
+
+
+def _engine_commit(uri: str, op: Operation) -> None:
+    commit(uri, Transaction(1, op))
+
+
+def _outcome(run: Callable[[], None]) -> str:
+    try:
+        run()
+    except (RetryableConflictError, IncompatibleTransactionError) as exc:
+        return "R" if exc.retryable else "X"
+    except TxnEngineError:
+        return "E"
+    except lance.commit.CommitConflictError as exc:
+        return "R" if exc.retryable else "X"
+    except OSError:
+        return "E"
+    return "Y"
+
+
+def _contents(uri: str) -> dict[str, Any]:
+    ds = lance.dataset(uri)
+    table = ds.to_table()
+    table = table.sort_by("id") if "id" in table.column_names else table
+    return {
+        "version": ds.version,
+        "schema": [(f.name, str(f.type)) for f in table.schema],
+        "rows": table.to_pydict(),
+        "config": dict(ds.config()),
+        "schema_metadata": dict(ds.schema.metadata or {}),
+        "indices": sorted(i.name for i in ds.describe_indices()),
+    }
+
+
+def _scenario(cat: Catalogue, a: str, b: str, mode: str) -> tuple[str, dict[str, Any]]:
+    uri = cat.fresh()
+    first, second = mode[0], mode[1]
+    if first == "P":
+        solo = _outcome(lambda: _pylance_commit(uri, cat.pylance[a]))
+    else:
+        solo = _outcome(lambda: _engine_commit(uri, cat.engine[a]))
+    if solo != "Y":  # A alone must land; report it as a failed scenario
+        return f"A:{solo}", {}
+    if second == "P":
+        outcome = _outcome(lambda: _pylance_commit(uri, cat.pylance[b]))
+    else:
+        outcome = _outcome(lambda: _engine_commit(uri, cat.engine[b]))
+    contents = _contents(uri)
+    shutil.rmtree(uri, ignore_errors=True)
+    return outcome, contents
+
+
+def test_catalogue_operations_round_trip(catalogue: Catalogue) -> None:
+    assert list(catalogue.pylance) == NAMES
+    kinds = {n: type(op).__name__ for n, op in catalogue.engine.items()}
+    assert kinds["Delete0"] == "Delete"
+    assert kinds["MergeNN"] == "Merge"
+    assert catalogue.engine["MergeNN"].preserves_nullability  # type: ignore[union-attr]
+    assert not catalogue.engine["Merge"].preserves_nullability  # type: ignore[union-attr]
+    assert kinds["CfgFieldMeta"] == "UpdateConfig"
+    assert kinds["DataReplId0"] == "DataReplacement"
+
+
+@pytest.mark.parametrize("b", NAMES)
+def test_matrix_row_mixed_writers(catalogue: Catalogue, b: str) -> None:
+    """Row B of the matrix: every A, in the PP, PE and EP scenarios."""
+    got: dict[str, list[str]] = {"PP": [], "PE": [], "EP": []}
+    content_mismatch: list[tuple[str, str]] = []
+    for a in NAMES:
+        oracle_outcome, oracle = _scenario(catalogue, a, b, "PP")
+        got["PP"].append(oracle_outcome)
+        for mode in ("PE", "EP"):
+            outcome, contents = _scenario(catalogue, a, b, mode)
+            got[mode].append(outcome)
+            if contents != oracle:
+                content_mismatch.append((mode, a))
+    expected = MEASURED[b]
+    for mode, outcomes in got.items():
+        diff = [(a, g, e) for a, g, e in zip(NAMES, outcomes, expected, strict=True) if g != e]
+        assert not diff, f"{mode} B={b}: (A, got, measured) {diff}"
+    assert not content_mismatch, (
+        f"B={b}: table contents differ from pylance's in {content_mismatch}"
+    )

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from txn_engine.errors import AmbiguousWriteError, StorageError
 from txn_engine.storage import LocalStorage
 from txn_engine.storage.base import Storage
 
@@ -119,7 +120,9 @@ class FaultyStorage:
     processes: whoever removes the flag file fires the fault).
 
     * ``lose_response_flag``: the next manifest create-if-absent (a commit) reaches the
-      disk and then raises ConnectionResetError: a lost response.
+      disk, then reports AmbiguousWriteError (a lost response), and the next
+      ``outage_reads`` reads of that manifest fail too, so that the commit loop cannot
+      settle the outcome and raises CommitStateUnknownError to the driver.
     * ``crash_after_marker_flag``: in attempt 0 of a Spark task, the first staging-marker
       write reaches the disk and then the Python worker exits hard (``os._exit``): a task
       lost after its data file was complete.
@@ -129,6 +132,8 @@ class FaultyStorage:
         self._inner = LocalStorage(root)
         self._lose = options.get("lose_response_flag")
         self._crash = options.get("crash_after_marker_flag")
+        self._outage: dict[str, int] = {}
+        self._outage_reads = int(options.get("outage_reads", 3))
 
     @staticmethod
     def _fire(flag: str | None) -> bool:
@@ -150,7 +155,22 @@ class FaultyStorage:
     def put_if_absent(self, path: str, data: bytes) -> None:
         self._inner.put_if_absent(path, data)
         if path.startswith("_versions/") and self._fire(self._lose):
-            raise ConnectionResetError("injected: the response to the manifest write was lost")
+            self._outage[path] = self._outage_reads
+            raise AmbiguousWriteError(f"injected: the response to creating {path} was lost")
+
+    def _read_fault(self, path: str) -> None:
+        left = self._outage.get(path, 0)
+        if left:
+            self._outage[path] = left - 1
+            raise StorageError(f"injected: reading {path} failed (outage)")
+
+    def get(self, path: str) -> bytes:
+        self._read_fault(path)
+        return self._inner.get(path)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        self._read_fault(path)
+        return self._inner.get_range(path, start, end)
 
     def put(self, path: str, data: bytes) -> None:
         self._inner.put(path, data)

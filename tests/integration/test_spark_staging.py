@@ -174,3 +174,43 @@ def test_record_is_json(tmp_path: Path) -> None:
     st.write_record(storage, "k", {"read_version": 3, "uuid": "u"})
     raw = (tmp_path / STAGING_DIR / "k.write").read_text()
     assert json.loads(raw) == {"read_version": 3, "uuid": "u"}
+
+
+def test_straggling_attempt_cleans_up_after_itself(tmp_path: Path) -> None:
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    on_time, late = _paths(_fragments(uri, 1)), _paths(_fragments(uri, 1))
+    st.write_record(storage, "k", {"uuid": "u", "read_version": 1})
+    st.put_markers(storage, "k", on_time)
+    assert st.task_finished(storage, "k", on_time) is False  # write still open
+    st.finalize(storage, "k", keep=on_time)
+    # an attempt that marks its files after the write was finalised removes them itself
+    st.put_markers(storage, "k", late)
+    assert st.task_finished(storage, "k", late) is True
+    assert on_time[0] in _data(uri)
+    assert late[0] not in _data(uri)
+    assert _staged(uri) == []
+
+
+def test_finalize_second_pass_catches_markers_written_during_finalisation(
+    tmp_path: Path,
+) -> None:
+    uri = _dataset(tmp_path)
+    late = _paths(_fragments(uri, 1))
+
+    class MarkerDuringFinalize(LocalStorage):
+        """Simulates an attempt that marks its file (and checks the record) just before
+        the record is deleted."""
+
+        def delete(self, path: str) -> None:
+            if path == st.record_path("k"):
+                st.put_markers(self, "k", late)
+                assert st.task_finished(self, "k", late) is False
+            super().delete(path)
+
+    storage = MarkerDuringFinalize(uri)
+    st.write_record(storage, "k", {"uuid": "u", "read_version": 1})
+    stats = st.finalize(storage, "k", keep=())
+    assert (stats.files_removed, stats.failures) == (1, 0)
+    assert late[0] not in _data(uri)
+    assert _staged(uri) == []

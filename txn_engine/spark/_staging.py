@@ -59,6 +59,7 @@ __all__ = [
     "read_record",
     "record_path",
     "sweep",
+    "task_finished",
     "transaction_data_files",
     "write_record",
 ]
@@ -147,6 +148,32 @@ class FinalizeStats:
     failures: int = 0
 
 
+def _remove(
+    storage: Storage, key: str, names: Iterable[str], marked: set[str], *, data: bool
+) -> tuple[int, int, int]:
+    """Delete ``data/{name}`` (if ``data``) and then its marker (if marked), per name.
+    A name whose data file cannot be deleted keeps its marker. Returns (files, markers,
+    failures)."""
+    files = markers = failures = 0
+    for name in sorted(names):
+        if data:
+            try:
+                storage.delete(f"data/{name}")
+                files += 1
+            except Exception as exc:
+                failures += 1
+                _log.warning("could not delete data/%s of write %s: %r", name, key, exc)
+                continue
+        if name in marked:
+            try:
+                storage.delete(marker_path(key, name))
+                markers += 1
+            except Exception as exc:
+                failures += 1
+                _log.warning("could not delete marker of %s (write %s): %r", name, key, exc)
+    return files, markers, failures
+
+
 def finalize(
     storage: Storage,
     key: str,
@@ -156,7 +183,8 @@ def finalize(
     staged: StagedWrite | None = None,
 ) -> FinalizeStats:
     """Delete the files of write ``key`` that are not in ``keep``, then its markers, then
-    its record (that order is what makes :func:`sweep` safe).
+    its record, then whatever a straggling task marked meanwhile (that order is what makes
+    :func:`sweep` and the tasks' own check safe, see :func:`task_finished`).
 
     ``extra_files`` are data files known to belong to the write even without a marker (the
     fragments in Spark's commit messages). A file that cannot be deleted keeps its marker
@@ -167,39 +195,47 @@ def finalize(
     if staged is None:
         staged = list_staging(storage).get(key, StagedWrite(key, True, frozenset()))
     marked = set(staged.data_files)
-    doomed = (marked | set(extra_files)) - keep_set
-    removed = markers = failures = 0
-    for name in sorted(doomed):
-        try:
-            storage.delete(f"data/{name}")
-            removed += 1
-        except Exception as exc:
-            failures += 1
-            _log.warning("could not delete data/%s of write %s: %r", name, key, exc)
-            continue
-        if name in marked:
-            try:
-                storage.delete(marker_path(key, name))
-                markers += 1
-            except Exception as exc:
-                failures += 1
-                _log.warning("could not delete marker of %s (write %s): %r", name, key, exc)
+    removed, markers, failures = _remove(
+        storage, key, (marked | set(extra_files)) - keep_set, marked, data=True
+    )
     if failures:
         return FinalizeStats(removed, markers, failures)
-    for name in sorted(marked & keep_set):
-        try:
-            storage.delete(marker_path(key, name))
-            markers += 1
-        except Exception as exc:
-            failures += 1
-            _log.warning("could not delete marker of %s (write %s): %r", name, key, exc)
-    if not failures:
-        try:
-            storage.delete(record_path(key))
-        except Exception as exc:
-            failures += 1
-            _log.warning("could not delete the record of write %s: %r", key, exc)
+    _, kept_markers, failures = _remove(storage, key, marked & keep_set, marked, data=False)
+    markers += kept_markers
+    if failures:
+        return FinalizeStats(removed, markers, failures)
+    try:
+        storage.delete(record_path(key))
+    except Exception as exc:
+        _log.warning("could not delete the record of write %s: %r", key, exc)
+        return FinalizeStats(removed, markers, 1)
+    # A task attempt that marked files before the record vanished but checked the record
+    # before that, too, did not clean up after itself: its markers are visible now.
+    late = list_staging(storage).get(key)
+    if late is not None and late.data_files:
+        late_marked = set(late.data_files)
+        files2, markers2, failures = _remove(
+            storage, key, late_marked - keep_set, late_marked, data=True
+        )
+        removed, markers = removed + files2, markers + markers2
     return FinalizeStats(removed, markers, failures)
+
+
+def task_finished(storage: Storage, key: str, data_files: Iterable[str]) -> bool:
+    """Called by a task attempt after it marked its files: if write ``key`` has already
+    been committed or aborted (its record is gone), delete the attempt's files and markers
+    and return True; otherwise return False.
+
+    Together with :func:`finalize` (record deleted, then markers listed again) this leaves
+    no file of a straggling attempt behind: either the attempt sees the record gone and
+    cleans up, or its markers were written before the record was deleted and the second
+    listing in :func:`finalize` finds them.
+    """
+    if storage.exists(record_path(key)):
+        return False
+    names = set(data_files)
+    _remove(storage, key, names, names, data=True)
+    return True
 
 
 @attrs.frozen

@@ -119,8 +119,11 @@ class SparkCommitResult:
     already landed it: then ``already_committed`` is True), or None for an append of zero
     rows, which commits nothing. ``commit_seconds`` is the time spent in
     :func:`txn_engine.commit.commit` (conflict checks and rebase included);
-    ``total_seconds`` also counts building the transaction, the idempotency check and the
-    clean-up of unreferenced files.
+    ``total_seconds`` also counts building the transaction and the clean-up of
+    unreferenced files. ``attempts`` counts calls of :func:`txn_engine.commit.commit`
+    (more than one when an outcome was unknown and the commit was retried);
+    ``already_committed`` means the transaction was found in the history instead of being
+    landed by the last call.
     """
 
     write_id: str
@@ -329,14 +332,35 @@ class FragmentCollector:
             kwargs["data_storage_version"] = self.options.data_storage_version
         if self.options.lance_storage_options:
             kwargs["storage_options"] = dict(self.options.lance_storage_options)
+        self._check_open(storage)
         fragments = lance.fragment.write_fragments(reader, self.uri, schema=self.schema, **kwargs)
         out = []
+        names: list[str] = []
         for fragment in fragments:
             data = fragment.to_json()
             # the last file of a call is not reported through ``complete``
             _staging.put_markers(storage, key, _file_names(data))
+            names.extend(_file_names(data))
             out.append(json.dumps(data))
+        self._check_still_open(storage, names)
         return out
+
+    def _check_open(self, storage: Storage) -> None:
+        """Refuse to write for a write that was already committed or aborted."""
+        if not storage.exists(_staging.record_path(self.write_key)):
+            raise InvalidOperationError(
+                f"write {self.write_id} to {self.uri} was already committed or aborted (or "
+                "was not planned with FragmentCollector.plan); this task writes nothing"
+            )
+
+    def _check_still_open(self, storage: Storage, names: Iterable[str]) -> None:
+        """After marking: if the write was finalised meanwhile (a straggling attempt),
+        remove this attempt's files and fail the attempt."""
+        if _staging.task_finished(storage, self.write_key, names):
+            raise InvalidOperationError(
+                f"write {self.write_id} to {self.uri} was committed or aborted while this "
+                "task attempt was writing; its files were removed"
+            )
 
     def record_fragments(self, fragments: Iterable[FragmentLike]) -> list[str]:
         """Mark fragments written by other means (e.g. your own
@@ -344,10 +368,13 @@ class FragmentCollector:
         write, so abort and the post-commit clean-up know them; returns their JSON."""
         storage = self.open_storage()
         out = []
+        names: list[str] = []
         for fragment in fragments:
             data = _fragment_json(fragment)
             _staging.put_markers(storage, self.write_key, _file_names(data))
+            names.extend(_file_names(data))
             out.append(json.dumps(data))
+        self._check_still_open(storage, names)
         return out
 
     def map_in_arrow(self) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -479,23 +506,18 @@ class FragmentCollector:
     def _commit_once(
         self, storage: Storage, txn: Transaction, referenced: set[str]
     ) -> tuple[int, bool, int, float, set[str]]:
+        """Commit ``txn``; retry (up to ``commit_attempts`` calls) while the outcome is
+        unknown. txn_engine's commit finds the transaction by uuid among the versions it
+        checks, so a retry of a commit that did land reports it instead of landing twice.
+        Returns (version, already_committed, calls, seconds in commit, files to keep)."""
         from txn_engine.commit import commit as txn_commit
 
         policy = self._retry_policy()
         last: BaseException | None = None
-        attempts = 0
         spent = 0.0
+        calls = 0
         for attempt in range(1, self.options.commit_attempts + 1):
-            landed = self._landed(storage)
-            if landed is not None:
-                return (
-                    landed.version,
-                    attempt == 1,
-                    attempts,
-                    spent,
-                    _staging.transaction_data_files(landed.transaction),
-                )
-            attempts += 1
+            calls += 1
             t0 = time.perf_counter()
             try:
                 result = txn_commit(storage, txn, retry_policy=policy)
@@ -503,31 +525,38 @@ class FragmentCollector:
                 last = exc
             except TxnEngineError:
                 raise
-            except OSError as exc:  # a raw backend error from a custom storage
+            except OSError as exc:  # a raw backend error from a custom storage_factory
                 last = exc
             else:
                 spent += time.perf_counter() - t0
-                return result.version, False, attempts, spent, referenced
+                keep = (
+                    _operation_files(result.transaction) if result.already_committed else referenced
+                )
+                return result.version, result.already_committed, calls, spent, keep
             spent += time.perf_counter() - t0
             _log.warning(
-                "commit of write %s attempt %d: outcome unknown (%r); checking the history "
-                "and retrying",
+                "commit of write %s, call %d: outcome unknown (%r); retrying (a landed "
+                "transaction is found by its uuid, never committed twice)",
                 self.write_id,
                 attempt,
                 last,
             )
-            time.sleep(min(0.05 * 2**attempt, 2.0))
-        landed = self._landed(storage)
+            if attempt < self.options.commit_attempts:
+                time.sleep(min(0.05 * 2**attempt, 2.0))
+        try:
+            landed = self._landed(storage)
+        except Exception:  # the history is unreadable too: the outcome stays unknown
+            landed = None
         if landed is not None:
             return (
                 landed.version,
-                False,
-                attempts,
+                True,
+                calls,
                 spent,
                 _staging.transaction_data_files(landed.transaction),
             )
         raise CommitStateUnknownError(
-            f"the commit of write {self.write_id} to {self.uri} failed {attempts} time(s) "
+            f"the commit of write {self.write_id} to {self.uri} failed {calls} time(s) "
             f"with an unknown outcome; last error: {last!r}",
             read_version=self.read_version,
             operation=txn.kind,
@@ -567,6 +596,12 @@ class FragmentCollector:
             "" if landed is None else f" (its transaction had landed as version {landed.version})",
         )
         return stats.files_removed
+
+
+def _operation_files(txn: Transaction) -> set[str]:
+    """Data file paths added by an Append/Overwrite Transaction (empty for other kinds)."""
+    fragments = getattr(txn.operation, "fragments", ())
+    return {f.path for fragment in fragments for f in fragment.files}
 
 
 def _retry_policy(options: WriteOptions) -> RetryPolicy | None:

@@ -85,6 +85,15 @@ MEASURED = {
 }
 NAMES = list(MEASURED)
 
+#: (A, B) -> the content key where txn_engine deliberately differs, and why.
+KNOWN_CONTENT_DIFFERENCES = {
+    # pylance's Project replaces the schema metadata with that of the in-memory LanceSchema
+    # it was given (here: none), which a Project transaction does not serialize; txn_engine
+    # builds from the serialized form and keeps the metadata a concurrent UpdateConfig set.
+    ("CfgSchemaMeta", "Project"): "schema_metadata",
+    ("CfgSchemaMeta", "ProjectNN"): "schema_metadata",
+}
+
 
 # ---- the 29 operations --------------------------------------------------------------------
 
@@ -308,8 +317,14 @@ def test_matrix_row_mixed_writers(catalogue: Catalogue, b: str) -> None:
         for mode in ("PE", "EP"):
             outcome, contents = _scenario(catalogue, a, b, mode)
             got[mode].append(outcome)
-            if contents != oracle:
-                content_mismatch.append((mode, a))
+            differing = sorted(
+                k for k in oracle.keys() | contents.keys() if contents.get(k) != oracle.get(k)
+            )
+            allowed = KNOWN_CONTENT_DIFFERENCES.get((a, b))
+            if mode == "PE" and allowed is not None:
+                assert differing == [allowed], (a, b, differing)  # exactly the known one
+            elif differing:
+                content_mismatch.append((mode, a, *differing))
     expected = MEASURED[b]
     for mode, outcomes in got.items():
         diff = [(a, g, e) for a, g, e in zip(NAMES, outcomes, expected, strict=True) if g != e]

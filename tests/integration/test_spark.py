@@ -192,6 +192,18 @@ def test_overwrite_new_and_existing_dataset(spark: Any, tmp_path: Path) -> None:
     assert staging_entries(uri) == []
 
 
+def test_empty_dataframes(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t.lance")
+    ids_frame(spark, 0, 10, partitions=1).write.format("txn_lance").mode("append").save(uri)
+    empty = ids_frame(spark, 0, 0)
+    empty.write.format("txn_lance").mode("append").save(uri)
+    assert lance.dataset(uri).version == 1  # appending nothing commits nothing
+    empty.write.format("txn_lance").mode("overwrite").save(uri)
+    ds = lance.dataset(uri)
+    assert (ds.version, ds.count_rows(), ds.schema.names) == (2, 0, ["id", "name"])
+    assert_clean(uri)
+
+
 def test_append_to_dataset_pylance_created(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t.lance")
     lance.write_dataset(

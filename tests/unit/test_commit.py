@@ -551,3 +551,25 @@ def test_replan_budget_exhaustion_chains_the_last_conflict() -> None:
     assert info.value.conflicts
     assert planned == [1, 2]
     assert clock.sleeps == [pytest.approx(3 * 0.22)]
+
+
+def test_clone_creates_a_shallow_clone_once() -> None:
+    from txn_engine.ops import Clone
+    from txn_engine.storage import open_storage
+
+    name = f"memory://clone-src-{uuid.uuid4().hex}"
+    src = open_storage(name)
+    create(src, fragments=2)
+    append(src)
+    dst = MemoryStorage()
+    txn = Transaction(0, Clone(2, name, ref_name="main"))
+    r = commit(dst, txn)
+    assert r.version == 2  # a shallow clone keeps the source version number
+    ds = Dataset.open(dst)
+    assert len(ds.fragments) == 3
+    assert [b.path for b in ds.manifest.base_paths] == [name]
+    again = commit(dst, txn)
+    assert again.already_committed
+    assert again.version == 2
+    with pytest.raises(DatasetAlreadyExistsError):
+        commit(dst, Transaction(0, Clone(2, name)))

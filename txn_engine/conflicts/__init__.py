@@ -11,6 +11,14 @@ Only the commit loop (:mod:`txn_engine.commit`) turns conflicts into exceptions.
 
 from __future__ import annotations
 
+from txn_engine.conflicts.detect import (
+    Check,
+    Conflict,
+    check,
+    detect,
+    modified_fragment_ids,
+    unreadable_conflict,
+)
 from txn_engine.conflicts.matrix import (
     COMPATIBLE,
     INCOMPATIBLE,
@@ -22,15 +30,25 @@ from txn_engine.conflicts.matrix import (
     render_markdown,
     rule_for,
 )
+from txn_engine.conflicts.rebase import ConflictOptions, derive_affected_rows, rebase
 
 __all__ = [
     "COMPATIBLE",
+    "Check",
+    "Conflict",
+    "ConflictOptions",
     "INCOMPATIBLE",
     "MATRIX",
     "PREDICATES",
     "RETRYABLE",
     "Outcome",
     "Rule",
+    "check",
+    "derive_affected_rows",
+    "detect",
+    "modified_fragment_ids",
+    "rebase",
     "render_markdown",
     "rule_for",
+    "unreadable_conflict",
 ]

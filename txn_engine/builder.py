@@ -23,7 +23,9 @@ from txn_engine.errors import InvalidOperationError
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS, compute_feature_flags
 from txn_engine.format.rowids import (
     decode_row_id_sequence,
+    decode_version_sequence,
     encode_row_id_sequence,
+    encode_version_sequence,
     fresh_row_id_sequence,
     fresh_version_sequence,
 )
@@ -381,23 +383,122 @@ def _new_fragment_pb(
     if pb.id == 0:
         pb.id = ids.take()
     if stable:
-        if pb.WhichOneof("row_id_sequence") is None:
-            pb.inline_row_ids = fresh_row_id_sequence(m.next_row_id, pb.physical_rows)
-            m.next_row_id += pb.physical_rows
-        elif pb.HasField("inline_row_ids"):
-            existing = decode_row_id_sequence(pb.inline_row_ids)
-            missing = pb.physical_rows - len(existing)
-            if missing < 0:
-                raise _invalid(f"fragment {pb.id} has more row ids than rows")
-            if missing:
-                existing.extend(range(m.next_row_id, m.next_row_id + missing))
-                m.next_row_id += missing
-                pb.inline_row_ids = encode_row_id_sequence(existing)
+        _assign_row_ids(pb, m)
         if pb.WhichOneof("last_updated_at_version_sequence") is None:
             pb.inline_last_updated_at_versions = fresh_version_sequence(pb.physical_rows, version)
         if pb.WhichOneof("created_at_version_sequence") is None:
             pb.inline_created_at_versions = fresh_version_sequence(pb.physical_rows, version)
     return pb
+
+
+def _assign_row_ids(pb: table_pb2.DataFragment, m: table_pb2.Manifest) -> None:
+    """Give ``pb`` stable row ids from ``m.next_row_id``: all of them when it has none, the
+    missing tail when its inline sequence is shorter than its rows (merge-insert inserts)."""
+    if pb.WhichOneof("row_id_sequence") is None:
+        pb.inline_row_ids = fresh_row_id_sequence(m.next_row_id, pb.physical_rows)
+        m.next_row_id += pb.physical_rows
+    elif pb.HasField("inline_row_ids"):
+        existing = decode_row_id_sequence(pb.inline_row_ids)
+        missing = pb.physical_rows - len(existing)
+        if missing < 0:
+            raise _invalid(
+                f"fragment {pb.id} has {len(existing)} row ids but {pb.physical_rows} rows"
+            )
+        if missing:
+            existing.extend(range(m.next_row_id, m.next_row_id + missing))
+            m.next_row_id += missing
+            pb.inline_row_ids = encode_row_id_sequence(existing)
+
+
+def _expand_runs(data: bytes, n_rows: int) -> list[int]:
+    versions: list[int] = []
+    for count, v in decode_version_sequence(data):
+        versions.extend([v] * count)
+    if len(versions) < n_rows:
+        versions.extend([1] * (n_rows - len(versions)))
+    return versions
+
+
+class _CreatedAt:
+    """Created-at version of existing rows by stable row id (for rows an Update moves).
+
+    Looks in the fragments the update touched first and scans the others only for ids it
+    did not find there (which a well-formed Update never needs).
+    """
+
+    def __init__(self, manifest: table_pb2.Manifest, touched: Iterable[int]) -> None:
+        self._manifest = manifest
+        self._touched = sorted(set(touched))
+
+    def _scan(self, frag: table_pb2.DataFragment, wanted: set[int], out: dict[int, int]) -> None:
+        if not frag.HasField("inline_row_ids"):
+            return
+        row_ids = decode_row_id_sequence(frag.inline_row_ids)
+        if wanted.isdisjoint(row_ids):
+            return
+        if frag.HasField("inline_created_at_versions"):
+            versions = _expand_runs(frag.inline_created_at_versions, len(row_ids))
+        else:
+            versions = [1] * len(row_ids)
+        for offset, row_id in enumerate(row_ids):
+            if row_id in wanted:
+                out[row_id] = versions[offset]
+                wanted.discard(row_id)
+
+    def lookup(self, row_ids: Iterable[int]) -> dict[int, int]:
+        wanted = set(row_ids)
+        out: dict[int, int] = {}
+        frags = self._manifest.fragments
+        for fid in self._touched:
+            if not wanted:
+                return out
+            pos = find_fragment_index(frags, fid)
+            if pos >= 0:
+                self._scan(frags[pos], wanted, out)
+        if wanted:
+            touched = set(self._touched)
+            for frag in frags:
+                if not wanted:
+                    break
+                if frag.id not in touched:
+                    self._scan(frag, wanted, out)
+        return out
+
+
+def _update_new_fragments(
+    current: table_pb2.Manifest,
+    m: table_pb2.Manifest,
+    indices: list[table_pb2.IndexMetadata],
+    op: Update,
+    ids: _Ids,
+    stable: bool,
+    version: int,
+) -> list[table_pb2.DataFragment]:
+    """New fragments of an Update with ids and, on stable-row-id datasets, row ids and
+    version sequences: rows that carry their old row id keep their created-at version,
+    inserted rows are created now; every row was last updated now (pylance 14)."""
+    # Lance's "register pure rewritten fragments in index bitmaps" step is not applied:
+    # pylance 14.0.2 never applies it on its own commit path (measured), and index
+    # bitmaps must match what it writes.
+    out = []
+    touched = [*op.removed_fragment_ids, *(f.id for f in op.updated_fragments)]
+    created_at = _CreatedAt(current, touched) if stable else None
+    for frag in op.new_fragments:
+        pb = frag.to_proto()
+        if pb.id == 0:
+            pb.id = ids.take()
+        if created_at is not None:
+            carried = (
+                decode_row_id_sequence(pb.inline_row_ids) if pb.HasField("inline_row_ids") else []
+            )
+            known = created_at.lookup(carried) if carried else {}
+            _assign_row_ids(pb, m)
+            runs = [(1, known.get(row_id, version)) for row_id in carried]
+            runs.append((pb.physical_rows - len(carried), version))
+            pb.inline_created_at_versions = encode_version_sequence(runs)
+            pb.inline_last_updated_at_versions = fresh_version_sequence(pb.physical_rows, version)
+        out.append(pb)
+    return out
 
 
 def _sort_fragments(m: table_pb2.Manifest) -> None:
@@ -434,21 +535,26 @@ def _replace_fragments(m: table_pb2.Manifest, frags: Iterable[Fragment]) -> None
             raise _invalid(f"fragment {frag.id} does not exist")
         pb = frag.to_proto()
         old = m.fragments[pos]
-        # keep stable-row-id sequences the caller did not restate
-        for oneof in (
-            "row_id_sequence",
-            "last_updated_at_version_sequence",
-            "created_at_version_sequence",
-        ):
-            name = old.WhichOneof(oneof)
-            if name is None or pb.WhichOneof(oneof) is not None:
-                continue
-            value = getattr(old, str(name))
-            if isinstance(value, bytes):
-                setattr(pb, str(name), value)
-            else:
-                getattr(pb, str(name)).CopyFrom(value)
+        _carry_sequences(old, pb)
         old.CopyFrom(pb)
+
+
+def _carry_sequences(old: table_pb2.DataFragment, pb: table_pb2.DataFragment) -> None:
+    """Copy into ``pb`` the stable-row-id / version sequences of ``old`` that ``pb`` (a
+    restatement of the same fragment) does not carry itself."""
+    for oneof in (
+        "row_id_sequence",
+        "last_updated_at_version_sequence",
+        "created_at_version_sequence",
+    ):
+        name = old.WhichOneof(oneof)
+        if name is None or pb.WhichOneof(oneof) is not None:
+            continue
+        value = getattr(old, str(name))
+        if isinstance(value, bytes):
+            setattr(pb, str(name), value)
+        else:
+            getattr(pb, str(name)).CopyFrom(value)
 
 
 def _set_bitmap(index: table_pb2.IndexMetadata, bm: BitMap) -> None:
@@ -557,6 +663,14 @@ def build_manifest(
         m = table_pb2.Manifest()
         m.CopyFrom(restore_source.manifest)
         indices = [_copy_index(i) for i in restore_source.indices]
+        if current is not None:
+            # pylance 14 keeps the id high-water marks of the latest version, so fragment
+            # ids and stable row ids of the abandoned versions are never handed out again.
+            high = max_fragment_id(current.manifest)
+            restored_high = max_fragment_id(m)
+            if high is not None:
+                m.max_fragment_id = high if restored_high is None else max(high, restored_high)
+            m.next_row_id = max(m.next_row_id, current.manifest.next_row_id)
         _finish_common(m, version, transaction_file, ts, txn, recompute_flags=False)
         return ManifestState(m, tuple(indices))
     if isinstance(op, Clone):
@@ -587,7 +701,8 @@ def build_manifest(
         for k, v in op.schema_metadata:
             m.schema_metadata[k] = v
         del m.fragments[:]
-        ids = _Ids(0)
+        # pylance 14 continues after the high-water mark (Lance 1.0 restarted at 0), so an
+        # id is never reused for different data.
         m.fragments.extend(_new_fragment_pb(f, ids, m, stable, version) for f in op.fragments)
         indices = []
         for k, s in op.config_upsert_values or ():
@@ -611,7 +726,10 @@ def build_manifest(
                 bm = _bitmap(index)
                 if bm is not None and modified & set(index.fields):
                     _set_bitmap(index, bm - updated)
-        m.fragments.extend(_new_fragment_pb(f, ids, m, stable, version) for f in op.new_fragments)
+        assert current is not None
+        m.fragments.extend(
+            _update_new_fragments(current.manifest, m, indices, op, ids, stable, version)
+        )
     elif isinstance(op, CreateIndex):
         names = {i.name for i in op.new_indices}
         removed = {i.uuid for i in op.removed_indices}
@@ -631,8 +749,24 @@ def build_manifest(
             m.schema_metadata.clear()
             for k, v in op.schema_metadata:
                 m.schema_metadata[k] = v
+        restated = []
+        for given in op.fragments:  # ids are kept as given (id 0 is a real fragment here)
+            pb = given.to_proto()
+            pos = find_fragment_index(m.fragments, given.id)
+            old = m.fragments[pos] if pos >= 0 else None
+            if stable and (old is None or list(old.files) != list(pb.files)):
+                # pylance 14: a fragment that gained (or changed) data files was updated
+                # at this version; untouched fragments keep their version sequences.
+                pb.inline_last_updated_at_versions = fresh_version_sequence(
+                    pb.physical_rows, version
+                )
+            if old is not None:
+                _carry_sequences(old, pb)
+            elif stable and pb.WhichOneof("created_at_version_sequence") is None:
+                pb.inline_created_at_versions = fresh_version_sequence(pb.physical_rows, version)
+            restated.append(pb)
         del m.fragments[:]
-        m.fragments.extend(_new_fragment_pb(f, ids, m, stable, version) for f in op.fragments)
+        m.fragments.extend(restated)
         _sort_fragments(m)
         schema_changed = True
     elif isinstance(op, Project):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid as uuid_mod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 from pyroaring import BitMap
@@ -317,49 +317,51 @@ def validate(current: ManifestState | None, txn: Transaction) -> None:
 # ---- index retention (lance-format.md §6.2) ---------------------------------------------------
 
 
-def _is_vector(index: table_pb2.IndexMetadata) -> bool:
-    return index.HasField("index_details") and index.index_details.type_url.endswith(
-        "VectorIndexDetails"
-    )
-
-
 def _bitmap(index: table_pb2.IndexMetadata) -> BitMap | None:
     return BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else None
+
+
+def _covers_an_existing_fragment(
+    index: table_pb2.IndexMetadata, fragments: Sequence[table_pb2.DataFragment]
+) -> bool:
+    bm = _bitmap(index)
+    if bm is None:
+        return False
+    return any(find_fragment_index(fragments, fid) >= 0 for fid in bm)
 
 
 def retain_relevant_indices(
     indices: Sequence[table_pb2.IndexMetadata],
     schema_ids: set[int],
-    existing: Callable[[], BitMap],
+    fragments: Sequence[table_pb2.DataFragment],
 ) -> list[table_pb2.IndexMetadata]:
-    """Drop indices on removed fields and indices left covering no existing fragment."""
+    """Indices that survive a change of fragments or schema (``fragments`` sorted by id).
+
+    Indices on a field that left the schema are dropped (system indices exempt). Among
+    same-name indices (segments), those whose bitmap covers no existing fragment are
+    dropped, unless all are such: then the oldest is kept. pylance 14.0.2 applies this to
+    vector indices too and keeps a lone empty index (Lance 1.0 dropped empty vector
+    indices; measured). Bitmaps themselves are left alone.
+    """
     if not indices:
         return []
     kept = [
         i for i in indices if i.name in _SYSTEM_INDICES or all(f in schema_ids for f in i.fields)
     ]
-    ids = existing()
     groups: dict[str, list[table_pb2.IndexMetadata]] = {}
     for index in kept:
         if index.name != FRAG_REUSE_INDEX:
             groups.setdefault(index.name, []).append(index)
     drop: set[int] = set()
     for group in groups.values():
-
-        def empty(index: table_pb2.IndexMetadata) -> bool:
-            bm = _bitmap(index)
-            return bm is None or not (bm & ids)
-
         if len(group) == 1:
-            if _is_vector(group[0]) and empty(group[0]):
-                drop.add(id(group[0]))
             continue
-        non_empty = [i for i in group if not empty(i)]
+        non_empty = [i for i in group if _covers_an_existing_fragment(i, fragments)]
         if non_empty:
-            drop.update(id(i) for i in group if empty(i))
+            keep = {id(i) for i in non_empty}
         else:
-            oldest = min(group, key=lambda i: i.dataset_version)
-            drop.update(id(i) for i in group if i is not oldest or _is_vector(i))
+            keep = {id(min(group, key=lambda i: i.dataset_version))}
+        drop.update(id(i) for i in group if id(i) not in keep)
     return [i for i in kept if id(i) not in drop]
 
 
@@ -815,7 +817,7 @@ def build_manifest(
         for frag in m.fragments:
             _drop_tombstoned_files(frag)
     if (touches_fragments or schema_changed) and isinstance(op, (Delete, Update, Merge, Project)):
-        indices = retain_relevant_indices(indices, _schema_ids(m.fields), lambda: fragment_ids(m))
+        indices = retain_relevant_indices(indices, _schema_ids(m.fields), m.fragments)
     if len(m.fragments):
         top = m.fragments[-1].id
         m.max_fragment_id = max(m.max_fragment_id, top) if m.HasField("max_fragment_id") else top

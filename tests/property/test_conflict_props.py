@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 import attrs
 from hypothesis import given
@@ -23,12 +24,24 @@ from txn_engine.commit import commit
 from txn_engine.conflicts.detect import detect
 from txn_engine.conflicts.matrix import Outcome
 from txn_engine.conflicts.rebase import ConflictOptions
-from txn_engine.errors import RetryableConflictError
+from txn_engine.errors import CommitStateUnknownError, RetryableConflictError, StorageError
 from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
-from txn_engine.format.io import read_manifest
+from txn_engine.format.io import read_manifest, read_transaction
+from txn_engine.format.naming import list_versions
 from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
-from txn_engine.ops import Delete, Overwrite, Rewrite, RewriteGroup, Update, UpdateConfig, UpdateMap
+from txn_engine.ops import (
+    Append,
+    Delete,
+    Overwrite,
+    Rewrite,
+    RewriteGroup,
+    Update,
+    UpdateConfig,
+    UpdateMap,
+)
+from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
+from txn_engine.testing.faults import Fault, FaultyStorage, SimulatedCrash
 from txn_engine.transaction import Transaction
 
 IDS = st.frozensets(st.integers(0, 6), max_size=4)
@@ -116,6 +129,10 @@ def test_config_and_table_metadata_key_rules(
 ROWS = st.frozensets(st.integers(0, 19), min_size=1, max_size=6)
 
 
+def _fragment(rows: int = 40) -> Fragment:
+    return Fragment(0, (DataFile(f"{uuid.uuid4().hex}.lance", (0,), (0,), 2, 2, 10),), rows)
+
+
 def _dataset() -> MemoryStorage:
     store = MemoryStorage()
     data = DataFile(f"{uuid.uuid4().hex}.lance", (0,), (0,), 2, 2, 10)
@@ -192,3 +209,55 @@ def test_default_without_affected_rows_retries_every_later_delete(
     landed, dv = _run(writers, affected=False, derive=False)
     assert landed == [True] + [False] * (len(writers) - 1)
     assert dv == BitMap(writers[0])
+
+
+# ---- exactly once under storage faults ----------------------------------------------------------
+
+FAULTS: list[tuple[Fault, ...]] = [
+    (),
+    (Fault("put_if_absent", "_versions/*", mode="after"),),
+    (Fault("put_if_absent", "_versions/*", mode="before"),),
+    (Fault("put_if_absent", "_versions/*", mode="before", times=None),),
+    (Fault("put_if_absent", "_versions/*", mode="crash_before"),),
+    (Fault("put_if_absent", "_versions/*", mode="crash_after"),),
+    (
+        Fault("put_if_absent", "_versions/*", mode="after"),
+        Fault("get", "_versions/*", mode="before", times=None),
+    ),
+    (Fault("put", "_transactions/*", mode="before"),),
+    (Fault("list", "_versions", mode="before"),),
+]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, len(FAULTS) - 1)), min_size=1, max_size=12)
+)
+def test_every_transaction_lands_exactly_once_under_faults(steps: list[tuple[int, int]]) -> None:
+    """Writers retry their transactions through arbitrary storage faults (lost responses,
+    failed creates, crashes before/after the manifest create, unreadable read-backs); each
+    transaction ends up in exactly one version, and every report of success names it."""
+    inner = _dataset()
+    store = FaultyStorage(inner)
+    txns = [Transaction(1, Append([_fragment()])) for _ in range(4)]
+    reported: dict[str, int] = {}
+    fast = RetryPolicy(max_attempts=50, sleep=lambda s: None)
+    for index, fault_set in steps:
+        store.clear()
+        for fault in FAULTS[fault_set]:
+            store.add(attrs.evolve(fault, fired=0, seen=0))
+        txn = txns[index]
+        try:
+            result = commit(store, txn, retry_policy=fast)
+        except (CommitStateUnknownError, StorageError, SimulatedCrash):
+            continue
+        assert reported.setdefault(txn.uuid, result.version) == result.version
+    store.clear()
+    for txn in txns:
+        result = commit(store, txn, retry_policy=fast)
+        assert reported.setdefault(txn.uuid, result.version) == result.version
+    history = [read_transaction(inner, e).uuid for e in list_versions(inner)]
+    assert [e.version for e in list_versions(inner)] == list(range(1, len(history) + 1))
+    counts = Counter(history)
+    assert all(counts[t.uuid] == 1 for t in txns)
+    assert len(history) == 1 + len(txns)
+    assert {reported[t.uuid] for t in txns} == set(range(2, 2 + len(txns)))

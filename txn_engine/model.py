@@ -246,47 +246,75 @@ class Fragment:
         )
 
     @classmethod
-    def from_lance_json(cls, value: str | bytes | Mapping[str, Any]) -> Fragment:
-        """Build from what pylance's ``FragmentMetadata.to_json()`` returns (a dict) or its
-        JSON text. Raises InvalidOperationError on malformed input."""
-        data: Any = json.loads(value) if isinstance(value, (str, bytes)) else value
+    def from_lance_json(cls, value: str | bytes | Mapping[str, Any] | Any) -> Fragment:
+        """Build from what pylance's ``FragmentMetadata.to_json()`` returns (a dict), its
+        JSON text, or a ``FragmentMetadata`` object itself.
+
+        Stable-row-id and version metadata (``row_id_meta``, ``created_at_version_meta``,
+        ``last_updated_at_version_meta``) are kept. Raises InvalidOperationError on
+        malformed input, and for fragments with data overlays (a pylance 14 feature this
+        library does not write).
+        """
+        if hasattr(value, "to_json") and not isinstance(value, (str, bytes, Mapping)):
+            value = value.to_json()
         try:
+            data: Any = json.loads(value) if isinstance(value, (str, bytes)) else value
+            if not isinstance(data, Mapping):
+                raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+            if data.get("overlays"):
+                raise InvalidOperationError(
+                    "fragment has data overlays (pylance 14 DataOverlay); txn_engine does not "
+                    "support overlays"
+                )
             files = tuple(
                 DataFile(
-                    path=f["path"],
-                    fields=f.get("fields", ()),
-                    column_indices=f.get("column_indices", ()),
-                    file_major_version=int(f.get("file_major_version", 0)),
-                    file_minor_version=int(f.get("file_minor_version", 0)),
+                    path=str(f["path"]),
+                    fields=f.get("fields") or (),
+                    column_indices=f.get("column_indices") or (),
+                    file_major_version=int(f.get("file_major_version") or 0),
+                    file_minor_version=int(f.get("file_minor_version") or 0),
                     file_size_bytes=int(f.get("file_size_bytes") or 0),
-                    base_id=f.get("base_id"),
+                    base_id=_opt_int(f.get("base_id")),
                 )
                 for f in data["files"]
             )
             deletion = data.get("deletion_file")
             deletion_file = None
             if deletion:
-                ftype = deletion.get("file_type", "array")
+                ftype = str(deletion.get("file_type", "array")).lower()
+                if ftype not in ("array", "bitmap", "0", "1", "arrow_array"):
+                    raise ValueError(f"unknown deletion file type {ftype!r}")
                 deletion_file = DeletionFile(
                     file_type=DeletionFileType.BITMAP
-                    if str(ftype).lower() in ("bitmap", "1")
+                    if ftype in ("bitmap", "1")
                     else DeletionFileType.ARROW_ARRAY,
                     read_version=int(deletion["read_version"]),
                     id=int(deletion["id"]),
                     num_deleted_rows=int(deletion.get("num_deleted_rows") or 0),
-                    base_id=deletion.get("base_id"),
+                    base_id=_opt_int(deletion.get("base_id")),
                 )
+            physical_rows = data.get("physical_rows")
+            if physical_rows is None:
+                raise ValueError("physical_rows is missing (required)")
             return cls(
-                id=int(data.get("id", 0)),
+                id=int(data.get("id") or 0),
                 files=files,
-                physical_rows=int(data["physical_rows"]),
+                physical_rows=int(physical_rows),
                 deletion_file=deletion_file,
+                row_id_sequence=_meta_from_json(data.get("row_id_meta")),
+                last_updated_at_version_sequence=_meta_from_json(
+                    data.get("last_updated_at_version_meta")
+                ),
+                created_at_version_sequence=_meta_from_json(data.get("created_at_version_meta")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except InvalidOperationError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidOperationError(f"not a Lance fragment description: {exc!r}") from exc
 
     def to_lance_json(self) -> dict[str, Any]:
-        """The dict form pylance's ``FragmentMetadata.from_json(json.dumps(...))`` accepts."""
+        """The dict form of ``FragmentMetadata.to_json()``; pylance's
+        ``FragmentMetadata.from_json(json.dumps(...))`` accepts it."""
         return {
             "id": self.id,
             "files": [
@@ -301,6 +329,7 @@ class Fragment:
                 }
                 for f in self.files
             ],
+            "overlays": [],
             "physical_rows": self.physical_rows,
             "deletion_file": None
             if self.deletion_file is None
@@ -313,10 +342,45 @@ class Fragment:
                 "num_deleted_rows": self.deletion_file.num_deleted_rows,
                 "base_id": self.deletion_file.base_id,
             },
-            "row_id_meta": None,
-            "created_at_version_meta": None,
-            "last_updated_at_version_meta": None,
+            # pylance 14 spells the row-id variant "Inline"/"External" and the version
+            # variants "inline"/"external"
+            "row_id_meta": _meta_to_json(self.row_id_sequence, "Inline", "External"),
+            "created_at_version_meta": _meta_to_json(
+                self.created_at_version_sequence, "inline", "external"
+            ),
+            "last_updated_at_version_meta": _meta_to_json(
+                self.last_updated_at_version_sequence, "inline", "external"
+            ),
         }
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _meta_from_json(value: Any) -> _Seq:
+    """``{"Inline": [bytes]}`` / ``{"External": {path, offset, size}}`` (any case)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or len(value) != 1:
+        raise ValueError(f"bad sequence metadata {value!r}")
+    ((kind, body),) = value.items()
+    kind = str(kind).lower()
+    if kind == "inline":
+        return bytes(body)
+    if kind == "external":
+        return ExternalFile(
+            str(body["path"]), int(body.get("offset") or 0), int(body.get("size") or 0)
+        )
+    raise ValueError(f"bad sequence metadata kind {kind!r}")
+
+
+def _meta_to_json(value: _Seq, inline: str, external: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return {inline: list(value)}
+    return {external: {"path": value.path, "offset": value.offset, "size": value.size}}
 
 
 @attrs.frozen

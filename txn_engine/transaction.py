@@ -20,6 +20,10 @@ def _new_uuid() -> str:
     return str(uuid_mod.uuid4())
 
 
+def _tag(value: str | None) -> str | None:
+    return value or None  # an empty tag is no tag on the wire
+
+
 def _props(value: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
     return frozen_map(value)
 
@@ -35,7 +39,7 @@ class Transaction:
     read_version: int
     operation: Operation
     uuid: str = attrs.field(factory=_new_uuid)
-    tag: str | None = None
+    tag: str | None = attrs.field(default=None, converter=_tag)
     properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_props)
 
     @property

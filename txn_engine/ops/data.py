@@ -31,7 +31,8 @@ def _tuple_of_LanceField(value: Iterable[LanceField]) -> tuple[LanceField, ...]:
 
 
 def _opt_config(value: Mapping[str, str] | None) -> tuple[tuple[str, str], ...] | None:
-    return None if value is None else frozen_map(value)
+    # empty and absent are the same on the wire
+    return frozen_map(value) or None
 
 
 @attrs.frozen

@@ -289,8 +289,16 @@ def validate(current: ManifestState | None, txn: Transaction) -> None:
         assert current is not None
         olds = [f.id for g in op.groups for f in g.old_fragments]
         _check_existing(current, olds, kind)
+        stable = bool(current.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
         for group in op.groups:
+            if not group.old_fragments:
+                raise _invalid("Rewrite: a group has no old fragments")
             _check_new_fragments(current, group.new_fragments, schema_ids, kind)
+            if stable and any(f.row_id_sequence is None for f in group.new_fragments):
+                raise _invalid(
+                    "Rewrite on a stable-row-id dataset: every new fragment must carry the "
+                    "row ids of the rows it took over (row_id_sequence)"
+                )
     elif isinstance(op, DataReplacement):
         assert current is not None
         _check_existing(current, {g.fragment_id for g in op.replacements}, kind)
@@ -596,7 +604,10 @@ def _merge_bases(m: table_pb2.Manifest, op: UpdateBases) -> list[table_pb2.BaseP
     paths = {b.path for b in m.base_paths}
     next_id = max((b.id for b in m.base_paths), default=0) + 1
     out = []
+    ids = {b.id for b in m.base_paths}
     for base in op.new_bases:
+        if base.id and base.id in ids:
+            raise _invalid(f"UpdateBases: base id {base.id} is already in use")
         if base.name is not None and base.name in names:
             raise _invalid(f"UpdateBases: a base named {base.name!r} already exists")
         if base.path in paths:
@@ -605,6 +616,7 @@ def _merge_bases(m: table_pb2.Manifest, op: UpdateBases) -> list[table_pb2.BaseP
         if pb.id == 0:
             pb.id = next_id
         next_id = max(next_id, pb.id + 1)
+        ids.add(pb.id)
         if base.name is not None:
             names.add(base.name)
         paths.add(base.path)

@@ -17,9 +17,11 @@ import uuid as uuid_mod
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 from hypothesis import strategies as st
 
 from txn_engine._proto import table_pb2, transaction_pb2
+from txn_engine.format.rowids import decode_row_id_sequence, encode_row_id_sequence
 from txn_engine.model import (
     BasePath,
     DataFile,
@@ -478,7 +480,20 @@ def valid_transaction(
         start = draw(st.integers(0, len(frags) - 1))
         count = draw(st.integers(1, min(3, len(frags) - start)))
         olds = [Fragment.from_proto(f) for f in frags[start : start + count]]
-        news = [_new_fragment(draw, manifest) for _ in range(draw(st.integers(1, 2)))]
+        if manifest.reader_feature_flags & 2:  # stable row ids: the rows keep their ids
+            row_ids: list[int] = []
+            for f in frags[start : start + count]:
+                row_ids.extend(decode_row_id_sequence(f.inline_row_ids))
+            base = _new_fragment(draw, manifest)
+            news = [
+                attrs.evolve(
+                    base,
+                    physical_rows=len(row_ids),
+                    row_id_sequence=encode_row_id_sequence(row_ids),
+                )
+            ]
+        else:
+            news = [_new_fragment(draw, manifest) for _ in range(draw(st.integers(1, 2)))]
         op = Rewrite([RewriteGroup(olds, news)])
     elif kind == "ReserveFragments":
         op = ReserveFragments(draw(st.integers(0, 5)))
@@ -546,6 +561,10 @@ def valid_transaction(
         taken_paths = {b.path for b in manifest.base_paths}
         taken_names = {b.name for b in manifest.base_paths if b.HasField("name")}
         name = draw(st.text("xyz", min_size=1, max_size=8).filter(lambda n: n not in taken_names))
-        path = draw(st.text("pqr/", min_size=1, max_size=8).filter(lambda p: p not in taken_paths))
-        op = UpdateBases([BasePath(0, f"mem://{path}", name=name)])
+        path = draw(
+            st.text("pqr/", min_size=1, max_size=8)
+            .map(lambda p: f"mem://{p}")
+            .filter(lambda p: p not in taken_paths)
+        )
+        op = UpdateBases([BasePath(0, path, name=name)])
     return Transaction(version, op, uuid=draw(uuids()))

@@ -431,3 +431,18 @@ def test_unreadable_conflict() -> None:
     assert "version 5" in c.reason
     assert "UnknownOperationError" in c.reason
     assert "show 5" in c.remedy
+
+
+def test_pair_without_a_rule_is_incompatible() -> None:
+    """An operation kind newer than the matrix never slips through as compatible."""
+
+    class DataOverlay(Append):  # stands in for a kind this matrix has no row for
+        pass
+
+    mine = txn(DataOverlay([new_frag()]))
+    assert mine.kind == "DataOverlay"
+    (c,) = detect(mine, txn(OPS["Append"]), other_version=2)
+    assert c.outcome is Outcome.INCOMPATIBLE
+    assert c.rule == "UNKNOWN"
+    (c,) = detect(txn(OPS["Append"]), mine, other_version=2)
+    assert c.outcome is Outcome.INCOMPATIBLE

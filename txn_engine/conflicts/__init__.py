@@ -6,7 +6,9 @@
 * :mod:`txn_engine.conflicts.rebase`: moving a transaction onto the latest version
   (deletion-vector merge for Delete/Update).
 
-Only the commit loop (:mod:`txn_engine.commit`) turns conflicts into exceptions.
+Only the commit loop (:mod:`txn_engine.commit`) turns conflicts into exceptions. The
+functions ``detect``/``check``/``rebase`` live in the submodules of the same names (not
+re-exported here, so the submodules stay importable by name).
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ from __future__ import annotations
 from txn_engine.conflicts.detect import (
     Check,
     Conflict,
-    check,
-    detect,
     modified_fragment_ids,
     unreadable_conflict,
 )
@@ -30,7 +30,7 @@ from txn_engine.conflicts.matrix import (
     render_markdown,
     rule_for,
 )
-from txn_engine.conflicts.rebase import ConflictOptions, derive_affected_rows, rebase
+from txn_engine.conflicts.rebase import ConflictOptions, derive_affected_rows
 
 __all__ = [
     "COMPATIBLE",
@@ -43,11 +43,8 @@ __all__ = [
     "RETRYABLE",
     "Outcome",
     "Rule",
-    "check",
     "derive_affected_rows",
-    "detect",
     "modified_fragment_ids",
-    "rebase",
     "render_markdown",
     "rule_for",
     "unreadable_conflict",

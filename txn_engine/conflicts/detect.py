@@ -598,8 +598,12 @@ def check(
     decide whether a concurrent Delete/Update on a shared fragment can be rebased (only
     when my Delete/Update carries ``affected_rows``). Without it such cases are retryable.
     """
-    rule: Rule = MATRIX[(mine.kind, other.kind)]
     ctx = _Ctx(mine, other, other_version, initial_fragments)
+    rule: Rule | None = MATRIX.get((mine.kind, other.kind))
+    if rule is None:  # an operation kind newer than this matrix: be conservative
+        ctx.rule = "UNKNOWN"
+        ctx.incompatible("no conflict rule for this pair of operation kinds")
+        return Check(tuple(ctx.conflicts))
     ctx.rule = rule.code
     if rule.outcome is Outcome.RETRYABLE:
         ctx.retry()

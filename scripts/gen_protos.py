@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import filecmp
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,12 +44,18 @@ def generate(out: Path) -> None:
     for path in sorted(out.glob("*_pb2.py*")):
         text = path.read_text()
         text = re.sub(r"^import (\w+_pb2) as", r"from . import \1 as", text, flags=re.M)
-        text = re.sub(r"^import (file_pb2|table_pb2|rowids_pb2|transaction_pb2)$",
-                      r"from . import \1", text, flags=re.M)
+        text = re.sub(
+            r"^import (file_pb2|table_pb2|rowids_pb2|transaction_pb2)$",
+            r"from . import \1",
+            text,
+            flags=re.M,
+        )
         if not text.startswith(HEADER):
             text = HEADER + text
         path.write_text(text)
-    (out / "__init__.py").write_text(HEADER + '"""Generated protobuf modules (lance.file, lance.table)."""\n')
+    (out / "__init__.py").write_text(
+        HEADER + '"""Generated protobuf modules (lance.file, lance.table)."""\n'
+    )
 
 
 def main() -> int:
@@ -64,11 +69,20 @@ def main() -> int:
         fresh = Path(tmp) / "_proto"
         generate(fresh)
         names = sorted(p.name for p in fresh.iterdir() if p.is_file())
-        committed = sorted(p.name for p in OUT_DIR.iterdir() if p.is_file() and p.suffix in {".py", ".pyi"})
-        stale = [n for n in names if not (OUT_DIR / n).exists() or not filecmp.cmp(fresh / n, OUT_DIR / n, shallow=False)]
+        committed = sorted(
+            p.name for p in OUT_DIR.iterdir() if p.is_file() and p.suffix in {".py", ".pyi"}
+        )
+        stale = [
+            n
+            for n in names
+            if not (OUT_DIR / n).exists() or not filecmp.cmp(fresh / n, OUT_DIR / n, shallow=False)
+        ]
         extra = sorted(set(committed) - set(names))
         if stale or extra:
-            print(f"generated protobuf modules are out of date: {stale + extra}; run scripts/gen_protos.py")
+            print(
+                f"generated protobuf modules are out of date: {stale + extra}; "
+                "run scripts/gen_protos.py"
+            )
             return 1
     return 0
 

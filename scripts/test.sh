@@ -10,6 +10,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
-.venv/bin/ruff check txn_engine tests scripts benchmarks models
+.venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/python -m pytest -n 2 "$@"

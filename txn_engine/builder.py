@@ -320,6 +320,14 @@ def validate(current: ManifestState | None, txn: Transaction) -> None:
     elif isinstance(op, UpdateBases):
         assert current is not None
         _merge_bases(current.manifest, op)  # raises on name/path clashes
+    elif isinstance(op, UpdateMemWalState):
+        # pylance 14.0.2 redesigned both this transaction and the __lance_mem_wal index
+        # details (docs/format-notes.md): a Lance-1.0-layout MemWAL index makes every later
+        # pylance 14 write fail to decode it. Refuse rather than break the dataset.
+        raise _invalid(
+            "UpdateMemWalState: pylance 14 uses a different MemWAL index layout; committing "
+            "the Lance 1.0 layout would make the dataset unwritable for pylance 14"
+        )
 
 
 # ---- index retention (lance-format.md §6.2) ---------------------------------------------------
@@ -745,13 +753,11 @@ def build_manifest(
             _update_new_fragments(current.manifest, m, indices, op, ids, stable, version)
         )
     elif isinstance(op, CreateIndex):
-        names = {i.name for i in op.new_indices}
-        removed = {i.uuid for i in op.removed_indices}
-        indices = [
-            i
-            for i in indices
-            if i.name not in names and str(uuid_mod.UUID(bytes=i.uuid.uuid)) not in removed
-        ]
+        # pylance 14 removes exactly the listed uuids: a new index with the name of an
+        # existing one is another segment of it (delta index), not a replacement (Lance
+        # 1.0 replaced by name; measured). A re-added uuid replaces its old entry.
+        removed = {uuid_mod.UUID(i.uuid).bytes for i in (*op.removed_indices, *op.new_indices)}
+        indices = [i for i in indices if i.uuid.uuid not in removed]
         indices.extend(i.to_proto() for i in op.new_indices)
         touches_fragments = False
     elif isinstance(op, Rewrite):
@@ -815,7 +821,7 @@ def build_manifest(
                 _apply_update_map_bytes(field.metadata, u.entries, u.replace)
         touches_fragments = False
     elif isinstance(op, DataReplacement):
-        _apply_data_replacement(m, op)
+        _apply_data_replacement(m, op, stable, version)
     elif isinstance(op, UpdateMemWalState):
         indices = _mem_wal_index(indices, op, version)
         touches_fragments = False
@@ -882,7 +888,9 @@ def _apply_rewrite(
 ) -> None:
     replacements: list[tuple[BitMap, BitMap]] = []
     for group in op.groups:
-        new_pbs = [_new_fragment_pb(f, ids, m, stable, version) for f in group.new_fragments]
+        # rewritten fragments carry their rows' ids and version sequences (compaction
+        # computes them); only unassigned fragment ids are filled in here
+        new_pbs = [_new_fragment_pb(f, ids, m, False, version) for f in group.new_fragments]
         old_ids = [f.id for f in group.old_fragments]
         positions = [find_fragment_index(m.fragments, fid) for fid in old_ids]
         if any(p < 0 for p in positions):
@@ -924,7 +932,9 @@ def _apply_rewrite(
                     index.files.add(path=f.path, size_bytes=f.size_bytes)
 
 
-def _apply_data_replacement(m: table_pb2.Manifest, op: DataReplacement) -> None:
+def _apply_data_replacement(
+    m: table_pb2.Manifest, op: DataReplacement, stable: bool, version: int
+) -> None:
     for group in op.replacements:
         pos = find_fragment_index(m.fragments, group.fragment_id)
         if pos < 0:
@@ -949,6 +959,10 @@ def _apply_data_replacement(m: table_pb2.Manifest, op: DataReplacement) -> None:
                     f"fields {list(new.fields)}"
                 )
             frag.files.append(new.to_proto())
+        if stable:  # pylance 14: every row of the fragment was updated at this version
+            frag.inline_last_updated_at_versions = fresh_version_sequence(
+                frag.physical_rows, version
+            )
 
 
 def _build_clone(

@@ -21,7 +21,12 @@ import attrs
 from hypothesis import strategies as st
 
 from txn_engine._proto import table_pb2, transaction_pb2
-from txn_engine.format.rowids import decode_row_id_sequence, encode_row_id_sequence
+from txn_engine.format.rowids import (
+    decode_row_id_sequence,
+    decode_version_sequence,
+    encode_row_id_sequence,
+    encode_version_sequence,
+)
 from txn_engine.model import (
     BasePath,
     DataFile,
@@ -481,15 +486,22 @@ def valid_transaction(
         count = draw(st.integers(1, min(3, len(frags) - start)))
         olds = [Fragment.from_proto(f) for f in frags[start : start + count]]
         if manifest.reader_feature_flags & 2:  # stable row ids: the rows keep their ids
+            # (compaction carries each row's id and versions into the new fragment)
             row_ids: list[int] = []
+            created: list[tuple[int, int]] = []
+            last: list[tuple[int, int]] = []
             for f in frags[start : start + count]:
                 row_ids.extend(decode_row_id_sequence(f.inline_row_ids))
+                created.extend(decode_version_sequence(f.inline_created_at_versions))
+                last.extend(decode_version_sequence(f.inline_last_updated_at_versions))
             base = _new_fragment(draw, manifest)
             news = [
                 attrs.evolve(
                     base,
                     physical_rows=len(row_ids),
                     row_id_sequence=encode_row_id_sequence(row_ids),
+                    created_at_version_sequence=encode_version_sequence(created),
+                    last_updated_at_version_sequence=encode_version_sequence(last),
                 )
             ]
         else:

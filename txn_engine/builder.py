@@ -29,6 +29,7 @@ from txn_engine.format.rowids import (
     fresh_row_id_sequence,
     fresh_version_sequence,
 )
+from txn_engine.format.schema import max_field_id as _max_field_id
 from txn_engine.model import Fragment, LanceField
 from txn_engine.ops import (
     Append,
@@ -156,6 +157,7 @@ def _check_new_fragments(
         if current is not None and current.manifest.HasField("data_format")
         else None
     )
+    ever_used: list[int] = []  # max field id ever used by the dataset, computed lazily
     for frag in fragments:
         if frag.physical_rows < 0:
             raise _invalid(f"{what}: fragment has negative physical_rows")
@@ -172,10 +174,16 @@ def _check_new_fragments(
             raise _invalid(f"{what}: fragment {frag.id} has no data files")
         for df in frag.files:
             unknown = [f for f in df.fields if f >= 0 and f not in schema_ids]
+            if unknown and current is not None:
+                # ids of columns dropped since the writer planned (a concurrent Project) are
+                # fine: readers ignore them, and pylance 14 accepts such files too
+                if not ever_used:
+                    ever_used.append(_max_field_id(current.manifest))
+                unknown = [f for f in unknown if f > ever_used[0]]
             if unknown:
                 raise _invalid(
                     f"{what}: data file {df.path} holds field ids {unknown} that are not in the "
-                    "dataset schema (schema mismatch)"
+                    "dataset schema and were never used by it (schema mismatch)"
                 )
             if df.column_indices and len(df.column_indices) != len(df.fields):
                 raise _invalid(
@@ -952,12 +960,14 @@ def _apply_data_replacement(
                 df.file_size_bytes = new.file_size_bytes
                 replaced = True
         if not replaced:
-            present = {f for df in frag.files for f in df.fields}
-            if any(f in present for f in new.fields):
-                raise _invalid(
-                    f"DataReplacement: fragment {group.fragment_id} has no file with exactly "
-                    f"fields {list(new.fields)}"
-                )
+            # pylance 14: the replaced columns are tombstoned (-2) in the files holding
+            # them (a file left with only tombstones is dropped later) and the new file
+            # is added; a column no file holds (all nulls so far) is simply added
+            moved = set(new.fields)
+            for df in frag.files:
+                for i, field_id in enumerate(df.fields):
+                    if field_id in moved:
+                        df.fields[i] = _TOMBSTONE
             frag.files.append(new.to_proto())
         if stable:  # pylance 14: every row of the fragment was updated at this version
             frag.inline_last_updated_at_versions = fresh_version_sequence(

@@ -550,6 +550,26 @@ def test_api_config_restore_overwrite_replacement(twin: Twin) -> None:
         ),
         DataReplacement([DataReplacementGroup(0, DataFile(path, [0, b_id], [0, 1], 2, 2, size))]),
     )
+    # a single column out of a two-column file: pylance 14 tombstones it in the old file
+    frag = twin.ds().get_fragment(1)
+    path = "replacement-b.lance"
+    writer = LanceFileWriter(str(a / "data" / path))
+    writer.write_batch(pa.table({"b": pa.array(["Z"] * frag.physical_rows)}))
+    writer.close()
+    size = (a / "data" / path).stat().st_size
+    _both(
+        twin,
+        lance.LanceOperation.DataReplacement(
+            [
+                lance.LanceOperation.DataReplacementGroup(
+                    1, lance.fragment.DataFile(path, [b_id], [0], 2, 2, size)
+                )
+            ]
+        ),
+        DataReplacement([DataReplacementGroup(1, DataFile(path, [b_id], [0], 2, 2, size))]),
+    )
+    _, mf = read_manifest(open_storage(twin.b))
+    assert [list(f.fields) for f in mf.manifest.fragments[1].files] == [[0, -2], [b_id]]
     metas = _fragments_json(_table(0, 50), a)
     schema = _table(0, 1).schema
     _both(

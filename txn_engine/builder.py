@@ -393,13 +393,43 @@ def retain_relevant_indices(
 
 
 class _Ids:
-    def __init__(self, start: int) -> None:
+    """Hands out fragment ids for fragments that arrive unassigned (id 0), skipping ids
+    the same transaction gives explicitly (so the two can never collide)."""
+
+    def __init__(self, start: int, explicit: Iterable[int] = ()) -> None:
         self.next = start
+        self._explicit = {i for i in explicit if i}
 
     def take(self) -> int:
+        while self.next in self._explicit:
+            self.next += 1
         value = self.next
         self.next += 1
         return value
+
+
+def _explicit_ids(op: object) -> list[int]:
+    if isinstance(op, (Append, Overwrite)):
+        return [f.id for f in op.fragments]
+    if isinstance(op, Update):
+        return [f.id for f in op.new_fragments]
+    if isinstance(op, Rewrite):
+        return [f.id for g in op.groups for f in g.new_fragments]
+    return []
+
+
+def _extend_sorted(m: table_pb2.Manifest, new: Sequence[table_pb2.DataFragment]) -> None:
+    """Append fragments and keep the list sorted by id: a plain append when the new ids
+    come after the last one in order (the usual case), a full sort otherwise."""
+    last = m.fragments[-1].id if len(m.fragments) else -1
+    in_order = True
+    for pb in new:
+        if pb.id <= last:
+            in_order = False
+        last = max(last, pb.id)
+    m.fragments.extend(new)
+    if not in_order:
+        _sort_fragments(m)
 
 
 def _new_fragment_pb(
@@ -683,7 +713,8 @@ def build_manifest(
     """The manifest and indices of ``version`` = ``txn`` applied to ``current``.
 
     Pure: inputs are never mutated. ``restore_source`` (Restore) and ``clone_source`` (Clone)
-    are the manifests those operations copy. ``stable_row_ids`` only matters when creating.
+    are the manifests those operations copy. ``stable_row_ids`` only matters when creating
+    (asking for it on an existing dataset without them raises InvalidOperationError).
     """
     op = txn.operation
     ts = time.time_ns() if timestamp_ns is None else timestamp_ns
@@ -712,17 +743,19 @@ def build_manifest(
     if current is not None:
         m.CopyFrom(current.manifest)
         stable = bool(current.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+        if stable_row_ids and not stable:
+            raise _invalid("stable row ids cannot be switched on for an existing dataset")
         indices = [_copy_index(i) for i in current.indices]
     else:
         stable = stable_row_ids
         indices = []
     high = max_fragment_id(m) if current is not None else None
-    ids = _Ids(0 if high is None else high + 1)
+    ids = _Ids(0 if high is None else high + 1, _explicit_ids(op))
     schema_changed = False
     touches_fragments = True
 
     if isinstance(op, Append):
-        m.fragments.extend(_new_fragment_pb(f, ids, m, stable, version) for f in op.fragments)
+        _extend_sorted(m, [_new_fragment_pb(f, ids, m, stable, version) for f in op.fragments])
         touches_fragments = False
     elif isinstance(op, Overwrite):
         del m.fields[:]
@@ -757,8 +790,8 @@ def build_manifest(
                 if bm is not None and modified & set(index.fields):
                     _set_bitmap(index, bm - updated)
         assert current is not None
-        m.fragments.extend(
-            _update_new_fragments(current.manifest, m, indices, op, ids, stable, version)
+        _extend_sorted(
+            m, _update_new_fragments(current.manifest, m, indices, op, ids, stable, version)
         )
     elif isinstance(op, CreateIndex):
         # pylance 14 removes exactly the listed uuids: a new index with the name of an

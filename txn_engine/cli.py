@@ -306,6 +306,103 @@ def _run_show(args: argparse.Namespace, out: TextIO) -> int:
 register(Command("show", "summarise one version of a dataset", _configure_show, _run_show))
 
 
+# --------------------------------------------------------------------------- stress / verify
+
+
+def _configure_stress(p: argparse.ArgumentParser) -> None:
+    p.add_argument("uri", help="where to create the dataset (a fresh local directory by default)")
+    p.add_argument("--writers", type=int, default=4, help="writer processes (default 4)")
+    p.add_argument("--commits", type=int, default=25, help="commits per writer (default 25)")
+    p.add_argument(
+        "--mix",
+        default=None,
+        help="operation weights, e.g. append=5,delete=2,shared-delete=2,update=1,config=1",
+    )
+    p.add_argument(
+        "--fault-rate",
+        type=float,
+        default=0.0,
+        help="probability that a manifest create loses its response (exactly-once test)",
+    )
+    p.add_argument("--max-attempts", type=int, default=20, help="commit attempts per try")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def _parse_mix(text: str | None) -> dict[str, int] | None:
+    if not text:
+        return None
+    mix: dict[str, int] = {}
+    for part in text.split(","):
+        name, _, weight = part.partition("=")
+        mix[name.strip()] = int(weight or 1)
+    return mix
+
+
+def _run_stress(args: argparse.Namespace, out: TextIO) -> int:
+    from txn_engine.stress import run_stress
+
+    report = run_stress(
+        args.uri,
+        writers=args.writers,
+        commits=args.commits,
+        mix=_parse_mix(args.mix),
+        fault_rate=args.fault_rate,
+        max_attempts=args.max_attempts,
+        seed=args.seed,
+        progress=None if args.json else sys.stderr,
+    )
+    if args.json:
+        json.dump(report.to_json(), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(report.render())
+    return 0 if report.ok else 1
+
+
+register(
+    Command(
+        "stress",
+        "run N concurrent writer processes on a new dataset, then verify it",
+        _configure_stress,
+        _run_stress,
+    )
+)
+
+
+def _configure_verify(p: argparse.ArgumentParser) -> None:
+    p.add_argument("uri", help="dataset URI")
+    p.add_argument("--deep", action="store_true", help="check deletion files of every version")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _run_verify(args: argparse.Namespace, out: TextIO) -> int:
+    from txn_engine.verify import verify
+
+    report = verify(args.uri, deep=args.deep)
+    if args.json:
+        json.dump(report.to_json(), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(
+            f"{report.uri}: {report.versions} versions, latest {report.latest_version}, "
+            f"{report.live_rows} live rows\n"
+        )
+        for finding in report.findings:
+            out.write(f"  {finding}\n")
+        out.write(
+            "OK: every invariant holds\n"
+            if report.ok
+            else f"FAILED: {len(report.findings)} findings\n"
+        )
+    return 0 if report.ok else 1
+
+
+register(
+    Command("verify", "check the invariants of a dataset's history", _configure_verify, _run_verify)
+)
+
+
 # --------------------------------------------------------------------------- main
 
 

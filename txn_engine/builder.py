@@ -307,6 +307,10 @@ def validate(current: ManifestState | None, txn: Transaction) -> None:
                     "Rewrite on a stable-row-id dataset: every new fragment must carry the "
                     "row ids of the rows it took over (row_id_sequence)"
                 )
+        known = {bytes(i.uuid.uuid) for i in current.indices}
+        for ri in op.rewritten_indices:
+            if uuid_mod.UUID(ri.old_id).bytes not in known:
+                raise _invalid(f"Rewrite: rewritten index {ri.old_id} does not exist")
     elif isinstance(op, DataReplacement):
         assert current is not None
         _check_existing(current, {g.fragment_id for g in op.replacements}, kind)
@@ -569,6 +573,17 @@ def _sort_fragments(m: table_pb2.Manifest) -> None:
     m.fragments.extend(copies)
 
 
+def _drop_tombstoned(m: table_pb2.Manifest, only: list[int] | None) -> None:
+    if only is None:
+        for frag in m.fragments:
+            _drop_tombstoned_files(frag)
+        return
+    for fid in only:
+        pos = find_fragment_index(m.fragments, fid)
+        if pos >= 0:
+            _drop_tombstoned_files(m.fragments[pos])
+
+
 def _drop_tombstoned_files(frag: table_pb2.DataFragment) -> None:
     for i in range(len(frag.files) - 1, -1, -1):
         fields = frag.files[i].fields
@@ -753,10 +768,12 @@ def build_manifest(
     ids = _Ids(0 if high is None else high + 1, _explicit_ids(op))
     schema_changed = False
     touches_fragments = True
+    restated: list[int] | None = None  # fragments this op wrote (None: maybe all)
 
     if isinstance(op, Append):
-        _extend_sorted(m, [_new_fragment_pb(f, ids, m, stable, version) for f in op.fragments])
-        touches_fragments = False
+        appended = [_new_fragment_pb(f, ids, m, stable, version) for f in op.fragments]
+        _extend_sorted(m, appended)
+        restated = [pb.id for pb in appended]
     elif isinstance(op, Overwrite):
         del m.fields[:]
         m.fields.extend(f.to_proto() for f in op.schema)
@@ -790,9 +807,9 @@ def build_manifest(
                 if bm is not None and modified & set(index.fields):
                     _set_bitmap(index, bm - updated)
         assert current is not None
-        _extend_sorted(
-            m, _update_new_fragments(current.manifest, m, indices, op, ids, stable, version)
-        )
+        added = _update_new_fragments(current.manifest, m, indices, op, ids, stable, version)
+        _extend_sorted(m, added)
+        restated = [f.id for f in op.updated_fragments] + [pb.id for pb in added]
     elif isinstance(op, CreateIndex):
         # pylance 14 removes exactly the listed uuids: a new index with the name of an
         # existing one is another segment of it (delta index), not a replacement (Lance
@@ -802,7 +819,7 @@ def build_manifest(
         indices.extend(i.to_proto() for i in op.new_indices)
         touches_fragments = False
     elif isinstance(op, Rewrite):
-        _apply_rewrite(m, indices, op, ids, stable, version)
+        restated = _apply_rewrite(m, indices, op, ids, stable, version)
     elif isinstance(op, Merge):
         del m.fields[:]
         m.fields.extend(f.to_proto() for f in op.schema)
@@ -810,7 +827,7 @@ def build_manifest(
             m.schema_metadata.clear()
             for k, v in op.schema_metadata:
                 m.schema_metadata[k] = v
-        restated = []
+        merged: list[table_pb2.DataFragment] = []
         for given in op.fragments:  # ids are kept as given (id 0 is a real fragment here)
             pb = given.to_proto()
             pos = find_fragment_index(m.fragments, given.id)
@@ -825,9 +842,9 @@ def build_manifest(
                 _carry_sequences(old, pb)
             elif stable and pb.WhichOneof("created_at_version_sequence") is None:
                 pb.inline_created_at_versions = fresh_version_sequence(pb.physical_rows, version)
-            restated.append(pb)
+            merged.append(pb)
         del m.fragments[:]
-        m.fragments.extend(restated)
+        m.fragments.extend(merged)
         _sort_fragments(m)
         schema_changed = True
     elif isinstance(op, Project):
@@ -863,6 +880,7 @@ def build_manifest(
         touches_fragments = False
     elif isinstance(op, DataReplacement):
         _apply_data_replacement(m, op, stable, version)
+        restated = [g.fragment_id for g in op.replacements]
     elif isinstance(op, UpdateMemWalState):
         indices = _mem_wal_index(indices, op, version)
         touches_fragments = False
@@ -872,9 +890,10 @@ def build_manifest(
     else:  # pragma: no cover - exhaustive over Operation
         raise _invalid(f"unknown operation {txn.kind}")
 
+    if isinstance(op, Delete):
+        restated = [f.id for f in op.updated_fragments]
     if touches_fragments:
-        for frag in m.fragments:
-            _drop_tombstoned_files(frag)
+        _drop_tombstoned(m, restated)
     if (touches_fragments or schema_changed) and isinstance(op, (Delete, Update, Merge, Project)):
         indices = retain_relevant_indices(indices, _schema_ids(m.fields), m.fragments)
     if len(m.fragments):
@@ -926,8 +945,10 @@ def _apply_rewrite(
     ids: _Ids,
     stable: bool,
     version: int,
-) -> None:
+) -> list[int]:
+    """Apply the groups and remap index bitmaps; returns the new fragments' ids."""
     replacements: list[tuple[BitMap, BitMap]] = []
+    new_ids: list[int] = []
     for group in op.groups:
         # rewritten fragments carry their rows' ids and version sequences (compaction
         # computes them); only unassigned fragment ids are filled in here
@@ -939,9 +960,10 @@ def _apply_rewrite(
             raise _invalid(f"Rewrite: old fragments {missing} no longer exist")
         for pos in sorted(positions, reverse=True):
             del m.fragments[pos]
-        m.fragments.extend(new_pbs)
+        # reserved ids usually sort after every existing one: a plain append
+        _extend_sorted(m, new_pbs)
+        new_ids.extend(p.id for p in new_pbs)
         replacements.append((BitMap(old_ids), BitMap(p.id for p in new_pbs)))
-    _sort_fragments(m)
     rewritten = {ri.old_id: ri for ri in op.rewritten_indices}
     for index in indices:
         key = str(uuid_mod.UUID(bytes=index.uuid.uuid)) if len(index.uuid.uuid) == 16 else ""
@@ -971,6 +993,7 @@ def _apply_rewrite(
                 del index.files[:]
                 for f in ri.new_index_files:
                     index.files.add(path=f.path, size_bytes=f.size_bytes)
+    return new_ids
 
 
 def _apply_data_replacement(

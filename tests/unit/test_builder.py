@@ -682,3 +682,30 @@ def test_binary_search_and_high_water_mark() -> None:
     assert max_fragment_id(m) == 9
     m.max_fragment_id = 12
     assert max_fragment_id(m) == 12
+
+
+def test_rewrite_with_reserved_ids_below_newer_fragments_keeps_the_list_sorted() -> None:
+    s = apply(create(4), ReserveFragments(2))  # reserves 4 and 5
+    s = apply(s, Append([frag()]))  # gets 6
+    fs = [Fragment.from_proto(f) for f in s.manifest.fragments]
+    s = apply(
+        s,
+        Rewrite(
+            [
+                RewriteGroup(fs[0:2], [frag(20, fid=4)]),
+                RewriteGroup(fs[2:4], [frag(20, fid=5)]),
+            ]
+        ),
+    )
+    assert ids(s) == [4, 5, 6]
+    with pytest.raises(InvalidOperationError, match="rewritten index"):
+        validate(
+            s,
+            Transaction(
+                s.manifest.version,
+                Rewrite(
+                    [RewriteGroup(fs[4:5], [frag(fid=0)])],
+                    [RewrittenIndex(str(uuid_mod.uuid4()), str(uuid_mod.uuid4()))],
+                ),
+            ),
+        )

@@ -905,3 +905,44 @@ def test_writer_delete_rows_encodings_and_full_fragment(tmp_path: Path) -> None:
         writers.delete_rows(uri, 0, [6000])
     with pytest.raises(InvalidOperationError):
         writers.delete_rows(uri, 7, [1])
+
+
+def test_writers_create_overwrite_config_restore(tmp_path: Path) -> None:
+    uri = tmp_path / "w"
+    uri.mkdir()
+    first = _table(0, 20)
+    # pylance writes the data files; txn_engine creates the dataset around them
+    metas = write_fragments(first, str(uri))
+    created = writers.overwrite(uri, metas, first.schema.with_metadata({"owner": "me"}))
+    assert created.version == 1
+    ds = lance.dataset(str(uri))
+    assert ds.to_table().equals(first)
+    assert ds.schema.metadata == {b"owner": b"me"}
+    r = writers.update_config(
+        uri,
+        {"a": "1", "b": "2"},
+        table_metadata={"t": "x"},
+        field_metadata={0: {"unit": "m"}},
+    )
+    assert r.version == 2
+    r = writers.update_config(uri, {"a": None})
+    ds = txn_engine.Dataset.open(uri)
+    assert ds.config == {"b": "2"}
+    assert dict(ds.manifest.table_metadata) == {"t": "x"}
+    assert dict(ds.manifest.fields[0].metadata) == {"unit": b"m"}
+    assert lance.dataset(str(uri)).config() == {"b": "2"}
+    r = writers.update_config(uri, {"only": "1"}, replace=True)
+    assert txn_engine.Dataset.open(uri).config == {"only": "1"}
+    second = _table(100, 5)
+    r = writers.overwrite(uri, write_fragments(second, str(uri)), second.schema)
+    ds = lance.dataset(str(uri))
+    assert ds.to_table().equals(second)
+    assert ds.config() == {"only": "1"}  # config survives an overwrite
+    assert [f.fragment_id for f in ds.get_fragments()] == [1]  # after the high-water mark
+    back = writers.restore(uri, 1)
+    assert back.version == r.version + 1
+    assert lance.dataset(str(uri)).to_table().equals(first)
+    assert lance.dataset(str(uri)).config() == {}
+    # and pylance keeps writing on top
+    lance.write_dataset(_table(20, 5), str(uri), mode="append")
+    assert lance.dataset(str(uri)).count_rows() == 25

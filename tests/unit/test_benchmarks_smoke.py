@@ -1,0 +1,21 @@
+"""The benchmark command runs end to end (quick sizes) and writes its JSON and plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.run import main
+
+
+def test_quick_benchmark_writes_results_and_plot(tmp_path: Path) -> None:
+    assert main(["--quick", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {r["fragments"] for r in results["append_latency"]} == {10, 100}
+    for row in results["append_latency"]:
+        assert row["pylance_ms"] > 0 and row["txn_engine_ms"] > 0
+    assert all(r["txn_engine"]["failures"] == 0 for r in results["contention"])
+    ops = results["storage_ops"][0]
+    assert (ops["lists"], ops["writes"]) == (1, 2)
+    assert results["storage_ops"][1]["reads"] <= results["storage_ops"][1]["k"] + 1
+    assert (tmp_path / "append_latency.png").stat().st_size > 1000

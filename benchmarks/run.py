@@ -202,20 +202,25 @@ def _storage_ops(root: Path, k: int) -> dict[str, Any]:
 
 
 _MEM_SCRIPT = """
-import resource, sys, lance, pyarrow as pa
+import sys, lance, pyarrow as pa
 import txn_engine as te
 from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
 engine, uri = sys.argv[1], sys.argv[2]
+def hwm():
+    # VmHWM: peak RSS of this process image (ru_maxrss would include the parent's at fork)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
 (meta,) = lance.fragment.write_fragments(pa.table({"a": [1]}), uri)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = hwm()
 if engine == "pylance":
     v = lance.dataset(uri).version
     lance.LanceDataset.commit(uri, lance.LanceOperation.Append([meta]), read_version=v)
 else:
     v = Dataset.open(uri).version
     commit(uri, te.Transaction(v, te.Append((te.Fragment.from_lance_json(meta.to_json()),))))
-print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(before, hwm())
 """
 
 
@@ -231,7 +236,7 @@ def _peak_memory(uri: str) -> dict[str, float]:
             check=True,
         )
         before, after = (int(x) for x in res.stdout.split())
-        out[engine] = after / 1024  # MiB (ru_maxrss is KiB on Linux)
+        out[engine] = after / 1024  # MiB (VmHWM is in KiB)
         out[f"{engine}_delta"] = (after - before) / 1024
         shutil.rmtree(copy)
     return out

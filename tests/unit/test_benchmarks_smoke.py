@@ -13,7 +13,8 @@ def test_quick_benchmark_writes_results_and_plot(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "results.json").read_text())
     assert {r["fragments"] for r in results["append_latency"]} == {10, 100}
     for row in results["append_latency"]:
-        assert row["pylance_ms"] > 0 and row["txn_engine_ms"] > 0
+        assert row["pylance_ms"] > 0
+        assert row["txn_engine_ms"] > 0
     assert all(r["txn_engine"]["failures"] == 0 for r in results["contention"])
     ops = results["storage_ops"][0]
     assert (ops["lists"], ops["writes"]) == (1, 2)

@@ -18,6 +18,7 @@ Layers (each only imports the ones above it)::
 from __future__ import annotations
 
 from txn_engine import errors as errors
+from txn_engine import writers as writers
 from txn_engine.codec import transaction_from_proto as transaction_from_proto
 from txn_engine.codec import transaction_to_proto as transaction_to_proto
 from txn_engine.commit import CommitResult as CommitResult
@@ -116,4 +117,5 @@ __all__ = [
     "replan_and_commit",
     "transaction_from_proto",
     "transaction_to_proto",
+    "writers",
 ]

@@ -322,7 +322,19 @@ class FsspecStorage:
             raise
         return data[: end - start]
 
+    def _forget_listing(self, directory: str) -> None:
+        """Drop fsspec's cached listing of ``directory`` (object stores only).
+
+        ``refresh=True`` alone is not enough: adlfs's ``ls`` ignores it (it takes
+        ``invalidate_cache``) and gcsfs's ``info`` answers from the parent's cached listing
+        whatever ``refresh`` says. Measured on azurite: a second client's create stayed
+        invisible to ``list`` after a first listing.
+        """
+        if self._atomicity is Atomicity.CONDITIONAL_PUT:
+            self._fs.invalidate_cache(directory)
+
     def _info(self, full: str) -> dict[str, Any] | None:
+        self._forget_listing(self._parent(full))
         try:
             info: dict[str, Any] = self._fs.info(full, **self._info_kwargs)
         except FileNotFoundError:
@@ -350,6 +362,7 @@ class FsspecStorage:
         """
         rel = check_prefix(prefix)
         full = f"{self._root}/{rel}" if self._root and rel else (rel or self._root)
+        self._forget_listing(full)
         try:
             with _mapped("list", full, write=False):
                 entries = self._fs.ls(full, detail=True, **self._info_kwargs)

@@ -6,6 +6,8 @@ and ``docs/backends.md`` for each backend's guarantees.
 * :class:`FsspecStorage`: any fsspec filesystem; atomic only where the capability table
   says so (S3, GCS, Azure, local, memory), otherwise a commit lock or ``unsafe=True``.
 * :class:`RecordingStorage`: wraps another storage and counts its operations.
+* :class:`ExternalManifestStorage`: commits decided by an external manifest store
+  (DynamoDB, as Lance's ``s3+ddb://``) over any storage.
 """
 
 from __future__ import annotations
@@ -17,6 +19,14 @@ from typing import Any
 
 from txn_engine.errors import InvalidStorageArgumentError, StorageError, TxnEngineError
 from txn_engine.storage.base import Storage
+from txn_engine.storage.external import (
+    DynamoDBManifestStore,
+    ExternalManifestStorage,
+    InMemoryManifestStore,
+    ManifestLocation,
+    ManifestStore,
+    open_dynamodb_storage,
+)
 from txn_engine.storage.fsspec_store import (
     FSSPEC_CAPABILITIES,
     Atomicity,
@@ -32,12 +42,18 @@ __all__ = [
     "FSSPEC_CAPABILITIES",
     "Atomicity",
     "CommitLock",
+    "DynamoDBManifestStore",
+    "ExternalManifestStorage",
     "FsspecStorage",
+    "InMemoryManifestStore",
     "LocalStorage",
+    "ManifestLocation",
+    "ManifestStore",
     "MemoryStorage",
     "RecordingStorage",
     "Storage",
     "atomicity_of",
+    "open_dynamodb_storage",
     "open_storage",
 ]
 
@@ -59,7 +75,10 @@ def open_storage(
       named store (not fsspec's global memory filesystem, not pylance's ``memory://``);
     * any other scheme (``s3://``, ``gs://``, ``az://``, ...) → :class:`FsspecStorage` over
       ``fsspec.filesystem(scheme, **storage_options)``. ``storage_options`` are fsspec
-      options (s3fs: ``key``, ``secret``, ``endpoint_url``, ...), not Lance's.
+      options (s3fs: ``key``, ``secret``, ``endpoint_url``, ...), not Lance's;
+    * ``s3+ddb://bucket/path?ddbTableName=T`` → :class:`ExternalManifestStorage` over S3
+      with DynamoDB table ``T`` deciding commits (:func:`open_dynamodb_storage`; extra
+      option ``dynamodb_endpoint``), interoperable with pylance's ``s3+ddb://``.
 
     ``commit_lock`` and ``unsafe`` only apply to fsspec filesystems without atomic
     create-if-absent (see :class:`FsspecStorage`); local and memory storage are always
@@ -95,6 +114,12 @@ def open_storage(
                 f"storage_options are not supported for memory://: {sorted(storage_options)}"
             )
         return MemoryStorage.shared(text[match.end() :].rstrip("/"))
+    if scheme == "s3+ddb":
+        if commit_lock is not None or unsafe:
+            raise InvalidStorageArgumentError(
+                "s3+ddb:// commits through DynamoDB; commit_lock and unsafe do not apply"
+            )
+        return open_dynamodb_storage(text, storage_options)
     return _open_fsspec(text, scheme, storage_options, commit_lock=commit_lock, unsafe=unsafe)
 
 

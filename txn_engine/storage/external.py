@@ -1,0 +1,634 @@
+"""Commits coordinated by an external manifest store (Lance's DynamoDB commit protocol).
+
+Use this when the object store cannot create an object only-if-absent (an S3-compatible
+store without ``If-None-Match``, or any fsspec filesystem outside the capability table), or
+to share one commit log with pylance writers that use ``s3+ddb://bucket/ds?ddbTableName=T``.
+A key-value store with conditional puts decides which writer owns each version;
+the object store only holds bytes.
+
+:class:`ExternalManifestStorage` wraps any :class:`~txn_engine.storage.Storage`. Every
+method passes through, except for main-line manifests under ``_versions/``:
+
+``put_if_absent("_versions/<name>.manifest", data)``
+    1. refuse (``ObjectExistsError``) if the final object already exists (a version written
+       before the dataset used the store);
+    2. write ``data`` to a staging object ``_versions/<name>.manifest-<uuid4>``;
+    3. **claim** the version: ``store.put_if_not_exists(base_uri, version, staging, size)``.
+       A taken version raises ``ObjectExistsError`` (the staging object is deleted). From here
+       on the version is committed, whatever happens next;
+    4. **finalize**: copy the staging bytes to the final name, repoint the store entry at it
+       (``put_if_exists``), delete the staging object. A failure here is not reported: the
+       next reader or writer finishes the job (below).
+
+``list("_versions")``
+    lists the object store, hides staging objects, then asks the store for the latest
+    version. Every version the store knows above the highest listed one is finalized on the
+    spot (**repair**) and included, so a claimed-but-unfinalized version (its writer crashed
+    after step 3) is never missed by the commit loop, which would otherwise keep losing the
+    race for a version it cannot see.
+
+``get`` / ``get_range`` / ``size`` / ``exists`` of a manifest that is missing
+    look the version up in the store and repair it when it is claimed but not finalized.
+
+Keys are Lance's: ``base_uri`` is the dataset path inside the bucket (``my/ds`` for
+``s3://bucket/my/ds``) and entry paths are object paths inside the bucket
+(``my/ds/_versions/<name>.manifest``), so txn_engine and pylance (``s3+ddb://``) writers
+can share one DynamoDB table and repair each other's crashed commits. Every writer of a
+dataset must go through the same store: a writer that creates manifests directly can
+collide with a claimed version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol, runtime_checkable
+from urllib.parse import parse_qs
+
+import attrs
+
+from txn_engine.errors import (
+    AmbiguousWriteError,
+    InvalidStorageArgumentError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    StorageError,
+    TxnEngineError,
+)
+from txn_engine.format.naming import parse_manifest_name
+from txn_engine.storage._paths import check_path, check_prefix
+from txn_engine.storage.base import Storage
+from txn_engine.storage.fsspec_store import FsspecStorage, _is_ambiguous
+
+__all__ = [
+    "DynamoDBManifestStore",
+    "ExternalManifestStorage",
+    "InMemoryManifestStore",
+    "ManifestLocation",
+    "ManifestStore",
+    "default_base_uri",
+    "open_dynamodb_storage",
+]
+
+VERSIONS_DIR: Final = "_versions"
+COMMITTER: Final = "txn_engine"
+_STAGING = re.compile(r"\A(\d+\.manifest)-[0-9a-fA-F-]{32,36}\Z")
+_BUCKET_PROTOCOLS: Final = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+
+
+@attrs.frozen
+class ManifestLocation:
+    """One entry of a manifest store: where ``version`` of ``base_uri`` lives.
+
+    ``path`` is an object path as stored (staging while the version is being finalized,
+    the final ``..._versions/<name>.manifest`` afterwards).
+    """
+
+    base_uri: str
+    version: int
+    path: str
+    size: int | None = None
+    e_tag: str | None = None
+    committer: str | None = None
+
+
+@runtime_checkable
+class ManifestStore(Protocol):
+    """A key-value store mapping ``(base_uri, version)`` to a manifest path.
+
+    Implementations must make :meth:`put_if_not_exists` atomic (exactly one of any number
+    of concurrent callers for one key succeeds) and reads strongly consistent.
+    """
+
+    def put_if_not_exists(
+        self, base_uri: str, version: int, path: str, size: int, e_tag: str | None
+    ) -> None:
+        """Claim ``version``. Raises ObjectExistsError if it is already claimed;
+        AmbiguousWriteError if the outcome is unknown; StorageError otherwise."""
+        ...
+
+    def put_if_exists(
+        self, base_uri: str, version: int, path: str, size: int, e_tag: str | None
+    ) -> None:
+        """Repoint an existing entry. Raises ObjectNotFoundError if there is none."""
+        ...
+
+    def get(self, base_uri: str, version: int) -> ManifestLocation | None:
+        """The entry for ``version``, or None."""
+        ...
+
+    def get_latest(self, base_uri: str) -> ManifestLocation | None:
+        """The entry with the highest version for ``base_uri``, or None."""
+        ...
+
+
+# ---- stores ---------------------------------------------------------------------------------
+
+
+class InMemoryManifestStore:
+    """A thread-safe, process-local :class:`ManifestStore` (tests, single-process setups)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, dict[int, ManifestLocation]] = {}
+        self._lock = threading.Lock()
+
+    def put_if_not_exists(
+        self, base_uri: str, version: int, path: str, size: int, e_tag: str | None
+    ) -> None:
+        """Claim ``version`` (ObjectExistsError if taken)."""
+        with self._lock:
+            versions = self._entries.setdefault(base_uri, {})
+            if version in versions:
+                raise ObjectExistsError(f"{base_uri}: version {version} is already claimed")
+            versions[version] = ManifestLocation(base_uri, version, path, size, e_tag, COMMITTER)
+
+    def put_if_exists(
+        self, base_uri: str, version: int, path: str, size: int, e_tag: str | None
+    ) -> None:
+        """Repoint ``version`` (ObjectNotFoundError if absent)."""
+        with self._lock:
+            versions = self._entries.get(base_uri, {})
+            if version not in versions:
+                raise ObjectNotFoundError(f"{base_uri}: version {version} is not claimed")
+            versions[version] = ManifestLocation(base_uri, version, path, size, e_tag, COMMITTER)
+
+    def get(self, base_uri: str, version: int) -> ManifestLocation | None:
+        """The entry for ``version`` or None."""
+        with self._lock:
+            return self._entries.get(base_uri, {}).get(version)
+
+    def get_latest(self, base_uri: str) -> ManifestLocation | None:
+        """The highest entry for ``base_uri`` or None."""
+        with self._lock:
+            versions = self._entries.get(base_uri)
+            if not versions:
+                return None
+            return versions[max(versions)]
+
+
+class DynamoDBManifestStore:
+    """:class:`ManifestStore` on a DynamoDB table, in Lance's schema.
+
+    The table has HASH key ``base_uri`` (S) and RANGE key ``version`` (N); items carry
+    ``path`` (S), ``committer`` (S), ``size`` (N) and optionally ``e_tag`` (S). Claims use
+    ``attribute_not_exists`` conditions, repoints ``attribute_exists``; reads are
+    consistent. The same table can be used by pylance (``s3+ddb://bucket/ds?ddbTableName=T``).
+
+    Pass a boto3 DynamoDB ``client``, or the arguments to make one (``endpoint_url`` for
+    a local server). The key schema is checked once at construction
+    (``check_schema=False`` skips it); :meth:`create_table` makes a suitable table.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        committer: str = COMMITTER,
+        check_schema: bool = True,
+    ) -> None:
+        self.table_name = table_name
+        self.committer = committer
+        if client is None:
+            client = _boto3_client(
+                endpoint_url=endpoint_url,
+                region_name=region_name,
+                aws_access_key_id=aws_access_key_id,
+                aws_secret_access_key=aws_secret_access_key,
+            )
+        self.client: Any = client
+        if check_schema:
+            self._check_schema()
+
+    def __repr__(self) -> str:
+        return f"DynamoDBManifestStore({self.table_name!r})"
+
+    @staticmethod
+    def create_table(client: Any, table_name: str) -> None:
+        """Create ``table_name`` with Lance's key schema (on-demand billing) and wait for it."""
+        client.create_table(
+            TableName=table_name,
+            KeySchema=[
+                {"AttributeName": "base_uri", "KeyType": "HASH"},
+                {"AttributeName": "version", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "base_uri", "AttributeType": "S"},
+                {"AttributeName": "version", "AttributeType": "N"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        client.get_waiter("table_exists").wait(TableName=table_name)
+
+    def _check_schema(self) -> None:
+        desc = self._call(
+            "DescribeTable", None, self.client.describe_table, TableName=self.table_name
+        )
+        keys = {k["KeyType"]: k["AttributeName"] for k in desc["Table"].get("KeySchema", [])}
+        if keys != {"HASH": "base_uri", "RANGE": "version"}:
+            raise InvalidStorageArgumentError(
+                f"DynamoDB table {self.table_name!r} must have HASH key 'base_uri' (S) and "
+                f"RANGE key 'version' (N); it has {keys}"
+            )
+
+    def _call(self, op: str, write: str | None, fn: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except TxnEngineError:
+            raise
+        except Exception as exc:
+            code = _client_error_code(exc)
+            if code == "ConditionalCheckFailedException" and write == "create":
+                raise ObjectExistsError(f"{op} on {self.table_name}: already claimed") from exc
+            if code == "ConditionalCheckFailedException" and write == "update":
+                raise ObjectNotFoundError(f"{op} on {self.table_name}: no such entry") from exc
+            if code == "ResourceNotFoundException":
+                raise StorageError(
+                    f"DynamoDB table {self.table_name!r} does not exist "
+                    "(DynamoDBManifestStore.create_table makes one)"
+                ) from exc
+            if write is not None and _is_ambiguous(exc):
+                raise AmbiguousWriteError(
+                    f"{op} on {self.table_name}: the write may or may not have landed ({exc!r})"
+                ) from exc
+            raise StorageError(f"{op} on {self.table_name} failed: {exc!r}") from exc
+
+    def _item(
+        self, base_uri: str, version: int, path: str, size: int, e_tag: str | None
+    ) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "base_uri": {"S": base_uri},
+            "version": {"N": str(version)},
+            "path": {"S": path},
+            "committer": {"S": self.committer},
+            "size": {"N": str(size)},
+        }
+        if e_tag is not None:
+            item["e_tag"] = {"S": e_tag}
+        return item
+
+    def put_if_not_exists(
+        self, base_uri: str, version: int, path: str, size: int, e_tag: str | None
+    ) -> None:
+        """Claim ``version`` (ObjectExistsError if taken)."""
+        self._call(
+            "PutItem",
+            "create",
+            self.client.put_item,
+            TableName=self.table_name,
+            Item=self._item(base_uri, version, path, size, e_tag),
+            ConditionExpression="attribute_not_exists(#b) AND attribute_not_exists(#v)",
+            ExpressionAttributeNames={"#b": "base_uri", "#v": "version"},
+        )
+
+    def put_if_exists(
+        self, base_uri: str, version: int, path: str, size: int, e_tag: str | None
+    ) -> None:
+        """Repoint ``version`` (ObjectNotFoundError if absent)."""
+        self._call(
+            "PutItem",
+            "update",
+            self.client.put_item,
+            TableName=self.table_name,
+            Item=self._item(base_uri, version, path, size, e_tag),
+            ConditionExpression="attribute_exists(#b) AND attribute_exists(#v)",
+            ExpressionAttributeNames={"#b": "base_uri", "#v": "version"},
+        )
+
+    def get(self, base_uri: str, version: int) -> ManifestLocation | None:
+        """The entry for ``version`` (consistent read) or None."""
+        out = self._call(
+            "GetItem",
+            None,
+            self.client.get_item,
+            TableName=self.table_name,
+            Key={"base_uri": {"S": base_uri}, "version": {"N": str(version)}},
+            ConsistentRead=True,
+        )
+        item = out.get("Item")
+        return None if item is None else self._location(item)
+
+    def get_latest(self, base_uri: str) -> ManifestLocation | None:
+        """The highest entry for ``base_uri`` (consistent query, newest first) or None."""
+        out = self._call(
+            "Query",
+            None,
+            self.client.query,
+            TableName=self.table_name,
+            KeyConditionExpression="#b = :b",
+            ExpressionAttributeNames={"#b": "base_uri"},
+            ExpressionAttributeValues={":b": {"S": base_uri}},
+            ScanIndexForward=False,
+            Limit=1,
+            ConsistentRead=True,
+        )
+        items = out.get("Items") or []
+        return self._location(items[0]) if items else None
+
+    def _location(self, item: Mapping[str, Any]) -> ManifestLocation:
+        try:
+            return ManifestLocation(
+                base_uri=item["base_uri"]["S"],
+                version=int(item["version"]["N"]),
+                path=item["path"]["S"],
+                size=int(item["size"]["N"]) if "size" in item else None,
+                e_tag=item["e_tag"]["S"] if "e_tag" in item else None,
+                committer=item["committer"]["S"] if "committer" in item else None,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StorageError(
+                f"malformed item in DynamoDB table {self.table_name}: {item}"
+            ) from exc
+
+
+def _client_error_code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    if isinstance(response, Mapping):
+        error = response.get("Error")
+        if isinstance(error, Mapping):
+            code = error.get("Code")
+            return str(code) if code is not None else None
+    return None
+
+
+def _boto3_client(**kwargs: Any) -> Any:
+    try:
+        boto3: Any = importlib.import_module("boto3")
+    except ImportError as exc:
+        raise StorageError(
+            "DynamoDBManifestStore needs boto3 (pip install 'txn_engine[dynamodb]')"
+        ) from exc
+    args = {k: v for k, v in kwargs.items() if v is not None}
+    args.setdefault(
+        "region_name",
+        os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+    )
+    return boto3.client("dynamodb", **args)
+
+
+# ---- the storage ----------------------------------------------------------------------------
+
+
+def default_base_uri(inner: Storage) -> str:
+    """The ``base_uri`` Lance uses for a dataset: for bucket stores (S3, GCS, Azure) the path
+    inside the bucket (``my/ds`` for ``s3://bucket/my/ds``), otherwise ``inner.uri``."""
+    if isinstance(inner, FsspecStorage):
+        protocol = inner.fs.protocol
+        primary = protocol if isinstance(protocol, str) else protocol[0]
+        if primary in _BUCKET_PROTOCOLS:
+            return inner.root.partition("/")[2]
+    return inner.uri.rstrip("/")
+
+
+def _manifest_version(path: str) -> int | None:
+    """The version of a main-line manifest path ``_versions/<name>``, else None."""
+    directory, _, name = path.rpartition("/")
+    if directory != VERSIONS_DIR:
+        return None
+    parsed = parse_manifest_name(name)
+    return None if parsed is None else parsed[0]
+
+
+def is_staging_manifest_name(name: str) -> bool:
+    """Whether ``name`` is a staging manifest (``<name>.manifest-<uuid>``)."""
+    return _STAGING.match(name) is not None
+
+
+class ExternalManifestStorage:
+    """A :class:`~txn_engine.storage.Storage` whose manifest creates are decided by
+    ``store`` (see the module docstring for the protocol and the repair rules).
+
+    ``inner`` holds the bytes; its own ``put_if_absent`` is never used for manifests, so it
+    need not be atomic. ``base_uri`` keys this dataset in the store (default
+    :func:`default_base_uri`, which matches Lance's DynamoDB keys).
+    """
+
+    def __init__(
+        self, inner: Storage, store: ManifestStore, *, base_uri: str | None = None
+    ) -> None:
+        self.inner = inner
+        self.store = store
+        self.base_uri = default_base_uri(inner) if base_uri is None else base_uri.rstrip("/")
+        self._prefix = f"{self.base_uri}/" if self.base_uri else ""
+
+    def __repr__(self) -> str:
+        return (
+            f"ExternalManifestStorage({self.inner!r}, {self.store!r}, base_uri={self.base_uri!r})"
+        )
+
+    @property
+    def uri(self) -> str:
+        """The dataset root (``inner.uri``)."""
+        return self.inner.uri
+
+    # -- paths as stored ----------------------------------------------------------------------
+
+    def _stored(self, rel: str) -> str:
+        return f"{self._prefix}{rel}"
+
+    def _relative(self, stored: str) -> str:
+        if not stored.startswith(self._prefix):
+            raise StorageError(
+                f"manifest store entry {stored!r} is outside the dataset {self.base_uri!r}"
+            )
+        return check_path(stored[len(self._prefix) :])
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    def claim(self, path: str, data: bytes) -> ManifestLocation:
+        """Steps 1-3 of a manifest create: write the staging object and claim its version.
+
+        After this returns the version is committed (readers repair it). Raises
+        ObjectExistsError when the version is taken, AmbiguousWriteError when the claim's
+        outcome is unknown (the staging object is kept: a later read settles it).
+        :meth:`put_if_absent` is ``claim`` followed by :meth:`finalize`.
+        """
+        version = _manifest_version(check_path(path))
+        if version is None:
+            raise InvalidStorageArgumentError(f"{path!r} is not a main-line manifest path")
+        if self.inner.exists(path):
+            raise ObjectExistsError(f"put_if_absent: manifest already exists: {path}")
+        staging = f"{path}-{uuid.uuid4()}"
+        self.inner.put(staging, data)
+        stored = self._stored(staging)
+        try:
+            self.store.put_if_not_exists(self.base_uri, version, stored, len(data), None)
+        except ObjectExistsError:
+            entry = self.store.get(self.base_uri, version)
+            if entry is None or entry.path != stored:  # not our own retried request
+                self._delete_quietly(staging)
+                raise
+        except AmbiguousWriteError:
+            raise
+        except StorageError:
+            self._delete_quietly(staging)
+            raise
+        return ManifestLocation(self.base_uri, version, stored, len(data), None, COMMITTER)
+
+    def finalize(self, location: ManifestLocation) -> str:
+        """Make the claimed ``location`` final: copy its staging object to the final name,
+        repoint the store entry, delete the staging object. Idempotent and safe to run
+        concurrently with other finalizers. Returns the final path (relative)."""
+        rel = self._relative(location.path)
+        directory, _, name = rel.rpartition("/")
+        match = _STAGING.match(name)
+        if match is None:
+            return rel  # already final
+        final = f"{directory}/{match.group(1)}"
+        try:
+            data = self.inner.get(rel)
+        except ObjectNotFoundError:
+            # Another finalizer copied it and removed the staging object.
+            if self.inner.exists(final):
+                return final
+            entry = self.store.get(self.base_uri, location.version)
+            if entry is not None and entry.path != location.path and self.inner.exists(final):
+                return final
+            raise StorageError(
+                f"{self.uri}: version {location.version} is claimed at {location.path} but "
+                "neither that staging object nor the final manifest exists"
+            ) from None
+        self.inner.put(final, data)
+        self.store.put_if_exists(
+            self.base_uri, location.version, self._stored(final), len(data), None
+        )
+        self._delete_quietly(rel)
+        return final
+
+    def _delete_quietly(self, rel: str) -> None:
+        with contextlib.suppress(StorageError):
+            self.inner.delete(rel)
+
+    def _repair(self, path: str) -> bool:
+        """If manifest ``path`` is claimed in the store but not final, finalize it.
+        True if the final object now exists."""
+        version = _manifest_version(path)
+        if version is None:
+            return False
+        entry = self.store.get(self.base_uri, version)
+        if entry is None:
+            return False
+        rel = self._relative(entry.path)
+        if rel != path and not rel.startswith(f"{path}-"):
+            return False  # claimed under the other naming scheme
+        return self.finalize(entry) == path and self.inner.exists(path)
+
+    # -- Storage ----------------------------------------------------------------------------------
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        """Manifests: claim in the store, then finalize (failures after the claim are left
+        for readers to repair). Other paths: ``inner.put_if_absent``."""
+        if _manifest_version(check_path(path)) is None:
+            self.inner.put_if_absent(path, data)
+            return
+        location = self.claim(path, data)
+        with contextlib.suppress(StorageError):  # committed; the next list/get repairs it
+            self.finalize(location)
+
+    def put(self, path: str, data: bytes) -> None:
+        """Pass-through."""
+        self.inner.put(path, data)
+
+    def get(self, path: str) -> bytes:
+        """Pass-through; a claimed-but-unfinalized manifest is repaired first."""
+        try:
+            return self.inner.get(path)
+        except ObjectNotFoundError:
+            if not self._repair(path):
+                raise
+        return self.inner.get(path)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        """Pass-through; a claimed-but-unfinalized manifest is repaired first."""
+        try:
+            return self.inner.get_range(path, start, end)
+        except ObjectNotFoundError:
+            if not self._repair(path):
+                raise
+        return self.inner.get_range(path, start, end)
+
+    def size(self, path: str) -> int:
+        """Pass-through; a claimed-but-unfinalized manifest is repaired first."""
+        try:
+            return self.inner.size(path)
+        except ObjectNotFoundError:
+            if not self._repair(path):
+                raise
+        return self.inner.size(path)
+
+    def exists(self, path: str) -> bool:
+        """Pass-through; a claimed-but-unfinalized manifest is repaired and exists."""
+        if self.inner.exists(path):
+            return True
+        return self._repair(path)
+
+    def delete(self, path: str) -> None:
+        """Pass-through (the store entry of a deleted manifest is kept)."""
+        self.inner.delete(path)
+
+    def list(self, prefix: str) -> Sequence[str]:
+        """Pass-through, except ``_versions``: staging objects are hidden and every version
+        the store holds above the highest listed one is finalized and included."""
+        names = list(self.inner.list(prefix))
+        if check_prefix(prefix) != VERSIONS_DIR:
+            return names
+        names = [n for n in names if not is_staging_manifest_name(n)]
+        latest = self.store.get_latest(self.base_uri)
+        if latest is None:
+            return names
+        listed = [p[0] for p in map(parse_manifest_name, names) if p is not None]
+        highest = max(listed, default=0)
+        for version in range(highest + 1, latest.version + 1):
+            entry = latest if version == latest.version else self.store.get(self.base_uri, version)
+            if entry is None:
+                continue
+            final = self.finalize(entry)
+            if self.inner.exists(final):
+                names.append(final.rpartition("/")[2])
+        return names
+
+
+# ---- s3+ddb:// ----------------------------------------------------------------------------------
+
+
+def open_dynamodb_storage(
+    uri: str, storage_options: Mapping[str, Any] | None = None
+) -> ExternalManifestStorage:
+    """Open ``s3+ddb://bucket/path?ddbTableName=TABLE`` as Lance does: S3 (s3fs) for the
+    bytes, DynamoDB table ``TABLE`` for commits.
+
+    ``storage_options`` are s3fs options (``key``, ``secret``, ``endpoint_url``,
+    ``client_kwargs``) plus ``dynamodb_endpoint`` (default: env ``DYNAMODB_ENDPOINT``, else
+    AWS); the DynamoDB client reuses the keys and ``client_kwargs["region_name"]``.
+    """
+    head, _, query = uri.partition("?")
+    if not head.startswith("s3+ddb://"):
+        raise InvalidStorageArgumentError(f"not an s3+ddb:// URI: {uri!r}")
+    tables = parse_qs(query).get("ddbTableName")
+    if not tables or not tables[0]:
+        raise InvalidStorageArgumentError(
+            f"{uri!r} needs the DynamoDB table as a query parameter: ?ddbTableName=TABLE"
+        )
+    options = dict(storage_options or {})
+    endpoint = options.pop("dynamodb_endpoint", None) or os.environ.get("DYNAMODB_ENDPOINT")
+    client_kwargs = options.get("client_kwargs") or {}
+    store = DynamoDBManifestStore(
+        tables[0],
+        endpoint_url=endpoint,
+        region_name=client_kwargs.get("region_name"),
+        aws_access_key_id=options.get("key"),
+        aws_secret_access_key=options.get("secret"),
+    )
+    from txn_engine.storage import open_storage
+
+    s3_uri = "s3://" + head[len("s3+ddb://") :]
+    return ExternalManifestStorage(open_storage(s3_uri, options), store)

@@ -197,9 +197,8 @@ class AzureInfo:
         return {"connection_string": self.connection_string}
 
     def lance_options(self) -> dict[str, str]:
-        """pylance storage options (the emulator's fixed account, over http)."""
+        """pylance storage options. Not ``azure_storage_use_emulator``: that pins port 10000."""
         return {
-            "azure_storage_use_emulator": "true",
             "azure_storage_account_name": AZURE_ACCOUNT,
             "azure_storage_account_key": AZURE_KEY,
             "azure_storage_endpoint": self.endpoint,

@@ -10,6 +10,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+PYTHON=.venv/bin/python bash scripts/install_emulators.sh   # azurite (npm), emulator clients
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/python -m pytest -n 2 "$@"

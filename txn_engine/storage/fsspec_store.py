@@ -158,6 +158,23 @@ def _is_ambiguous(exc: BaseException) -> bool:
     return isinstance(exc, _AMBIGUOUS)
 
 
+def _disable_listings_cache(fs: Any) -> None:
+    """Stop ``fs`` from caching directory listings (object stores).
+
+    s3fs, gcsfs and adlfs answer ``info``/``size`` -- and s3fs's ``cat_file``, which
+    asks for the size first -- from a cached listing of the parent directory: an object
+    another client created after that listing is reported missing. Measured against moto:
+    after losing a create race to pylance, ``get`` of the winner's manifest raised
+    FileNotFoundError three times in a row because the commit loop had just listed
+    ``_versions/``. The filesystem object may be shared through fsspec's instance cache;
+    other users of it lose the cache too (slower listings, never wrong ones).
+    """
+    dircache = getattr(fs, "dircache", None)
+    if dircache is not None and hasattr(dircache, "use_listings_cache"):
+        dircache.use_listings_cache = False
+        dircache.clear()
+
+
 @contextmanager
 def _mapped(op: str, path: str, *, write: bool) -> Iterator[None]:
     """Translate fsspec/backend exceptions into the txn_engine hierarchy."""
@@ -219,6 +236,8 @@ class FsspecStorage:
         self._info_kwargs: dict[str, Any] = (
             {"refresh": True} if self._atomicity is Atomicity.CONDITIONAL_PUT else {}
         )
+        if self._atomicity is Atomicity.CONDITIONAL_PUT:
+            _disable_listings_cache(fs)
 
     def __repr__(self) -> str:
         proto = _protocols(self._fs)[:1] or ("?",)

@@ -171,6 +171,8 @@ def test_storage_contract(backend: Backend) -> None:
     # list-after-write across clients, with the first client's listing cached before
     assert sorted(st.list("_versions")) == ["1.manifest"]
     other.put_if_absent("_versions/2.manifest", b"0123456789")
+    # read right after a listing that did not have it (the commit loop's lost-race read)
+    assert st.get("_versions/2.manifest") == b"0123456789"
     assert sorted(st.list("_versions")) == ["1.manifest", "2.manifest"]
     assert st.exists("_versions/2.manifest")
     assert st.size("_versions/2.manifest") == 10
@@ -465,6 +467,25 @@ def test_external_store_reader_repairs_on_get() -> None:
     assert inner.get("_versions/1.manifest") == b"claimed"
 
 
+def test_external_store_list_hides_staging_and_repairs() -> None:
+    inner = MemoryStorage()
+    store = InMemoryManifestStore()
+    ext = ExternalManifestStorage(inner, store, base_uri="ds")
+    ext.put_if_absent("_versions/1.manifest", b"one")
+    claimed = ext.claim("_versions/2.manifest", b"two")  # its writer "crashed" here
+    inner.put("_versions/3.manifest-00000000-0000-0000-0000-000000000000", b"orphan staging")
+    assert len(inner.list("_versions")) == 3
+    assert sorted(ext.list("_versions")) == ["1.manifest", "2.manifest"]  # repaired, hidden
+    assert inner.get("_versions/2.manifest") == b"two"
+    assert not inner.exists(claimed.path.removeprefix("ds/"))
+    assert ext.store.get_latest("ds") == ManifestLocation(
+        "ds", 2, "ds/_versions/2.manifest", 3, None, "txn_engine"
+    )
+    # the orphan (claim never made) stays invisible and does not block version 3
+    ext.put_if_absent("_versions/3.manifest", b"three")
+    assert sorted(ext.list("_versions")) == ["1.manifest", "2.manifest", "3.manifest"]
+
+
 class LostResponseStore(InMemoryManifestStore):
     """Claims land, but the first claim's response is lost (AmbiguousWriteError)."""
 
@@ -492,6 +513,39 @@ def test_external_store_lost_claim_response_lands_exactly_once(tmp_path: Path) -
     assert result.version == 2
     assert [e.version for e in list_versions(ext)] == [1, 2]
     assert Dataset.open(ext).count_rows() == 40
+
+
+class RetriedClaimStore(InMemoryManifestStore):
+    """The first claim lands, its response is lost and the client's retry hits the
+    condition: the caller sees "already claimed" for its own claim."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.retried = 0
+
+    def put_if_not_exists(
+        self, base_uri: str, version: int, path: str, size: int, e_tag: str | None
+    ) -> None:
+        super().put_if_not_exists(base_uri, version, path, size, e_tag)
+        if self.retried == 0 and version > 1:
+            self.retried += 1
+            raise ObjectExistsError("conditional check failed (retry of a landed request)")
+
+
+def test_external_store_own_retried_claim_is_a_win(tmp_path: Path) -> None:
+    inner = MemoryStorage()
+    store = RetriedClaimStore()
+    ext = ExternalManifestStorage(inner, store)
+    frags = list(write_fragments(_table(0, 20), str(tmp_path / "scratch.lance")))
+    writers.overwrite(ext, frags, _table(0, 1).schema)
+    result = commit(ext, Transaction(1, Append([writers.as_fragment(f) for f in frags])))
+    assert store.retried == 1
+    assert result.version == 2
+    assert result.attempts == 1  # recognised as its own claim, not a lost race
+    entry = store.get(ext.base_uri, 2)
+    assert entry is not None
+    assert entry.path.endswith("_versions/18446744073709551613.manifest")
+    assert [e.version for e in list_versions(ext)] == [1, 2]
 
 
 def test_external_store_concurrent_commits_all_land(tmp_path: Path) -> None:

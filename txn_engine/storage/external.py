@@ -474,10 +474,13 @@ class ExternalManifestStorage:
             raise
         return ManifestLocation(self.base_uri, version, stored, len(data), None, COMMITTER)
 
-    def finalize(self, location: ManifestLocation) -> str:
+    def finalize(self, location: ManifestLocation, data: bytes | None = None) -> str:
         """Make the claimed ``location`` final: copy its staging object to the final name,
         repoint the store entry, delete the staging object. Idempotent and safe to run
-        concurrently with other finalizers. Returns the final path (relative)."""
+        concurrently with other finalizers. Returns the final path (relative).
+
+        ``data`` is the staging object's content if the caller has it (the claiming writer
+        does), saving one read."""
         rel = self._relative(location.path)
         directory, _, name = rel.rpartition("/")
         match = _STAGING.match(name)
@@ -485,7 +488,8 @@ class ExternalManifestStorage:
             return rel  # already final
         final = f"{directory}/{match.group(1)}"
         try:
-            data = self.inner.get(rel)
+            if data is None:
+                data = self.inner.get(rel)
         except ObjectNotFoundError:
             # Another finalizer copied it and removed the staging object.
             if self.inner.exists(final):
@@ -532,7 +536,7 @@ class ExternalManifestStorage:
             return
         location = self.claim(path, data)
         with contextlib.suppress(StorageError):  # committed; the next list/get repairs it
-            self.finalize(location)
+            self.finalize(location, data)
 
     def put(self, path: str, data: bytes) -> None:
         """Pass-through."""

@@ -491,11 +491,9 @@ class ExternalManifestStorage:
             if data is None:
                 data = self.inner.get(rel)
         except ObjectNotFoundError:
-            # Another finalizer copied it and removed the staging object.
+            # Another finalizer copied it and removed the staging object (it deletes the
+            # staging object only after the copy and the repoint).
             if self.inner.exists(final):
-                return final
-            entry = self.store.get(self.base_uri, location.version)
-            if entry is not None and entry.path != location.path and self.inner.exists(final):
                 return final
             raise StorageError(
                 f"{self.uri}: version {location.version} is claimed at {location.path} but "

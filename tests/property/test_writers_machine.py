@@ -1,56 +1,133 @@
-"""Concurrent writers, every interleaving Hypothesis can find, with and without lost
-responses, on the memory and local-disk backends (txn_engine.testing.machine)."""
+"""Concurrent writers in every interleaving Hypothesis finds (txn_engine.testing.machine):
+memory and local-disk backends, with and without storage faults; plus mutation checks
+proving the machine's invariants catch a broken engine."""
 
 from __future__ import annotations
 
+import importlib
+import shutil
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
-from hypothesis import settings
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+from pyroaring import BitMap
 
 from txn_engine.storage.base import Storage
 from txn_engine.storage.local import LocalStorage
-from txn_engine.testing.faults import FaultyStorage
+from txn_engine.testing.fault_storage import FAULT_KINDS
 from txn_engine.testing.machine import WritersMachine
+
+# (the package re-exports functions named like some submodules: fetch the modules themselves)
+commit_mod = importlib.import_module("txn_engine.commit")
+detect_mod = importlib.import_module("txn_engine.conflicts.detect")
+rebase_mod = importlib.import_module("txn_engine.conflicts.rebase")
+builder_mod = importlib.import_module("txn_engine.builder")
+_FAULTS = tuple(k for k in FAULT_KINDS if k != "latency")
 
 
 class MemoryWriters(WritersMachine):
-    lose_responses = False
+    pass
 
 
-class MemoryWritersLosingResponses(WritersMachine):
-    lose_responses = True
+class MemoryWritersWithFaults(WritersMachine):
+    faults = _FAULTS
 
 
-class LocalWritersLosingResponses(WritersMachine):
-    lose_responses = True
+class FourWritersDeletesAndCompactions(WritersMachine):
+    """Row-level contention only: concurrent deletes/updates of the same fragments."""
+
+    n_writers = 4
+    kinds = ("append", "delete", "delete", "update", "compact")
+
+
+class LocalWritersWithFaults(WritersMachine):
+    faults = _FAULTS
 
     def make_storage(self) -> Storage:
-        return FaultyStorage(LocalStorage(tempfile.mkdtemp(prefix="writers-"), fsync=False))
+        self.root = tempfile.mkdtemp(prefix="writers-")
+        return LocalStorage(self.root, fsync=False)
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
-_settings = settings(stateful_step_count=25)
 TestMemoryWriters = MemoryWriters.TestCase
-TestMemoryWriters.settings = _settings
-TestMemoryWritersLosingResponses = MemoryWritersLosingResponses.TestCase
-TestMemoryWritersLosingResponses.settings = _settings
-TestLocalWritersLosingResponses = LocalWritersLosingResponses.TestCase
-TestLocalWritersLosingResponses.settings = settings(stateful_step_count=15, max_examples=25)
+TestMemoryWriters.settings = settings(stateful_step_count=40)
+TestMemoryWritersWithFaults = MemoryWritersWithFaults.TestCase
+TestMemoryWritersWithFaults.settings = settings(stateful_step_count=40)
+TestFourWritersDeletesAndCompactions = FourWritersDeletesAndCompactions.TestCase
+TestFourWritersDeletesAndCompactions.settings = settings(stateful_step_count=40)
+TestLocalWritersWithFaults = LocalWritersWithFaults.TestCase
+TestLocalWritersWithFaults.settings = settings(stateful_step_count=25)
 
 
-def test_the_machine_catches_an_engine_that_loses_a_deletion(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Mutation check: if deletion files silently drop an offset, an invariant fails."""
-    import pytest
-    from hypothesis.stateful import run_state_machine_as_test
-    from pyroaring import BitMap
+# ---- the machine catches broken engines ----------------------------------------------------
 
-    import txn_engine.testing.machine as machine
+_HUNT = settings(
+    phases=[Phase.generate],  # no shrinking: finding the bug is the point
+    report_multiple_bugs=False,
+    max_examples=300,
+    stateful_step_count=40,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 
-    original = machine.write_deletion_vector
 
-    def forgetful(storage, fragment_id, version, offsets, **kw):  # type: ignore[no-untyped-def]
-        kept = BitMap(sorted(offsets)[:-1]) or BitMap([0])
-        return original(storage, fragment_id, version, kept, **kw)
+def _finds_a_failure(machine: type[WritersMachine]) -> str:
+    with pytest.raises(AssertionError) as info:
+        run_state_machine_as_test(machine, settings=_HUNT)
+    return str(info.value)
 
-    monkeypatch.setattr(machine, "write_deletion_vector", forgetful)
-    with pytest.raises(AssertionError):
-        run_state_machine_as_test(MemoryWriters, settings=settings(max_examples=200))
+
+@pytest.fixture
+def patched(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, str, Any], None]:
+    """``patched(module, name, value)``: monkeypatch for the duration of the test."""
+    return lambda obj, name, value: monkeypatch.setattr(obj, name, value)
+
+
+def test_catches_a_rebase_that_drops_the_other_writers_deletions(
+    patched: Callable[[Any, str, Any], None],
+) -> None:
+    """Merging deletion vectors keeps only my offsets: a concurrent deletion is lost."""
+    patched(rebase_mod, "_pb_dv", lambda storage, fragment: BitMap())
+    message = _finds_a_failure(FourWritersDeletesAndCompactions)
+    assert any(
+        sign in message for sign in ("deletion lost", "rows lost", "present twice", "not live")
+    ), message
+
+
+def test_catches_missing_conflict_detection(patched: Callable[[Any, str, Any], None]) -> None:
+    """An engine that never detects conflicts resurrects or loses rows."""
+    patched(commit_mod, "check", lambda *a, **k: detect_mod.Check())
+    _finds_a_failure(FourWritersDeletesAndCompactions)
+
+
+def test_catches_a_settlement_that_claims_unlanded_commits(
+    patched: Callable[[Any, str, Any], None],
+) -> None:
+    """Treating every ambiguous create as landed acknowledges commits that are not there."""
+    patched(commit_mod, "_settle", lambda *a, **k: True)
+
+    class Faulty(WritersMachine):
+        faults = ("fail_before_write", "spurious_exists")
+        kinds = ("append",)
+
+    assert "acknowledged at" in _finds_a_failure(Faulty)
+
+
+def test_catches_fragment_ids_reused(patched: Callable[[Any, str, Any], None]) -> None:
+    """A builder that forgets the high-water mark hands a removed fragment's id out again."""
+    patched(
+        builder_mod, "max_fragment_id", lambda m: m.fragments[-1].id if len(m.fragments) else None
+    )
+
+    class Deleting(WritersMachine):
+        kinds = ("append", "delete", "delete")
+        interleave = False
+
+    message = _finds_a_failure(Deleting)
+    assert "ids" in message

@@ -1,0 +1,224 @@
+"""Named storage faults for commit tests, and a randomly failing storage for stress runs.
+
+The commit protocol must survive each of these (``docs/testing.md``):
+
+===========================  ===============================================================
+kind                         what happens                                        commit must
+===========================  ===============================================================
+``lost_response``            the manifest create lands, the caller gets          acknowledge
+                             :class:`~txn_engine.errors.AmbiguousWriteError`      it once
+``fail_before_write``        the manifest create fails before reaching the       land it once
+                             store (ambiguous error, nothing written)
+``spurious_exists``          the manifest create reports "already exists" but    land it once
+                             nothing is there
+``transaction_file_fails``   writing ``_transactions/*.txn`` fails               raise, nothing
+                                                                                 lands
+``crash_before_manifest``    the writer dies between the transaction file and    nothing lands
+                             the manifest (:class:`SimulatedCrash`)
+``crash_after_manifest``     the writer dies right after its manifest landed     it is there once
+``unknown_outcome``          lost response and the read-back fails too           raise
+                                                                                 CommitState-
+                                                                                 UnknownError
+``latency``                  every call is delayed                               just slower
+===========================  ===============================================================
+
+:func:`fault_rules` turns a kind into :class:`~txn_engine.testing.faults.Fault` rules for
+:class:`~txn_engine.testing.faults.FaultyStorage` (deterministic: fire on the next matching
+call). :class:`ChaosStorage` injects the same kinds at random with a given rate and counts
+them; the stress runner uses it.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+from txn_engine.commit import SETTLE_ATTEMPTS
+from txn_engine.errors import AmbiguousWriteError, ObjectExistsError, StorageError
+from txn_engine.storage.base import Storage
+from txn_engine.testing.faults import Fault, SimulatedCrash
+
+__all__ = [
+    "FAULT_KINDS",
+    "LANDING_FAULTS",
+    "ChaosStorage",
+    "fault_rules",
+]
+
+#: Every fault kind :func:`fault_rules` and :class:`ChaosStorage` understand.
+FAULT_KINDS: tuple[str, ...] = (
+    "lost_response",
+    "fail_before_write",
+    "spurious_exists",
+    "transaction_file_fails",
+    "crash_before_manifest",
+    "crash_after_manifest",
+    "unknown_outcome",
+    "latency",
+)
+
+#: Kinds after which the commit still lands and is acknowledged.
+LANDING_FAULTS: frozenset[str] = frozenset(
+    {"lost_response", "fail_before_write", "spurious_exists", "latency"}
+)
+
+_MANIFESTS = "_versions/*"
+_TRANSACTIONS = "_transactions/*"
+
+
+def _exists(method: str, path: str) -> BaseException:
+    return ObjectExistsError(f"injected fault: {path} reported as existing")
+
+
+def _storage_error(method: str, path: str) -> BaseException:
+    return StorageError(f"injected fault: {method}({path}) failed")
+
+
+def fault_rules(kind: str, *, times: int = 1, delay: float = 0.001) -> list[Fault]:
+    """The :class:`Fault` rules producing ``kind`` (see the module table) on the next
+    ``times`` matching calls. ``delay`` is the per-call latency of ``"latency"``."""
+    if kind == "lost_response":
+        return [Fault("put_if_absent", _MANIFESTS, mode="after", times=times)]
+    if kind == "fail_before_write":
+        return [Fault("put_if_absent", _MANIFESTS, mode="before", times=times)]
+    if kind == "spurious_exists":
+        return [Fault("put_if_absent", _MANIFESTS, mode="before", times=times, error=_exists)]
+    if kind == "transaction_file_fails":
+        return [Fault("put", _TRANSACTIONS, mode="before", times=times, error=_storage_error)]
+    if kind == "crash_before_manifest":
+        return [Fault("put_if_absent", _MANIFESTS, mode="crash_before", times=times)]
+    if kind == "crash_after_manifest":
+        return [Fault("put_if_absent", _MANIFESTS, mode="crash_after", times=times)]
+    if kind == "unknown_outcome":
+        # once the response is lost, every read-back of that manifest fails as well
+        read_back = Fault("get", "\0nothing", mode="before", times=None, error=_storage_error)
+
+        def arm(_method: str, path: str) -> None:
+            read_back.pattern = path
+
+        return [Fault("put_if_absent", _MANIFESTS, mode="after", times=times, hook=arm), read_back]
+    if kind == "latency":
+        return [
+            Fault(m, "*", mode="hook", times=None, hook=lambda _m, _p: time.sleep(delay))
+            for m in ("put_if_absent", "put", "get", "get_range", "size", "list", "exists")
+        ]
+    raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
+
+
+class ChaosStorage:
+    """Wrap ``inner``; each manifest create suffers one of ``kinds`` with probability
+    ``rate`` (``transaction_file_fails`` applies to transaction-file writes instead).
+    ``latency`` seconds (uniform 0..2x) are added to every call when given or when
+    ``"latency"`` is among the kinds. ``injected`` counts the faults that fired.
+
+    ``unknown_outcome`` here loses the response of a create whose read-backs then fail
+    (as many as the loop makes), so the loop gives up with CommitStateUnknownError.
+    Thread-safe; seed ``rng`` for reproducible runs.
+    """
+
+    def __init__(
+        self,
+        inner: Storage,
+        *,
+        rate: float,
+        kinds: Sequence[str] = ("lost_response",),
+        latency: float = 0.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        unknown = set(kinds) - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {FAULT_KINDS}")
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"rate must be within [0, 1], got {rate}")
+        self.inner = inner
+        self.rate = rate
+        self.kinds = tuple(k for k in kinds if k != "latency")
+        self.latency = latency if latency or "latency" not in kinds else 0.002
+        self.rng = rng or random.Random()
+        self.injected: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._failing_reads: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"ChaosStorage({self.inner!r}, rate={self.rate}, kinds={self.kinds})"
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    def _delay(self) -> None:
+        if self.latency:
+            with self._lock:
+                d = self.rng.uniform(0, 2 * self.latency)
+            time.sleep(d)
+
+    def _draw(self, candidates: Sequence[str]) -> str | None:
+        with self._lock:
+            if not candidates or self.rng.random() >= self.rate:
+                return None
+            kind = self.rng.choice(candidates)
+            self.injected[kind] += 1
+            return kind
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        self._delay()
+        kind = (
+            self._draw([k for k in self.kinds if k != "transaction_file_fails"])
+            if path.startswith("_versions/")
+            else None
+        )
+        if kind == "fail_before_write":
+            raise AmbiguousWriteError(f"injected fault: put_if_absent({path}) outcome unknown")
+        if kind == "spurious_exists":
+            raise ObjectExistsError(f"injected fault: {path} reported as existing")
+        if kind == "crash_before_manifest":
+            raise SimulatedCrash(f"crash before put_if_absent({path})")
+        self.inner.put_if_absent(path, data)
+        if kind == "crash_after_manifest":
+            raise SimulatedCrash(f"crash after put_if_absent({path})")
+        if kind == "unknown_outcome":
+            with self._lock:  # every read-back of the settlement fails
+                self._failing_reads[path] = SETTLE_ATTEMPTS
+        if kind in ("lost_response", "unknown_outcome"):
+            raise AmbiguousWriteError(f"injected fault: lost response of put_if_absent({path})")
+
+    def put(self, path: str, data: bytes) -> None:
+        self._delay()
+        if path.startswith("_transactions/") and "transaction_file_fails" in self.kinds:
+            kind = self._draw(["transaction_file_fails"])
+            if kind is not None:
+                raise StorageError(f"injected fault: put({path}) failed")
+        self.inner.put(path, data)
+
+    def get(self, path: str) -> bytes:
+        self._delay()
+        with self._lock:
+            left = self._failing_reads.pop(path, 0)
+            if left > 1:
+                self._failing_reads[path] = left - 1
+        if left:
+            raise StorageError(f"injected fault: get({path}) failed")
+        return self.inner.get(path)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        self._delay()
+        return self.inner.get_range(path, start, end)
+
+    def size(self, path: str) -> int:
+        self._delay()
+        return self.inner.size(path)
+
+    def list(self, prefix: str) -> Sequence[str]:
+        self._delay()
+        return self.inner.list(prefix)
+
+    def exists(self, path: str) -> bool:
+        self._delay()
+        return self.inner.exists(path)
+
+    def delete(self, path: str) -> None:
+        self._delay()
+        self.inner.delete(path)

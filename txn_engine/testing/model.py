@@ -1,0 +1,598 @@
+"""A reference model of table contents, for checking writers against a dataset.
+
+Every row carries an identity (its ``rid``, an int) and a value (an int). Two models fold
+transactions independently of :mod:`txn_engine.builder`:
+
+* :class:`IntentModel` folds what each writer *meant* (:data:`Effect`: rows added,
+  removed, re-valued, the whole table replaced, a version restored, config edited) in
+  version order. After every commit the dataset must hold exactly the rows the model
+  says, so a lost deletion, a resurrected row or a row landing twice is caught.
+* :class:`HistoryModel` folds the transactions *as landed* (the rebased forms read back
+  from the dataset) with Lance's semantics (fragment ids from the high-water mark,
+  cumulative deletion vectors, rewrites preserving rows) and compares every version's
+  manifest with the fold: the committed table equals the serial fold of the committed
+  transactions in version order.
+
+Rows are located through a :class:`RowSource`: :class:`SyntheticRows` registers fragments
+whose data files are never written (the engine never reads data files, so in-memory tests
+need none); :class:`LanceFileRows` reads the ``rid``/``val`` columns of real data files with
+pylance.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid as uuid_mod
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+from pyroaring import BitMap
+
+from txn_engine.codec import transaction_from_proto
+from txn_engine.errors import TxnEngineError
+from txn_engine.format.deletion import read_deletion_vector
+from txn_engine.format.io import read_manifest, read_manifest_entry, read_transaction
+from txn_engine.format.naming import list_versions
+from txn_engine.model import DataFile, Fragment
+from txn_engine.ops import (
+    Append,
+    Clone,
+    CreateIndex,
+    DataReplacement,
+    Delete,
+    Merge,
+    Overwrite,
+    Project,
+    ReserveFragments,
+    Restore,
+    Rewrite,
+    Update,
+    UpdateBases,
+    UpdateConfig,
+    UpdateMemWalState,
+)
+from txn_engine.storage.base import Storage
+from txn_engine.transaction import Transaction
+
+__all__ = [
+    "AddRows",
+    "Contents",
+    "EditConfig",
+    "Effect",
+    "EffectError",
+    "HistoryModel",
+    "IntentModel",
+    "LanceFileRows",
+    "NoRowChange",
+    "RemoveRows",
+    "ReplaceTable",
+    "RestoreVersion",
+    "Row",
+    "RowSource",
+    "SetValues",
+    "SyntheticRows",
+    "apply_effect",
+    "read_contents",
+]
+
+#: One row: ``(rid, value)``.
+Row = tuple[int, int]
+
+
+# ---- where rows live ----------------------------------------------------------------------
+
+
+class RowSource(Protocol):
+    """Knows the rows stored in a fragment's data files."""
+
+    def rows(self, fragment: Fragment) -> Sequence[Row]:
+        """``(rid, value)`` of every physical row of ``fragment``, in offset order
+        (deleted rows included). Raise ``KeyError`` for a fragment it does not know."""
+        ...
+
+
+class SyntheticRows:
+    """Fragments whose data files are never written: the rows of each file are kept here.
+
+    Use :meth:`fragment` to make an (id 0, uncommitted) fragment holding ``rows``. The file
+    name is unique, so after compaction or an update the new fragment's rows are known too.
+    One instance per dataset under test.
+    """
+
+    def __init__(self, prefix: str = "syn") -> None:
+        self._prefix = prefix
+        self._files: dict[str, tuple[Row, ...]] = {}
+        self._counter = itertools.count()
+
+    def fragment(self, rows: Iterable[Row], *, fields: Sequence[int] = (0, 1)) -> Fragment:
+        """A new fragment whose single (unwritten) data file holds ``rows``."""
+        rows = tuple(rows)
+        if not rows:
+            raise ValueError("a fragment needs at least one row")
+        name = f"{self._prefix}-{next(self._counter)}-{uuid_mod.uuid4().hex[:8]}.lance"
+        self._files[name] = rows
+        data_file = DataFile(name, tuple(fields), tuple(range(len(fields))), 2, 2, 1)
+        return Fragment(0, (data_file,), len(rows))
+
+    def register(self, path: str, rows: Iterable[Row]) -> None:
+        """Declare the rows of a data file made elsewhere."""
+        self._files[path] = tuple(rows)
+
+    def rows(self, fragment: Fragment) -> Sequence[Row]:
+        for data_file in fragment.files:
+            found = self._files.get(data_file.path)
+            if found is not None:
+                return found
+        raise KeyError(f"no rows registered for fragment {fragment.id} ({fragment.files})")
+
+
+class LanceFileRows:
+    """Rows of real Lance data files under ``{root}/data/``, read with pylance's file reader
+    (local datasets only). ``rid_column`` and ``value_column`` name the columns (a missing
+    value column reads as 0). Results are cached by file path (data files are immutable).
+    """
+
+    def __init__(
+        self, root: str | os.PathLike[str], *, rid_column: str = "rid", value_column: str = "val"
+    ) -> None:
+        self._root = os.fspath(root)
+        if self._root.startswith("file://"):
+            self._root = self._root[len("file://") :]
+        self._rid = rid_column
+        self._val = value_column
+        self._cache: dict[str, tuple[Row, ...]] = {}
+
+    def rows(self, fragment: Fragment) -> Sequence[Row]:
+        for data_file in fragment.files:
+            cached = self._cache.get(data_file.path)
+            if cached is not None:
+                return cached
+        import lance.file
+
+        for data_file in fragment.files:
+            path = os.path.join(self._root, "data", data_file.path)
+            if not os.path.exists(path):
+                continue
+            table = lance.file.LanceFileReader(path).read_all().to_table()
+            if self._rid not in table.column_names:
+                continue
+            rids = table.column(self._rid).to_pylist()
+            vals = (
+                table.column(self._val).to_pylist()
+                if self._val in table.column_names
+                else [0] * len(rids)
+            )
+            rows = tuple((int(r), int(v or 0)) for r, v in zip(rids, vals, strict=True))
+            self._cache[data_file.path] = rows
+            return rows
+        raise KeyError(f"fragment {fragment.id}: no readable data file with a {self._rid} column")
+
+
+# ---- contents -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Contents:
+    """What a table holds: rows (sorted, duplicates kept so they can be reported) and config."""
+
+    rows: tuple[Row, ...] = ()
+    config: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, rows: Iterable[Row], config: Mapping[str, str] | None = None) -> Contents:
+        """Canonical contents from any iterable of rows and a config mapping."""
+        return cls(tuple(sorted(rows)), tuple(sorted((config or {}).items())))
+
+    @property
+    def by_rid(self) -> dict[int, int]:
+        """``rid -> value`` (the last one for a duplicated rid)."""
+        return dict(self.rows)
+
+    @property
+    def config_dict(self) -> dict[str, str]:
+        return dict(self.config)
+
+    def duplicated_rids(self) -> list[int]:
+        """Rids present more than once (must be empty)."""
+        counts = Counter(r for r, _ in self.rows)
+        return sorted(r for r, n in counts.items() if n > 1)
+
+    def difference(self, actual: Contents, *, limit: int = 5) -> str | None:
+        """A one-line description of how ``actual`` differs from these (expected) contents,
+        or None when they are equal."""
+        if self == actual:
+            return None
+        parts: list[str] = []
+        dup = actual.duplicated_rids()
+        if dup:
+            parts.append(f"rids present twice: {dup[:limit]}")
+        mine, theirs = self.by_rid, actual.by_rid
+        lost = sorted(set(mine) - set(theirs))
+        extra = sorted(set(theirs) - set(mine))
+        changed = sorted(r for r in set(mine) & set(theirs) if mine[r] != theirs[r])
+        if lost:
+            parts.append(f"{len(lost)} rows lost (rids {lost[:limit]})")
+        if extra:
+            parts.append(f"{len(extra)} unexpected rows (rids {extra[:limit]})")
+        if changed:
+            parts.append(
+                f"{len(changed)} rows with other values ("
+                + ", ".join(f"rid {r}: {mine[r]} != {theirs[r]}" for r in changed[:limit])
+                + ")"
+            )
+        if self.config != actual.config:
+            parts.append(f"config {self.config_dict} != {actual.config_dict}")
+        return "; ".join(parts) or "contents differ"
+
+
+def _deleted(storage: Storage, fragment: Fragment) -> BitMap:
+    if fragment.deletion_file is None:
+        return BitMap()
+    return read_deletion_vector(storage, fragment.id, fragment.deletion_file.to_proto())
+
+
+def read_contents(storage: Storage, source: RowSource, version: int | None = None) -> Contents:
+    """The rows and config of ``version`` (latest by default) as stored: every fragment's
+    rows from ``source`` minus its deletion vector."""
+    _, mf = read_manifest(storage, version)
+    return _contents_from_pb(storage, source, mf.manifest)
+
+
+# ---- writer intent ------------------------------------------------------------------------
+
+
+def _rows(value: Iterable[Row]) -> tuple[Row, ...]:
+    return tuple((int(r), int(v)) for r, v in value)
+
+
+def _rids(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(r) for r in value)
+
+
+def _pairs(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple(value)
+
+
+def _edits(value: Iterable[tuple[str, str | None]]) -> tuple[tuple[str, str | None], ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class AddRows:
+    """New rows (their rids must not exist yet)."""
+
+    rows: tuple[Row, ...] = attrs.field(converter=_rows)
+
+
+@attrs.frozen
+class RemoveRows:
+    """Delete rows by rid (they must all be live: deleting a row twice is a bug)."""
+
+    rids: tuple[int, ...] = attrs.field(converter=_rids)
+
+
+@attrs.frozen
+class SetValues:
+    """Give existing rows new values (an update)."""
+
+    rows: tuple[Row, ...] = attrs.field(converter=_rows)
+
+
+@attrs.frozen
+class ReplaceTable:
+    """Overwrite: the table becomes ``rows``; ``config_upserts`` are merged into the config."""
+
+    rows: tuple[Row, ...] = attrs.field(converter=_rows)
+    config_upserts: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
+
+
+@attrs.frozen
+class RestoreVersion:
+    """The table (rows and config) becomes what it was at ``version``."""
+
+    version: int
+
+
+@attrs.frozen
+class EditConfig:
+    """Config upserts (``value``) and deletes (``None``)."""
+
+    entries: tuple[tuple[str, str | None], ...] = attrs.field(converter=_edits)
+
+
+@attrs.frozen
+class NoRowChange:
+    """Compaction, index creation, reservations...: rows and config stay as they are."""
+
+    what: str = ""
+
+
+Effect = AddRows | RemoveRows | SetValues | ReplaceTable | RestoreVersion | EditConfig | NoRowChange
+
+
+class EffectError(AssertionError):
+    """An effect does not fit the contents it is applied to (e.g. a row deleted twice)."""
+
+
+def apply_effect(
+    contents: Contents, effect: Effect, history: Mapping[int, Contents] | None = None
+) -> Contents:
+    """The contents after ``effect``. ``history`` (version -> contents) serves
+    :class:`RestoreVersion`. Raises :class:`EffectError` when a precondition fails."""
+    rows = contents.by_rid
+    config = contents.config_dict
+    if isinstance(effect, AddRows):
+        clash = sorted(r for r, _ in effect.rows if r in rows)
+        if clash:
+            raise EffectError(f"appended rids already present: {clash[:5]}")
+        rows.update(effect.rows)
+    elif isinstance(effect, RemoveRows):
+        missing = sorted(r for r in effect.rids if r not in rows)
+        if missing:
+            raise EffectError(f"deleted rids that are not live (deleted twice?): {missing[:5]}")
+        for r in effect.rids:
+            del rows[r]
+    elif isinstance(effect, SetValues):
+        missing = sorted(r for r, _ in effect.rows if r not in rows)
+        if missing:
+            raise EffectError(f"updated rids that are not live: {missing[:5]}")
+        rows.update(effect.rows)
+    elif isinstance(effect, ReplaceTable):
+        rows = dict(effect.rows)
+        config.update(effect.config_upserts)
+    elif isinstance(effect, RestoreVersion):
+        if history is None or effect.version not in history:
+            raise EffectError(f"restore of version {effect.version}: contents unknown")
+        return history[effect.version]
+    elif isinstance(effect, EditConfig):
+        for key, value in effect.entries:
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+    elif isinstance(effect, NoRowChange):
+        return contents
+    else:  # pragma: no cover - exhaustive
+        raise TypeError(f"unknown effect {effect!r}")
+    return Contents.of(rows.items(), config)
+
+
+class IntentModel:
+    """Expected contents per version: the fold, in version order, of the effects of the
+    transactions that landed.
+
+    Create it with the contents of the first version, then call :meth:`land` for each
+    following version (in order) with the effect its writer intended.
+    """
+
+    def __init__(self, first_version: int, contents: Contents) -> None:
+        self.history: dict[int, Contents] = {first_version: contents}
+        self.latest = first_version
+
+    def land(self, version: int, effect: Effect) -> Contents:
+        """Fold ``effect`` as version ``version`` (must be ``latest + 1``)."""
+        if version != self.latest + 1:
+            raise EffectError(f"version {version} landed after {self.latest}")
+        contents = apply_effect(self.history[self.latest], effect, self.history)
+        self.history[version] = contents
+        self.latest = version
+        return contents
+
+    def contents(self, version: int | None = None) -> Contents:
+        return self.history[self.latest if version is None else version]
+
+
+# ---- the landed history -------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Frag:
+    fragment: Fragment
+    rows: tuple[Row, ...]
+    deleted: frozenset[int]
+
+    def live(self) -> list[Row]:
+        return [row for offset, row in enumerate(self.rows) if offset not in self.deleted]
+
+
+@attrs.frozen
+class _State:
+    fragments: Mapping[int, _Frag]
+    config: Mapping[str, str]
+    high: int | None  # fragment id high-water mark
+
+    def contents(self) -> Contents:
+        return Contents.of((row for f in self.fragments.values() for row in f.live()), self.config)
+
+
+class HistoryModel:
+    """Folds a dataset's landed transactions in version order, with Lance's semantics, and
+    compares each version's manifest with the fold.
+
+    Call :meth:`advance` whenever new versions may exist; it returns findings (strings;
+    empty when everything agrees). Checked per version: the rows and config equal the fold;
+    fragment ids are the ones Lance assigns (high-water mark + 1, ...); a Delete/Update
+    keeps every offset the fragment's previous deletion vector had (no deletion lost) and
+    leaves its data files alone; a Rewrite's new fragments hold exactly the live rows of
+    the old ones.
+    """
+
+    def __init__(self, storage: Storage, source: RowSource) -> None:
+        self.storage = storage
+        self.source = source
+        self.states: dict[int, _State] = {}
+        self.latest = 0
+
+    def advance(self) -> list[str]:
+        """Fold every version newer than the last one folded; return the findings."""
+        findings: list[str] = []
+        for entry in list_versions(self.storage):
+            if entry.version <= self.latest:
+                continue
+            v = entry.version
+            try:
+                mf = read_manifest_entry(self.storage, entry)
+                txn = transaction_from_proto(read_transaction(self.storage, entry, mf))
+            except TxnEngineError as exc:
+                findings.append(f"v{v}: unreadable: {exc}")
+                self.latest = v
+                continue
+            previous = self.states.get(v - 1)
+            try:
+                state, problems = self._apply(previous, txn, v)
+            except (KeyError, EffectError) as exc:
+                findings.append(f"v{v} ({txn.kind}): cannot fold: {exc}")
+                self.latest = v
+                continue
+            findings += [f"v{v} ({txn.kind}): {p}" for p in problems]
+            self.states[v] = state
+            self.latest = v
+            expected_ids = {fid: f.rows for fid, f in state.fragments.items()}
+            actual_ids = {
+                pb.id: tuple(self.source.rows(Fragment.from_proto(pb)))
+                for pb in mf.manifest.fragments
+            }
+            if expected_ids != actual_ids:
+                findings.append(
+                    f"v{v} ({txn.kind}): fragment ids {sorted(actual_ids)} but the fold has "
+                    f"{sorted(expected_ids)} (or their rows differ)"
+                )
+            actual = _contents_from_pb(self.storage, self.source, mf.manifest)
+            diff = state.contents().difference(actual)
+            if diff is not None:
+                findings.append(f"v{v} ({txn.kind}): table differs from the serial fold: {diff}")
+        return findings
+
+    def contents(self, version: int | None = None) -> Contents:
+        """The folded contents of ``version`` (latest folded by default)."""
+        return self.states[self.latest if version is None else version].contents()
+
+    # ---- folding ----------------------------------------------------------------------
+
+    def _assign(
+        self, frags: Iterable[Fragment], high: int | None
+    ) -> tuple[list[_Frag], int | None]:
+        out: list[_Frag] = []
+        for frag in frags:
+            if frag.id == 0:
+                high = 0 if high is None else high + 1
+                frag = frag.with_id(high)
+            else:
+                high = frag.id if high is None else max(high, frag.id)
+            deleted = frozenset(_deleted(self.storage, frag))
+            out.append(_Frag(frag, tuple(self.source.rows(frag)), deleted))
+        return out, high
+
+    def _updated(
+        self, fragments: dict[int, _Frag], updated: Iterable[Fragment], problems: list[str]
+    ) -> None:
+        for frag in updated:
+            old = fragments.get(frag.id)
+            if old is None:
+                problems.append(f"updated fragment {frag.id} does not exist")
+                continue
+            if frag.files != old.fragment.files:
+                problems.append(f"fragment {frag.id}: data files changed by a row mutation")
+            deleted = frozenset(_deleted(self.storage, frag))
+            lost = old.deleted - deleted
+            if lost:
+                problems.append(
+                    f"fragment {frag.id}: deletion lost (offsets {sorted(lost)[:5]} deleted "
+                    "before are live again)"
+                )
+            if deleted and max(deleted) >= frag.physical_rows:
+                problems.append(f"fragment {frag.id}: deleted offset beyond physical_rows")
+            fragments[frag.id] = _Frag(frag, old.rows, deleted)
+
+    def _apply(
+        self, previous: _State | None, txn: Transaction, version: int
+    ) -> tuple[_State, list[str]]:
+        op = txn.operation
+        problems: list[str] = []
+        if previous is None:
+            if not isinstance(op, Overwrite):
+                raise EffectError(f"version {version} has no folded predecessor")
+            previous = _State({}, {}, None)
+        fragments = dict(previous.fragments)
+        config = dict(previous.config)
+        high = previous.high
+        if isinstance(op, Overwrite):
+            news, high = self._assign(op.fragments, high)
+            fragments = {f.fragment.id: f for f in news}
+            config.update(op.config_upserts)
+        elif isinstance(op, Append):
+            news, high = self._assign(op.fragments, high)
+            fragments.update((f.fragment.id, f) for f in news)
+        elif isinstance(op, (Delete, Update)):
+            removed = op.deleted_fragment_ids if isinstance(op, Delete) else op.removed_fragment_ids
+            for fid in removed:
+                if fragments.pop(fid, None) is None:
+                    problems.append(f"removed fragment {fid} does not exist")
+            self._updated(fragments, op.updated_fragments, problems)
+            if isinstance(op, Update):
+                news, high = self._assign(op.new_fragments, high)
+                fragments.update((f.fragment.id, f) for f in news)
+        elif isinstance(op, Rewrite):
+            for group in op.groups:
+                old_rows: list[Row] = []
+                for old in group.old_fragments:
+                    frag = fragments.pop(old.id, None)
+                    if frag is None:
+                        problems.append(f"rewritten fragment {old.id} does not exist")
+                        continue
+                    old_rows += frag.live()
+                news, high = self._assign(group.new_fragments, high)
+                new_rows = [row for f in news for row in f.live()]
+                if sorted(new_rows) != sorted(old_rows):
+                    problems.append(
+                        f"rewrite of fragments {[f.id for f in group.old_fragments]} does not "
+                        "preserve their live rows"
+                    )
+                fragments.update((f.fragment.id, f) for f in news)
+        elif isinstance(op, Restore):
+            source = self.states.get(op.version)
+            if source is None:
+                raise EffectError(f"restore of version {op.version}, which was not folded")
+            fragments = dict(source.fragments)
+            config = dict(source.config)
+            if source.high is not None:
+                high = source.high if high is None else max(high, source.high)
+        elif isinstance(op, UpdateConfig):
+            if op.config_updates is not None:
+                config = op.config_updates.apply(config)
+        elif isinstance(op, ReserveFragments):
+            high = (high or 0) + op.num_fragments
+        elif isinstance(op, Merge):
+            merged: dict[int, _Frag] = {}
+            for given in op.fragments:
+                known = fragments.get(given.id)
+                rows = known.rows if known is not None else tuple(self.source.rows(given))
+                merged[given.id] = _Frag(given, rows, frozenset(_deleted(self.storage, given)))
+            fragments = merged
+        elif isinstance(op, DataReplacement):
+            for replacement in op.replacements:
+                if replacement.fragment_id not in fragments:
+                    problems.append(f"replaced fragment {replacement.fragment_id} does not exist")
+        elif isinstance(op, Clone):
+            raise EffectError("Clone is not modelled")
+        elif isinstance(op, (CreateIndex, Project, UpdateBases, UpdateMemWalState)):
+            pass
+        else:  # pragma: no cover - exhaustive
+            raise EffectError(f"unknown operation {txn.kind}")
+        if fragments:
+            top = max(fragments)
+            high = top if high is None else max(high, top)
+        # fragments keep the manifest's file lists (Merge/Project/DataReplacement change them)
+        return _State(dict(sorted(fragments.items())), config, high), problems
+
+
+def _contents_from_pb(storage: Storage, source: RowSource, manifest: Any) -> Contents:
+    rows: list[Row] = []
+    for pb in manifest.fragments:
+        frag = Fragment.from_proto(pb)
+        deleted = _deleted(storage, frag)
+        rows.extend(row for offset, row in enumerate(source.rows(frag)) if offset not in deleted)
+    return Contents.of(rows, dict(manifest.config))

@@ -310,21 +310,44 @@ register(Command("show", "summarise one version of a dataset", _configure_show, 
 
 
 def _configure_stress(p: argparse.ArgumentParser) -> None:
+    from txn_engine.stress import DEFAULT_MIX, KINDS
+    from txn_engine.testing.fault_storage import FAULT_KINDS
+
     p.add_argument("uri", help="where to create the dataset (a fresh local directory by default)")
     p.add_argument("--writers", type=int, default=4, help="writer processes (default 4)")
-    p.add_argument("--commits", type=int, default=25, help="commits per writer (default 25)")
+    p.add_argument("--commits", type=int, default=25, help="operations per writer (default 25)")
     p.add_argument(
         "--mix",
         default=None,
-        help="operation weights, e.g. append=5,delete=2,shared-delete=2,update=1,config=1",
+        help="operation weights, kinds: "
+        + ", ".join(KINDS)
+        + " (default "
+        + ",".join(f"{k}={w}" for k, w in DEFAULT_MIX.items())
+        + ")",
     )
     p.add_argument(
         "--fault-rate",
         type=float,
         default=0.0,
-        help="probability that a manifest create loses its response (exactly-once test)",
+        help="probability that a manifest create (or transaction-file write) suffers a fault",
+    )
+    p.add_argument(
+        "--faults",
+        default="lost_response",
+        help="comma-separated fault kinds to inject at --fault-rate, or 'all': "
+        + ", ".join(FAULT_KINDS),
+    )
+    p.add_argument(
+        "--latency", type=float, default=0.0, help="added storage latency per call, in ms"
     )
     p.add_argument("--max-attempts", type=int, default=20, help="commit attempts per try")
+    p.add_argument("--deadline", type=float, default=None, help="seconds per commit (retries)")
+    p.add_argument(
+        "--replans", type=int, default=5, help="re-plans after a retryable conflict (default 5)"
+    )
+    p.add_argument(
+        "--synthetic", action="store_true", help="do not write data files (no pylance needed)"
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
@@ -339,6 +362,14 @@ def _parse_mix(text: str | None) -> dict[str, int] | None:
     return mix
 
 
+def _parse_faults(text: str) -> list[str]:
+    from txn_engine.testing.fault_storage import FAULT_KINDS
+
+    if text.strip() == "all":
+        return list(FAULT_KINDS)
+    return [k.strip() for k in text.split(",") if k.strip()]
+
+
 def _run_stress(args: argparse.Namespace, out: TextIO) -> int:
     from txn_engine.stress import run_stress
 
@@ -348,7 +379,12 @@ def _run_stress(args: argparse.Namespace, out: TextIO) -> int:
         commits=args.commits,
         mix=_parse_mix(args.mix),
         fault_rate=args.fault_rate,
+        fault_kinds=_parse_faults(args.faults),
+        latency=args.latency / 1000.0,
         max_attempts=args.max_attempts,
+        deadline=args.deadline,
+        replans=args.replans,
+        synthetic=args.synthetic,
         seed=args.seed,
         progress=None if args.json else sys.stderr,
     )
@@ -373,13 +409,18 @@ register(
 def _configure_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("uri", help="dataset URI")
     p.add_argument("--deep", action="store_true", help="check deletion files of every version")
+    p.add_argument(
+        "--data-files",
+        action="store_true",
+        help="also check that the data files of the latest version (--deep: all) exist",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _run_verify(args: argparse.Namespace, out: TextIO) -> int:
     from txn_engine.verify import verify
 
-    report = verify(args.uri, deep=args.deep)
+    report = verify(args.uri, deep=args.deep, data_files=args.data_files)
     if args.json:
         json.dump(report.to_json(), out, indent=2)
         out.write("\n")
@@ -390,10 +431,11 @@ def _run_verify(args: argparse.Namespace, out: TextIO) -> int:
         )
         for finding in report.findings:
             out.write(f"  {finding}\n")
+        warned = f" ({len(report.warnings)} warnings)" if report.warnings else ""
         out.write(
-            "OK: every invariant holds\n"
+            f"OK: every invariant holds{warned}\n"
             if report.ok
-            else f"FAILED: {len(report.findings)} findings\n"
+            else f"FAILED: {len(report.errors)} errors{warned}\n"
         )
     return 0 if report.ok else 1
 

@@ -1,53 +1,125 @@
 """``txn-engine stress``: N writer processes committing to one dataset, then a verdict.
 
-Every row carries a unique ``rid``. Each writer appends fragments of fresh rids, deletes
-rows (of the shared seed fragment, so that concurrent deletes of one fragment rebase or
-conflict, and of its own fragments), updates rows (delete + re-append the same rids with a
-new value, one Update transaction) and upserts config keys, in a configurable mix. Writers
-record every commit they were told landed. Afterwards:
+Every row carries a unique ``rid`` and a ``val``. Each writer process commits, in a
+configurable mix (:data:`DEFAULT_MIX`):
+
+* ``append``: a new fragment of fresh rids;
+* ``delete``: some rows of one of its own fragments;
+* ``shared-delete``: some of the first live rows of the seed fragment every writer knows
+  (concurrent deletes of one fragment are rebased, or conflict when they hit the same
+  rows, then are re-planned);
+* ``update``: new values for some rows of the seed fragment or of its own (delete + the
+  same rids re-added with new values, one Update transaction);
+* ``config``: upserts its own config key, or the shared one (a concurrent upsert of the
+  same key is an incompatible conflict);
+* ``compact``: rewrites several of its own fragments into one (a Rewrite).
+
+A retryable conflict is re-planned from a fresh read (up to ``replans`` times). Before each
+commit the writer journals its intent (:mod:`txn_engine.testing.journal`), after it the
+outcome. Afterwards the run is verified:
 
 * :func:`txn_engine.verify.verify` checks the whole history;
-* the expected rid set (seed + acknowledged appends - acknowledged deletes) must equal the
-  rids pylance 14 reads back, with no duplicates (when pylance is installed);
-* every acknowledged transaction uuid must be in the history exactly once.
+* every version equals the fold of the journaled intents in version order (nothing lost,
+  duplicated or resurrected), every acknowledged commit is there exactly once, no rejected
+  one is, and the landed transactions fold to the same tables
+  (:func:`txn_engine.testing.journal.check_history`);
+* pylance 14 (when installed) reads the latest version: the same rows and values.
 
 Data files are written with pylance (``lance.fragment.write_fragments``); without pylance
-the run uses fragments whose files do not exist and verifies with txn_engine alone.
+(or with ``synthetic=True``) fragments name files that are never written.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
+import uuid as uuid_mod
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
+from pyroaring import BitMap, BitMap64
 
+from txn_engine._proto import table_pb2
+from txn_engine.commit import commit
+from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     CommitConflictError,
     CommitStateUnknownError,
+    DatasetNotFoundError,
+    InvalidStorageArgumentError,
     RetriesExhaustedError,
+    StorageError,
     TxnEngineError,
 )
+from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
+from txn_engine.format.io import latest_version
+from txn_engine.format.schema import arrow_to_lance_fields
+from txn_engine.model import DataFile, Fragment
+from txn_engine.ops import (
+    Append,
+    Delete,
+    Operation,
+    Overwrite,
+    Rewrite,
+    RewriteGroup,
+    Update,
+    UpdateConfig,
+    UpdateMap,
+)
 from txn_engine.retry import RetryPolicy
+from txn_engine.storage import open_storage
+from txn_engine.testing.fault_storage import FAULT_KINDS, ChaosStorage
+from txn_engine.testing.faults import SimulatedCrash
+from txn_engine.testing.journal import Journal, check_history, read_journals
+from txn_engine.testing.model import (
+    AddRows,
+    Contents,
+    EditConfig,
+    Effect,
+    LanceFileRows,
+    NoRowChange,
+    RemoveRows,
+    Row,
+    SetValues,
+)
+from txn_engine.transaction import Transaction
+from txn_engine.verify import verify
 
-__all__ = ["DEFAULT_MIX", "StressReport", "run_stress"]
+__all__ = [
+    "DEFAULT_MIX",
+    "KINDS",
+    "StressReport",
+    "WriterSpec",
+    "run_stress",
+    "run_writer",
+    "verify_run",
+]
 
+#: Every operation kind a stress writer can commit.
+KINDS: tuple[str, ...] = ("append", "delete", "shared-delete", "update", "config", "compact")
 #: Operation mix (weights) used when none is given.
 DEFAULT_MIX: Mapping[str, int] = {
     "append": 5,
     "delete": 2,
     "shared-delete": 2,
-    "update": 1,
+    "update": 2,
     "config": 1,
+    "compact": 1,
 }
-SEED_ROWS = 2000
+SEED_ROWS = 1000
 ROWS_PER_APPEND = 20
+SHARED_CONFIG_KEY = "stress.shared"
+#: Shared deletes and updates pick among the first live rows of the seed fragment.
+HOT_ROWS = 100
 
 
 def _pa() -> Any:
@@ -56,7 +128,9 @@ def _pa() -> Any:
     return pa
 
 
-def _have_pylance() -> bool:
+def have_pylance() -> bool:
+    """Whether pylance can be imported (it writes the data files and reads the result)."""
+    os.environ.setdefault("LANCE_LOG", "error")  # no "creating dataset" warnings
     try:
         import lance  # noqa: F401
     except ImportError:
@@ -69,208 +143,296 @@ def _schema() -> Any:
     return pa.schema([pa.field("rid", pa.int64(), nullable=False), pa.field("val", pa.int64())])
 
 
-def _write_fragment(uri: str, rids: Sequence[int], val: int, real: bool) -> Any:
-    from txn_engine.model import DataFile, Fragment
-
+def write_rows(
+    uri: str,
+    rows: Sequence[Row],
+    *,
+    real: bool,
+    storage_options: Mapping[str, str] | None = None,
+) -> Any:
+    """A new uncommitted fragment holding ``rows`` (a pylance-written data file when
+    ``real``, else a synthetic file name that is never written)."""
     if not real:
-        name = f"synthetic-{os.getpid()}-{rids[0]}-{random.getrandbits(32)}.lance"
-        return Fragment(0, (DataFile(name, (0, 1), (0, 1), 2, 2, 1),), len(rids))
+        name = f"synthetic-{uuid_mod.uuid4().hex}.lance"
+        return Fragment(0, (DataFile(name, (0, 1), (0, 1), 2, 2, 1),), len(rows))
     import lance
 
     pa = _pa()
     table = pa.table(
-        {"rid": pa.array(rids, pa.int64()), "val": pa.array([val] * len(rids))}, schema=_schema()
+        {
+            "rid": pa.array([r for r, _ in rows], pa.int64()),
+            "val": pa.array([v for _, v in rows], pa.int64()),
+        },
+        schema=_schema(),
     )
     (meta,) = lance.fragment.write_fragments(
-        table, uri, schema=_schema(), max_rows_per_file=len(rids) + 1
+        table,
+        uri,
+        schema=_schema(),
+        max_rows_per_file=len(rows) + 1,
+        storage_options=dict(storage_options) if storage_options else None,
     )
     return Fragment.from_lance_json(meta.to_json())
 
 
+# ---- one writer process ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class WriterSpec:
+    """Everything a writer process needs (picklable). ``journal_dir`` receives
+    ``w{writer}.jsonl`` (the journal) and ``w{writer}.stats.json`` (written at the end)."""
+
+    uri: str
+    writer: int
+    commits: int
+    journal_dir: str
+    seed_path: str
+    mix: tuple[tuple[str, int], ...] = tuple(DEFAULT_MIX.items())
+    real: bool = True
+    fault_rate: float = 0.0
+    fault_kinds: tuple[str, ...] = ("lost_response",)
+    latency: float = 0.0
+    max_attempts: int = 20
+    deadline: float | None = None
+    replans: int = 5
+    seed: int = 0
+    storage_options: tuple[tuple[str, str], ...] = ()
+
+
 @attrs.define
-class _WriterStats:
+class _Stats:
     writer: int
     committed: int = 0
     failed: int = 0
     attempts: int = 0
+    replans: int = 0
     latencies: list[float] = attrs.field(factory=list)
     conflicts: Counter[str] = attrs.field(factory=Counter)
     exhausted: int = 0
     unknown: int = 0
-    appended: list[int] = attrs.field(factory=list)
-    deleted: list[int] = attrs.field(factory=list)
-    uuids: list[str] = attrs.field(factory=list)
+    crashed: int = 0
+    storage_errors: int = 0
+    injected: dict[str, int] = attrs.field(factory=dict)
+    by_kind: Counter[str] = attrs.field(factory=Counter)
     errors: list[str] = attrs.field(factory=list)
+    seconds: float = 0.0
 
 
-def _fragment_by_path(manifest: Any, path: str) -> Any:
-    for frag in reversed(manifest.fragments):
-        if any(df.path == path for df in frag.files):
-            return frag
-    return None
+def _conflict_label(exc: CommitConflictError) -> str:
+    rule = getattr(exc.conflicts[0], "rule", "") if exc.conflicts else ""
+    label = f"{exc.operation} after {exc.other_operation or 'rows'}"
+    return f"{label} ({rule})" if rule else label
 
 
-def _writer_main(
-    uri: str,
-    writer: int,
-    commits: int,
-    mix: Mapping[str, int],
-    fault_rate: float,
-    max_attempts: int,
-    real: bool,
-    seed: int,
-    progress: Any,
-    out: Any,
-) -> None:
-    """One writer process (spawned): commits ``commits`` transactions, reports stats."""
-    from pyroaring import BitMap, BitMap64
+class _Planner:
+    """The stress workload of one writer (see the module docstring)."""
 
-    from txn_engine.commit import commit
-    from txn_engine.dataset import Dataset
-    from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
-    from txn_engine.model import Fragment
-    from txn_engine.ops import Append, Delete, Update, UpdateConfig, UpdateMap
-    from txn_engine.storage import open_storage
-    from txn_engine.transaction import Transaction
+    def __init__(self, spec: WriterSpec, storage: Any, rng: random.Random) -> None:
+        self.spec = spec
+        self.storage = storage
+        self.rng = rng
+        self.known: dict[str, tuple[Row, ...]] = {
+            spec.seed_path: tuple((rid, 0) for rid in range(SEED_ROWS))
+        }
+        self.own: list[str] = []
+        self.next_rid = (spec.writer + 1) * 1_000_000_000
 
-    rng = random.Random(seed * 1000 + writer)
-    storage = open_storage(uri)
-    if fault_rate > 0:
-        storage = _LossyStorage(storage, fault_rate, rng)
-    stats = _WriterStats(writer)
-    own: dict[str, tuple[int, int]] = {}  # data file path -> (first rid, rows)
-    next_rid = (writer + 1) * 1_000_000_000
-    kinds = list(mix)
-    weights = [mix[k] for k in kinds]
-    policy = RetryPolicy(max_attempts=max_attempts)
+    def _new_fragment(self, rows: Sequence[Row]) -> Any:
+        return write_rows(
+            self.spec.uri,
+            rows,
+            real=self.spec.real,
+            storage_options=dict(self.spec.storage_options) or None,
+        )
 
-    def plan(kind: str, ds: Dataset) -> tuple[Transaction, list[int], list[int]] | None:
-        nonlocal next_rid
+    def _find(self, ds: Any, paths: Sequence[str]) -> list[Any]:
+        wanted = set(paths)
+        return [pb for pb in ds.manifest.fragments if len(pb.files) and pb.files[0].path in wanted]
+
+    def plan(
+        self, kind: str, ds: Dataset
+    ) -> tuple[Operation, Effect, dict[str, tuple[Row, ...]]] | None:
+        """``(operation, intended effect, new data files' rows)`` or None if impossible."""
+
+        rng = self.rng
         if kind == "append":
-            rids = list(range(next_rid, next_rid + ROWS_PER_APPEND))
-            next_rid += ROWS_PER_APPEND
-            frag = _write_fragment(uri, rids, 0, real)
-            own[frag.files[0].path] = (rids[0], len(rids))
-            return Transaction(ds.version, Append((frag,))), rids, []
+            rows = tuple((self.next_rid + i, 0) for i in range(ROWS_PER_APPEND))
+            self.next_rid += ROWS_PER_APPEND
+            frag = self._new_fragment(rows)
+            return Append((frag,)), AddRows(rows), {frag.files[0].path: rows}
         if kind == "config":
-            op = UpdateConfig(config_updates=UpdateMap({f"w{writer}": str(rng.random())}))
-            return Transaction(ds.version, op), [], []
-        if kind == "shared-delete":
-            target: tuple[Any, int] | None = None
-            frag_pb = ds.manifest.fragments[0] if len(ds.manifest.fragments) else None
-            if frag_pb is not None and frag_pb.id == 0:
-                target = (frag_pb, 0)
-        else:
-            candidates = [(p, v) for p, v in own.items() if v[0] >= 0]
-            rng.shuffle(candidates)
-            target = None
-            for path, (first, _) in candidates:
-                frag_pb = _fragment_by_path(ds.manifest, path)
-                if frag_pb is not None:
-                    target = (frag_pb, first)
-                    break
-        if target is None:
-            return None
-        frag_pb, first = target
-        existing = (
-            read_deletion_vector(storage, frag_pb.id, frag_pb.deletion_file)
-            if frag_pb.HasField("deletion_file")
-            else BitMap()
-        )
-        alive = [o for o in range(frag_pb.physical_rows) if o not in existing]
-        if len(alive) < 2:
-            return None
-        chosen = BitMap(rng.sample(alive, min(len(alive) - 1, rng.randint(1, 3))))
-        rids = [first + o for o in chosen]
-        affected = BitMap64((frag_pb.id << 32) | o for o in chosen)
-        dv = write_deletion_vector(storage, frag_pb.id, ds.version, existing | chosen)
-        copy = type(frag_pb)()
-        copy.CopyFrom(frag_pb)
-        copy.deletion_file.CopyFrom(dv)
-        updated = Fragment.from_proto(copy)
-        if kind == "update":
-            new = _write_fragment(uri, rids, rng.randint(1, 1 << 30), real)
-            own[new.files[0].path] = (-1, 0)  # rids not contiguous: never a delete target
-            op_u = Update(
-                updated_fragments=(updated,), new_fragments=(new,), affected_rows=affected
+            key = SHARED_CONFIG_KEY if rng.random() < 0.3 else f"stress.w{self.spec.writer}"
+            value = f"{self.spec.writer}.{rng.randrange(1 << 30)}"
+            config = UpdateConfig(config_updates=UpdateMap({key: value}))
+            return config, EditConfig(((key, value),)), {}
+
+        def alive(pb: Any) -> list[int]:
+            deleted = (
+                read_deletion_vector(self.storage, pb.id, pb.deletion_file)
+                if pb.HasField("deletion_file")
+                else BitMap()
             )
-            # the same rids are deleted and re-added: the live set does not change
-            return Transaction(ds.version, op_u), [], []
-        return (
-            Transaction(ds.version, Delete(updated_fragments=(updated,), affected_rows=affected)),
-            [],
-            rids,
+            return [o for o in range(pb.physical_rows) if o not in deleted]
+
+        if kind == "compact":
+            targets = self._find(ds, self.own)
+            if len(targets) < 2:
+                return None
+            start = rng.randrange(len(targets) - 1)
+            olds = targets[start : start + rng.randint(2, 4)]
+            live = tuple(self.known[pb.files[0].path][o] for pb in olds for o in alive(pb))
+            frag = self._new_fragment(live)
+            group = RewriteGroup(tuple(Fragment.from_proto(pb) for pb in olds), (frag,))
+            return Rewrite((group,)), NoRowChange("compaction"), {frag.files[0].path: live}
+
+        # delete / shared-delete / update: some rows of one fragment whose rows are known
+        if kind == "shared-delete" or (kind == "update" and rng.random() < 0.5):
+            pool = [self.spec.seed_path]
+        else:
+            pool = list(self.own)
+        candidates = self._find(ds, pool)
+        if not candidates:
+            return None
+        pb = rng.choice(candidates)
+        offsets = alive(pb)
+        if not offsets:
+            return None
+        if pb.files[0].path == self.spec.seed_path:  # a hot spot: writers clash on rows
+            offsets = offsets[:HOT_ROWS]
+        chosen = sorted(rng.sample(offsets, min(len(offsets), rng.randint(1, 3))))
+        rows = self.known[pb.files[0].path]
+        affected = BitMap64((pb.id << 32) | o for o in chosen)
+        alive_now = BitMap(alive(pb))
+        whole = len(chosen) == len(alive_now)
+        updated: tuple[Any, ...] = ()
+        if not whole:
+            deleted = BitMap(range(pb.physical_rows)) - alive_now
+            dv = write_deletion_vector(self.storage, pb.id, ds.version, deleted | BitMap(chosen))
+            copy = table_pb2.DataFragment()
+            copy.CopyFrom(pb)
+            copy.deletion_file.CopyFrom(dv)
+            updated = (Fragment.from_proto(copy),)
+        removed = (pb.id,) if whole else ()
+        rids = [rows[o][0] for o in chosen]
+        if kind != "update":
+            delete = Delete(updated, removed, "rid in (...)", affected_rows=affected)
+            return delete, RemoveRows(rids), {}
+        new_rows = tuple((rid, rng.randint(1, 1 << 30)) for rid in rids)
+        frag = self._new_fragment(new_rows)
+        op_u = Update(
+            removed_fragment_ids=removed,
+            updated_fragments=updated,
+            new_fragments=(frag,),
+            fields_modified=(1,),
+            affected_rows=affected,
         )
+        return op_u, SetValues(new_rows), {frag.files[0].path: new_rows}
 
-    done = 0
-    while done < commits:
-        kind = rng.choices(kinds, weights)[0]
-        started = time.perf_counter()
-        for _replan in range(5):
-            try:
-                ds = Dataset.open(storage)
-                planned = plan(kind, ds)
-                if planned is None:
-                    kind = "append"
-                    continue
-                txn, added, removed = planned
-                result = commit(storage, txn, retry_policy=policy, base=ds)
-            except CommitConflictError as exc:
-                rule = getattr(exc.conflicts[0], "rule", "") if exc.conflicts else ""
-                label = f"{exc.operation}<-{exc.other_operation or 'rows'}"
-                stats.conflicts[f"{label} ({rule})" if rule else label] += 1
-                if exc.retryable:
-                    continue
-                stats.failed += 1
+    def landed(self, files: Mapping[str, tuple[Row, ...]]) -> None:
+        """Our commit landed: its new data files are ours to delete from / compact."""
+        for path, rows in files.items():
+            self.known[path] = rows
+            self.own.append(path)
+
+
+def run_writer(spec: WriterSpec, progress: Any = None, start: Any = None) -> None:
+    """One writer process: ``spec.commits`` operations, journaled; stats written at the
+    end. ``progress`` (a shared int array, one slot per writer, no lock: a writer killed
+    with SIGKILL cannot leave a lock held) is set to -1 once warmed up, then counts finished
+    operations; ``start`` (an Event) is awaited after warming up."""
+    rng = random.Random(spec.seed * 1000 + spec.writer)
+    storage: Any = open_storage(spec.uri, dict(spec.storage_options) or None)
+    chaos: ChaosStorage | None = None
+    if spec.fault_rate > 0 or spec.latency > 0:
+        chaos = ChaosStorage(
+            storage,
+            rate=spec.fault_rate,
+            kinds=spec.fault_kinds,
+            latency=spec.latency,
+            rng=random.Random(rng.random()),
+        )
+        storage = chaos
+    planner = _Planner(spec, storage, rng)
+    stats = _Stats(spec.writer)
+    kinds = [k for k, _ in spec.mix]
+    weights = [w for _, w in spec.mix]
+    policy = RetryPolicy(max_attempts=spec.max_attempts, deadline=spec.deadline)
+    directory = Path(spec.journal_dir)
+    if spec.real:
+        import lance  # noqa: F401  (warm up before the clock starts)
+    Dataset.open(storage)
+    if start is not None:
+        if progress is not None:
+            progress[spec.writer] = -1  # warmed up, waiting for the start
+        start.wait()
+        if progress is not None:
+            progress[spec.writer] = 0
+    began = time.perf_counter()
+    with Journal(directory / f"w{spec.writer}.jsonl") as journal:
+        for i in range(spec.commits):
+            kind = rng.choices(kinds, weights)[0]
+            started = time.perf_counter()
+            for replan in range(spec.replans + 1):
+                try:
+                    ds = Dataset.open(storage)
+                    planned = planner.plan(kind, ds) or planner.plan("append", ds)
+                except TxnEngineError as exc:  # e.g. an injected read failure
+                    stats.errors.append(f"planning: {type(exc).__name__}: {exc}")
+                    stats.failed += 1
+                    break
+                assert planned is not None
+                op, effect, files = planned
+                txn = Transaction(ds.version, op)
+                journal.intent(txn.uuid, effect, files)
+                try:
+                    result = commit(storage, txn, retry_policy=policy, base=ds)
+                except CommitConflictError as exc:
+                    journal.rejected(txn.uuid, "conflict")
+                    stats.conflicts[_conflict_label(exc)] += 1
+                    if exc.retryable and replan < spec.replans:
+                        stats.replans += 1
+                        continue
+                    stats.failed += 1
+                except RetriesExhaustedError:
+                    journal.rejected(txn.uuid, "retries exhausted")
+                    stats.exhausted += 1
+                    stats.failed += 1
+                except CommitStateUnknownError:
+                    stats.unknown += 1  # may have landed: the journal intent covers it
+                    stats.failed += 1
+                except SimulatedCrash:
+                    stats.crashed += 1  # "died" mid-commit: may have landed (crash after)
+                    stats.failed += 1
+                except StorageError as exc:
+                    journal.rejected(txn.uuid, "storage error before the manifest")
+                    stats.storage_errors += 1
+                    stats.failed += 1
+                    if chaos is None:  # not injected: worth showing
+                        stats.errors.append(f"{type(exc).__name__}: {exc}")
+                except TxnEngineError as exc:
+                    stats.errors.append(f"{type(exc).__name__}: {exc}")
+                    stats.failed += 1
+                else:
+                    journal.ack(txn.uuid, result.version)
+                    planner.landed(files)
+                    stats.committed += 1
+                    stats.by_kind[kind] += 1
+                    stats.attempts += result.attempts
+                    stats.latencies.append(time.perf_counter() - started)
                 break
-            except RetriesExhaustedError:
-                stats.exhausted += 1
-                stats.failed += 1
-                break
-            except CommitStateUnknownError:
-                stats.unknown += 1
-                stats.failed += 1
-                break
-            except TxnEngineError as exc:
-                stats.errors.append(f"{type(exc).__name__}: {exc}")
-                stats.failed += 1
-                break
-            else:
-                stats.committed += 1
-                stats.attempts += result.attempts
-                stats.latencies.append(time.perf_counter() - started)
-                stats.appended.extend(added)
-                stats.deleted.extend(removed)
-                stats.uuids.append(result.transaction.uuid)
-                break
-        done += 1
-        with progress.get_lock():
-            progress.value += 1
-    out.put(attrs.asdict(stats))
+            if progress is not None:
+                progress[spec.writer] = i + 1
+    stats.seconds = time.perf_counter() - began
+    if chaos is not None:
+        stats.injected = dict(chaos.injected)
+    out = directory / f"w{spec.writer}.stats.json"
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(attrs.asdict(stats)))
+    os.replace(tmp, out)
 
 
-class _LossyStorage:
-    """Loses the response of a ``_versions/`` create with probability ``rate`` (the write
-    lands, the writer sees AmbiguousWriteError): exercises exactly-once settlement."""
-
-    def __init__(self, inner: Any, rate: float, rng: random.Random) -> None:
-        self._inner = inner
-        self._rate = rate
-        self._rng = rng
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    @property
-    def uri(self) -> str:
-        return str(self._inner.uri)
-
-    def put_if_absent(self, path: str, data: bytes) -> None:
-        from txn_engine.errors import AmbiguousWriteError
-
-        self._inner.put_if_absent(path, data)
-        if path.startswith("_versions/") and self._rng.random() < self._rate:
-            raise AmbiguousWriteError(f"injected lost response for {path}")
+# ---- the report ------------------------------------------------------------------------------
 
 
 @attrs.frozen
@@ -286,12 +448,18 @@ class StressReport:
     latency_p50_ms: float
     latency_p99_ms: float
     attempts: int
+    replans: int
     conflicts: Mapping[str, int]
     retries_exhausted: int
     state_unknown: int
+    crashed: int
+    storage_errors: int
+    faults_injected: Mapping[str, int]
+    by_kind: Mapping[str, int]
     errors: tuple[str, ...]
     findings: tuple[str, ...]
-    expected_rows: int
+    versions: int
+    expected_rows: int | None
     txn_engine_rows: int | None
     pylance_rows: int | None
 
@@ -304,27 +472,43 @@ class StressReport:
         return self.committed / self.seconds if self.seconds else 0.0
 
     def render(self) -> str:
+        """The human-readable report ``txn-engine stress`` prints."""
+
+        def counts(mapping: Mapping[str, int]) -> str:
+            items = sorted(mapping.items(), key=lambda kv: (-kv[1], kv[0]))
+            return ", ".join(f"{k} {v}" for k, v in items) or "none"
+
+        per_writer = self.commits_requested // max(self.writers, 1)
         lines = [
-            f"stress run on {self.uri}: {self.writers} writers x "
-            f"{self.commits_requested // max(self.writers, 1)} commits",
-            f"  committed        {self.committed} ({self.failed} not committed)",
-            f"  throughput       {self.commits_per_second:.1f} commits/s over {self.seconds:.2f} s",
-            f"  latency          p50 {self.latency_p50_ms:.1f} ms, "
-            f"p99 {self.latency_p99_ms:.1f} ms",
-            f"  attempts         {self.attempts} "
-            f"({self.attempts / max(self.committed, 1):.2f} per commit)",
-            f"  retries exhausted {self.retries_exhausted}; outcome unknown {self.state_unknown}",
-            "  conflicts        "
-            + (", ".join(f"{k}: {v}" for k, v in sorted(self.conflicts.items())) or "none"),
-            f"  rows             expected {self.expected_rows}, txn_engine "
-            f"{self.txn_engine_rows}, pylance "
-            f"{'n/a (pylance not installed)' if self.pylance_rows is None else self.pylance_rows}",
+            f"stress run on {self.uri}: {self.writers} writers x {per_writer} operations",
+            f"  committed          {self.committed} ({counts(self.by_kind)})",
+            f"  not committed      {self.failed}",
+            f"  throughput         {self.commits_per_second:.1f} commits/s "
+            f"over {self.seconds:.2f} s",
+            f"  commit latency     p50 {self.latency_p50_ms:.1f} ms, "
+            f"p99 {self.latency_p99_ms:.1f} ms (plan to acknowledgement, re-plans included)",
+            f"  attempts           {self.attempts} manifest writes "
+            f"({self.attempts / max(self.committed, 1):.2f} per commit), "
+            f"{self.replans} re-plans after retryable conflicts",
+            f"  conflicts          {counts(self.conflicts)}",
+            f"  retries exhausted  {self.retries_exhausted}",
+            f"  outcome unknown    {self.state_unknown}; simulated crashes {self.crashed}; "
+            f"storage errors {self.storage_errors}",
         ]
-        lines += [f"  error            {e}" for e in self.errors[:5]]
+        if self.faults_injected:
+            lines.append(f"  faults injected    {counts(self.faults_injected)}")
+        pylance = (
+            "n/a (pylance not installed)" if self.pylance_rows is None else str(self.pylance_rows)
+        )
+        lines.append(
+            f"  rows               expected {self.expected_rows}, txn_engine "
+            f"{self.txn_engine_rows}, pylance {pylance} ({self.versions} versions checked)"
+        )
+        lines += [f"  error              {e}" for e in self.errors[:5]]
         if self.ok:
-            lines.append("  verification     PASSED")
+            lines.append("  verification       PASSED")
         else:
-            lines.append(f"  verification     FAILED ({len(self.findings)} findings)")
+            lines.append(f"  verification       FAILED ({len(self.findings)} findings)")
             lines += [f"    - {f}" for f in self.findings[:20]]
         return "\n".join(lines) + "\n"
 
@@ -342,24 +526,82 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _create_seed(uri: str, real: bool) -> None:
-    from txn_engine.commit import commit
-    from txn_engine.errors import DatasetNotFoundError
-    from txn_engine.format.io import latest_version
-    from txn_engine.format.schema import arrow_to_lance_fields
-    from txn_engine.ops import Overwrite
-    from txn_engine.storage import open_storage
-    from txn_engine.transaction import Transaction
+# ---- running and verifying ---------------------------------------------------------------------
 
-    storage = open_storage(uri)
+
+def create_seed(
+    uri: str, *, real: bool, storage_options: Mapping[str, str] | None = None
+) -> tuple[str, str]:
+    """Create the dataset (version 1: the seed fragment of rids ``0..SEED_ROWS-1``); return
+    ``(seed data file path, transaction uuid)``. Refuses an existing dataset."""
+    storage = open_storage(uri, storage_options)
     try:
         latest_version(storage)
     except DatasetNotFoundError:
         pass
     else:
         raise TxnEngineError(f"{uri} already holds a dataset; stress needs a fresh location")
-    frag = _write_fragment(uri, list(range(SEED_ROWS)), 0, real)
-    commit(storage, Transaction(0, Overwrite((frag,), arrow_to_lance_fields(_schema()))))
+    frag = write_rows(
+        uri, [(rid, 0) for rid in range(SEED_ROWS)], real=real, storage_options=storage_options
+    )
+    txn = Transaction(0, Overwrite((frag,), arrow_to_lance_fields(_schema())))
+    commit(storage, txn)
+    return frag.files[0].path, txn.uuid
+
+
+def _local_root(uri: str) -> str | None:
+    if "://" not in uri:
+        return uri
+    if uri.startswith("file://"):
+        return uri[len("file://") :]
+    return None
+
+
+def verify_run(
+    uri: str,
+    journal_dir: str | os.PathLike[str],
+    *,
+    seed_path: str,
+    real: bool,
+    storage_options: Mapping[str, str] | None = None,
+    foreign: Any = None,
+) -> tuple[list[str], Contents | None, int, int | None]:
+    """Verify a run from its journals: ``(findings, expected contents, versions checked,
+    pylance row count)``. ``foreign(rid)`` admits versions written by journal-less writers
+    that only touch such rids (see :func:`txn_engine.testing.journal.check_history`)."""
+    storage = open_storage(uri, storage_options)
+    summary = read_journals(sorted(Path(journal_dir).glob("w*.jsonl")))
+    seed_rows = tuple((rid, 0) for rid in range(SEED_ROWS))
+    summary.rows.register(seed_path, seed_rows)
+    root = _local_root(uri)
+    fallback = LanceFileRows(root) if real and root is not None else None
+    findings = [str(f) for f in verify(storage, data_files=real and root is not None).errors]
+    check = check_history(
+        storage,
+        summary,
+        first_contents=Contents.of(seed_rows),
+        fallback_rows=fallback,
+        foreign=foreign,
+    )
+    findings += check.findings
+    pylance_rows: int | None = None
+    if real and have_pylance():
+        import lance
+
+        options = dict(storage_options) if storage_options else None
+        table = lance.dataset(uri, storage_options=options).to_table(columns=["rid", "val"])
+        pairs = list(
+            zip(table.column("rid").to_pylist(), table.column("val").to_pylist(), strict=True)
+        )
+        pylance_rows = len(pairs)
+        if check.expected is not None:
+            read = Contents.of(
+                ((int(r), int(v or 0)) for r, v in pairs), check.expected.config_dict
+            )
+            diff = check.expected.difference(read)
+            if diff is not None:
+                findings.append(f"pylance reads other rows than expected: {diff}")
+    return findings, check.expected, check.versions, pylance_rows
 
 
 def run_stress(
@@ -369,104 +611,165 @@ def run_stress(
     commits: int = 25,
     mix: Mapping[str, int] | None = None,
     fault_rate: float = 0.0,
+    fault_kinds: Sequence[str] = ("lost_response",),
+    latency: float = 0.0,
     max_attempts: int = 20,
+    deadline: float | None = None,
+    replans: int = 5,
     seed: int = 0,
+    synthetic: bool = False,
+    storage_options: Mapping[str, str] | None = None,
     progress: TextIO | None = sys.stderr,
+    keep_journals: str | os.PathLike[str] | None = None,
 ) -> StressReport:
-    """Run the stress workload on a fresh dataset at ``uri`` and verify the result."""
-    from txn_engine.dataset import Dataset
-    from txn_engine.verify import verify
+    """Create a dataset at ``uri``, run ``writers`` processes of ``commits`` operations
+    each, and verify the result (see the module docstring).
 
+    ``fault_rate``/``fault_kinds``/``latency`` inject storage faults in the writers
+    (:class:`~txn_engine.testing.fault_storage.ChaosStorage`); ``max_attempts`` and
+    ``deadline`` form each commit's :class:`~txn_engine.retry.RetryPolicy`; ``replans``
+    bounds re-planning after retryable conflicts. ``progress`` receives a live status line
+    (None: quiet). ``keep_journals`` copies the writers' journals there.
+    """
     mix = dict(DEFAULT_MIX if mix is None else mix)
-    unknown_kinds = set(mix) - set(DEFAULT_MIX)
+    unknown_kinds = set(mix) - set(KINDS)
     if unknown_kinds:
-        raise ValueError(f"unknown operation kinds in mix: {sorted(unknown_kinds)}")
-    real = _have_pylance()
-    _create_seed(uri, real)
-    ctx = mp.get_context("spawn")
-    counter = ctx.Value("i", 0)
-    queue = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_writer_main,
-            args=(uri, w, commits, mix, fault_rate, max_attempts, real, seed, counter, queue),
+        raise ValueError(f"unknown operation kinds in mix: {sorted(unknown_kinds)}; known: {KINDS}")
+    if not any(w > 0 for w in mix.values()):
+        raise ValueError("the operation mix needs at least one positive weight")
+    bad_faults = set(fault_kinds) - set(FAULT_KINDS)
+    if bad_faults:
+        raise ValueError(f"unknown fault kinds {sorted(bad_faults)}; known: {FAULT_KINDS}")
+    if writers < 1 or commits < 0:
+        raise ValueError("need at least one writer and a non-negative number of commits")
+    if uri.startswith("memory://"):
+        raise InvalidStorageArgumentError(
+            "stress runs writer processes: memory:// is private to one process; use a "
+            "directory or a shared store"
         )
-        for w in range(writers)
-    ]
-    started = time.perf_counter()
-    for p in procs:
-        p.start()
-    total = writers * commits
-    results: list[dict[str, Any]] = []
-    while len(results) < writers:
-        try:
-            results.append(queue.get(timeout=0.5))
-        except Exception:  # queue.Empty
-            if not any(p.is_alive() for p in procs) and queue.empty():
-                break
-        if progress is not None:
-            progress.write(f"\r  {counter.value}/{total} commits attempted")
-            progress.flush()
-    for p in procs:
-        p.join(timeout=30)
-    elapsed = time.perf_counter() - started
-    if progress is not None:
-        progress.write("\n")
-    findings: list[str] = []
-    if len(results) < writers:
-        findings.append(f"{writers - len(results)} writer processes died without a report")
-    appended = [r for s in results for r in s["appended"]]
-    deleted = [r for s in results for r in s["deleted"]]
-    expected = (set(range(SEED_ROWS)) | set(appended)) - set(deleted)
-    report = verify(uri)
-    findings += [str(f) for f in report.findings]
-    ds = Dataset.open(uri)
-    landed = set()
-    for info in ds.versions():
-        if info.uuid:
-            landed.add(info.uuid)
-    for s in results:
-        for u in s["uuids"]:
-            if u not in landed:
-                findings.append(f"acknowledged transaction {u} is not in the history")
-    te_rows = ds.count_rows()
-    if te_rows != len(expected):
-        findings.append(f"txn_engine counts {te_rows} live rows, expected {len(expected)}")
-    pylance_rows = None
-    if real:
-        import lance
-
-        table = lance.dataset(uri).to_table(columns=["rid"])
-        rids = table.column("rid").to_pylist()
-        pylance_rows = len(rids)
-        if len(set(rids)) != len(rids):
-            findings.append(f"pylance reads {len(rids) - len(set(rids))} duplicated rows")
-        if set(rids) != expected:
-            lost = len(expected - set(rids))
-            extra = len(set(rids) - expected)
-            findings.append(
-                f"pylance rows differ from the expected set: {lost} lost, {extra} unexpected"
+    real = not synthetic and have_pylance()
+    seed_path, _ = create_seed(uri, real=real, storage_options=storage_options)
+    journal_dir = tempfile.mkdtemp(prefix="txn-engine-stress-")
+    try:
+        specs = [
+            WriterSpec(
+                uri=uri,
+                writer=w,
+                commits=commits,
+                journal_dir=journal_dir,
+                seed_path=seed_path,
+                mix=tuple(mix.items()),
+                real=real,
+                fault_rate=fault_rate,
+                fault_kinds=tuple(fault_kinds),
+                latency=latency,
+                max_attempts=max_attempts,
+                deadline=deadline,
+                replans=replans,
+                seed=seed,
+                storage_options=tuple((storage_options or {}).items()),
             )
-    latencies = [x for s in results for x in s["latencies"]]
+            for w in range(writers)
+        ]
+        stats, seconds = _run_processes(specs, progress)
+        findings, expected, versions, pylance_rows = verify_run(
+            uri, journal_dir, seed_path=seed_path, real=real, storage_options=storage_options
+        )
+        if keep_journals is not None:
+            shutil.copytree(journal_dir, keep_journals, dirs_exist_ok=True)
+    finally:
+        shutil.rmtree(journal_dir, ignore_errors=True)
+    if len(stats) < writers:
+        findings.insert(0, f"{writers - len(stats)} writer processes died without a report")
+    try:
+        te_rows: int | None = Dataset.open(uri, storage_options=storage_options).count_rows()
+    except TxnEngineError as exc:
+        findings.append(f"txn_engine cannot count rows: {exc}")
+        te_rows = None
+    if expected is not None and te_rows is not None and te_rows != len(expected.rows):
+        findings.append(f"txn_engine counts {te_rows} live rows, expected {len(expected.rows)}")
+    latencies = [x for s in stats for x in s["latencies"]]
     conflicts: Counter[str] = Counter()
-    for s in results:
+    injected: Counter[str] = Counter()
+    by_kind: Counter[str] = Counter()
+    for s in stats:
         conflicts.update(s["conflicts"])
+        injected.update(s["injected"])
+        by_kind.update(s["by_kind"])
     return StressReport(
         uri=uri,
         writers=writers,
-        commits_requested=total,
-        committed=sum(s["committed"] for s in results),
-        failed=sum(s["failed"] for s in results),
-        seconds=elapsed,
+        commits_requested=writers * commits,
+        committed=sum(s["committed"] for s in stats),
+        failed=sum(s["failed"] for s in stats),
+        seconds=seconds,
         latency_p50_ms=1000 * _percentile(latencies, 0.5),
         latency_p99_ms=1000 * _percentile(latencies, 0.99),
-        attempts=sum(s["attempts"] for s in results),
+        attempts=sum(s["attempts"] for s in stats),
+        replans=sum(s["replans"] for s in stats),
         conflicts=dict(conflicts),
-        retries_exhausted=sum(s["exhausted"] for s in results),
-        state_unknown=sum(s["unknown"] for s in results),
-        errors=tuple(e for s in results for e in s["errors"]),
+        retries_exhausted=sum(s["exhausted"] for s in stats),
+        state_unknown=sum(s["unknown"] for s in stats),
+        crashed=sum(s["crashed"] for s in stats),
+        storage_errors=sum(s["storage_errors"] for s in stats),
+        faults_injected=dict(injected),
+        by_kind=dict(by_kind),
+        errors=tuple(e for s in stats for e in s["errors"]),
         findings=tuple(findings),
-        expected_rows=len(expected),
+        versions=versions,
+        expected_rows=None if expected is None else len(expected.rows),
         txn_engine_rows=te_rows,
         pylance_rows=pylance_rows,
     )
+
+
+def start_writers(specs: Sequence[WriterSpec]) -> tuple[list[Any], Any, Any]:
+    """Spawn one process per spec, warmed up and waiting; returns ``(processes, progress
+    array, start event)``: set the event to let them go."""
+    ctx = mp.get_context("spawn")
+    progress = ctx.Array("i", len(specs), lock=False)
+    start = ctx.Event()
+    procs = [ctx.Process(target=run_writer, args=(spec, progress, start)) for spec in specs]
+    for p in procs:
+        p.start()
+    return procs, progress, start
+
+
+def _run_processes(
+    specs: Sequence[WriterSpec], out: TextIO | None
+) -> tuple[list[dict[str, Any]], float]:
+    procs, progress, start = start_writers(specs)
+    total = sum(s.commits for s in specs)
+    tty = out is not None and out.isatty()
+    # start the clock once every writer has imported its libraries and opened the dataset
+    while any(p.is_alive() and progress[i] != -1 for i, p in enumerate(procs)):
+        time.sleep(0.05)
+    start.set()
+    began = time.perf_counter()
+    last_line = 0.0
+    while any(p.is_alive() for p in procs):
+        time.sleep(0.2)
+        now = time.perf_counter()
+        if out is not None and (tty or now - last_line >= 2.0):
+            done = sum(max(0, x) for x in progress)
+            line = (
+                f"[stress] {done}/{total} operations, {now - began:.1f} s, "
+                f"{done / max(now - began, 1e-9):.1f} ops/s"
+            )
+            out.write(f"\r{line}" if tty else line + "\n")
+            out.flush()
+            last_line = now
+    for p in procs:
+        p.join()
+    # the slowest writer's own clock: from the common start to its last operation
+    stats: list[dict[str, Any]] = []
+    for spec in specs:
+        path = Path(spec.journal_dir) / f"w{spec.writer}.stats.json"
+        if path.exists():
+            stats.append(json.loads(path.read_text()))
+    seconds = max((s["seconds"] for s in stats), default=time.perf_counter() - began)
+    if out is not None:
+        done = sum(max(0, x) for x in progress)
+        out.write(("\r" if tty else "") + f"[stress] {done}/{total} operations done\n")
+        out.flush()
+    return stats, seconds

@@ -5,12 +5,21 @@ invariant as a :class:`Finding`. Nothing is modified. Checked:
 
 * the version chain has no gaps and every manifest decodes (strict reader);
 * every version has a decodable transaction, and no transaction uuid lands twice
-  (exactly-once);
-* fragment ids are unique and sorted, ``max_fragment_id`` is at least every id in use, and
-  an id that left the table never comes back (except through Restore);
+  (exactly-once); manifests from before transactions existed (no ``writer_version``) only
+  get a warning;
+* fragment ids are unique and sorted, ``max_fragment_id`` (when recorded) is at least
+  every id in use and the id high-water mark never goes down (except through Restore), and
+  an id that left the table never comes back (except through Restore; a warning for an
+  Overwrite by Lance releases that restarted ids at 0);
 * feature flags agree with the content (deletion files <-> flag 1, base paths <-> 16);
 * deletion files of the latest version exist, decode, count ``num_deleted_rows`` offsets
-  and hold only offsets below ``physical_rows`` (``deep=True`` checks every version).
+  and hold only offsets below ``physical_rows``; a deletion vector covering every row is a
+  warning (such a fragment should have been removed) (``deep=True``: every version);
+* with ``data_files=True``, the data files of the latest version exist (``deep``: every
+  version's).
+
+A :class:`Finding` is an ``"error"`` (the invariant is broken: ``ok`` is false) or a
+``"warning"`` (legal but suspicious, or written by an old release).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from typing import Any
 
 import attrs
 
+from txn_engine._proto import table_pb2
 from txn_engine.codec import transaction_from_proto
 from txn_engine.errors import TxnEngineError
 from txn_engine.format.deletion import read_deletion_vector
@@ -36,14 +46,16 @@ __all__ = ["Finding", "VerifyReport", "verify"]
 
 @attrs.frozen
 class Finding:
-    """One violated invariant at one version."""
+    """One violated invariant at one version (``severity`` "error" or "warning")."""
 
     version: int
     invariant: str
     detail: str
+    severity: str = "error"
 
     def __str__(self) -> str:
-        return f"v{self.version}: {self.invariant}: {self.detail}"
+        prefix = "" if self.severity == "error" else "warning: "
+        return f"{prefix}v{self.version}: {self.invariant}: {self.detail}"
 
 
 @attrs.frozen
@@ -58,12 +70,23 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not self.findings
+        """True when no finding is an error (warnings allowed)."""
+        return not self.errors
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity != "error")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "uri": self.uri,
             "ok": self.ok,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
             "versions": self.versions,
             "latest_version": self.latest_version,
             "live_rows": self.live_rows,
@@ -76,6 +99,7 @@ def verify(
     *,
     storage_options: Mapping[str, Any] | None = None,
     deep: bool = False,
+    data_files: bool = False,
 ) -> VerifyReport:
     """Check every invariant listed in the module docstring; never raises for a bad
     dataset (problems become findings), only for an unreachable one."""
@@ -90,6 +114,7 @@ def verify(
     seen_uuids: dict[str, int] = {}
     retired: set[int] = set()
     previous_ids: set[int] = set()
+    previous_high: int | None = None
     live_rows: int | None = None
     for i, entry in enumerate(entries):
         v = entry.version
@@ -99,6 +124,7 @@ def verify(
             findings.append(Finding(v, "manifest-decodes", str(exc)))
             continue
         m = mf.manifest
+        modern = m.HasField("writer_version")
         if m.version != v:
             findings.append(Finding(v, "version-field", f"manifest says version {m.version}"))
         kind = None
@@ -116,62 +142,149 @@ def verify(
                 )
             seen_uuids.setdefault(txn.uuid, v)
         except TxnEngineError as exc:
-            findings.append(Finding(v, "transaction-present", str(exc)))
+            severity = "error" if modern else "warning"
+            findings.append(Finding(v, "transaction-present", str(exc), severity))
+        findings += _fragment_ids(v, m, kind, retired, previous_ids, previous_high)
         ids = [f.id for f in m.fragments]
-        if any(a >= b for a, b in itertools.pairwise(ids)):
-            findings.append(Finding(v, "fragment-ids", "fragment ids not unique and sorted"))
-        id_set = set(ids)
-        if ids and (not m.HasField("max_fragment_id") or m.max_fragment_id < ids[-1]):
-            findings.append(
-                Finding(v, "max-fragment-id", f"max_fragment_id below fragment id {ids[-1]}")
-            )
-        if kind == "Restore":
-            retired -= id_set
-        else:
-            back = id_set & retired
-            if back:
-                findings.append(
-                    Finding(v, "ids-never-reused", f"fragment ids {sorted(back)} came back")
-                )
-        retired |= previous_ids - id_set
-        previous_ids = id_set
+        retired |= previous_ids - set(ids)
+        previous_ids = set(ids)
+        high = _high_water(m)
+        if high is not None:
+            previous_high = high if previous_high is None else max(previous_high, high)
         has_deletions = any(f.HasField("deletion_file") for f in m.fragments)
-        if has_deletions != bool(m.reader_feature_flags & FLAG_DELETION_FILES):
+        if has_deletions != bool(m.reader_feature_flags & FLAG_DELETION_FILES) and modern:
             findings.append(Finding(v, "flags", "deletion-file flag disagrees with fragments"))
         if bool(len(m.base_paths)) != bool(m.reader_feature_flags & FLAG_BASE_PATHS):
             findings.append(Finding(v, "flags", "base-path flag disagrees with base_paths"))
         last = i == len(entries) - 1
         if deep or last:
-            rows = 0
-            for frag in m.fragments:
-                deleted = 0
-                if frag.HasField("deletion_file"):
-                    try:
-                        dv = read_deletion_vector(storage, frag.id, frag.deletion_file)
-                    except TxnEngineError as exc:
-                        findings.append(Finding(v, "deletion-file", f"fragment {frag.id}: {exc}"))
-                        continue
-                    deleted = len(dv)
-                    if len(dv) and dv.max() >= frag.physical_rows:
-                        findings.append(
-                            Finding(
-                                v,
-                                "deletion-file",
-                                f"fragment {frag.id}: offset "
-                                f"{dv.max()} >= physical_rows {frag.physical_rows}",
-                            )
-                        )
-                    recorded = frag.deletion_file.num_deleted_rows
-                    if recorded and recorded != deleted:
-                        findings.append(
-                            Finding(
-                                v,
-                                "deletion-file",
-                                f"fragment {frag.id}: "
-                                f"num_deleted_rows {recorded} but {deleted} offsets",
-                            )
-                        )
-                rows += frag.physical_rows - deleted
+            rows = _check_deletions(storage, v, m, findings)
+            if data_files:
+                _check_data_files(storage, v, m, findings)
             if last:
                 live_rows = rows
     return VerifyReport(storage.uri, len(entries), entries[-1].version, live_rows, tuple(findings))
+
+
+def _high_water(m: table_pb2.Manifest) -> int | None:
+    stored = m.max_fragment_id if m.HasField("max_fragment_id") else None
+    present = m.fragments[-1].id if len(m.fragments) else None
+    if stored is None:
+        return present
+    return stored if present is None else max(stored, present)
+
+
+def _fragment_ids(
+    v: int,
+    m: table_pb2.Manifest,
+    kind: str | None,
+    retired: set[int],
+    previous_ids: set[int],
+    previous_high: int | None,
+) -> list[Finding]:
+    out: list[Finding] = []
+    ids = [f.id for f in m.fragments]
+    if any(a >= b for a, b in itertools.pairwise(ids)):
+        out.append(Finding(v, "fragment-ids", "fragment ids not unique and sorted"))
+    if ids and m.HasField("max_fragment_id") and m.max_fragment_id < max(ids):
+        out.append(Finding(v, "max-fragment-id", f"max_fragment_id below fragment id {max(ids)}"))
+    high = _high_water(m)
+    if (
+        kind != "Restore"
+        and previous_high is not None
+        and high is not None
+        and high < previous_high
+        and m.HasField("max_fragment_id")
+    ):
+        out.append(
+            Finding(
+                v,
+                "max-fragment-id",
+                f"fragment id high-water mark went down from {previous_high} to {high}",
+            )
+        )
+    if kind == "Restore":
+        retired -= set(ids)
+    else:
+        back = set(ids) & retired
+        if back:
+            old_lance = kind == "Overwrite" and not _pylance14_or_txn_engine(m)
+            out.append(
+                Finding(
+                    v,
+                    "ids-never-reused",
+                    f"fragment ids {sorted(back)[:10]} came back"
+                    + (" (Overwrite by a Lance release that restarted ids)" if old_lance else ""),
+                    "warning" if old_lance else "error",
+                )
+            )
+    return out
+
+
+def _pylance14_or_txn_engine(m: table_pb2.Manifest) -> bool:
+    if not m.HasField("writer_version"):
+        return False
+    library = m.writer_version.library
+    if library != "lance":
+        return True
+    major = m.writer_version.version.split(".")[0]
+    return major.isdigit() and int(major) >= 14
+
+
+def _check_deletions(
+    storage: Storage, v: int, m: table_pb2.Manifest, findings: list[Finding]
+) -> int:
+    """Check every deletion file of ``m``; return the live row count (physical_rows as
+    recorded)."""
+    rows = 0
+    for frag in m.fragments:
+        deleted = 0
+        if frag.HasField("deletion_file"):
+            try:
+                dv = read_deletion_vector(storage, frag.id, frag.deletion_file)
+            except TxnEngineError as exc:
+                findings.append(Finding(v, "deletion-file", f"fragment {frag.id}: {exc}"))
+                continue
+            deleted = len(dv)
+            physical = frag.physical_rows
+            if physical and len(dv) and dv.max() >= physical:
+                findings.append(
+                    Finding(
+                        v,
+                        "deletion-file",
+                        f"fragment {frag.id}: offset {dv.max()} >= physical_rows {physical}",
+                    )
+                )
+            elif physical and deleted >= physical:
+                findings.append(
+                    Finding(
+                        v,
+                        "deletion-file",
+                        f"fragment {frag.id}: every row is deleted but the fragment was kept",
+                        "warning",
+                    )
+                )
+            recorded = frag.deletion_file.num_deleted_rows
+            if recorded and recorded != deleted:
+                findings.append(
+                    Finding(
+                        v,
+                        "deletion-file",
+                        f"fragment {frag.id}: num_deleted_rows {recorded} but {deleted} offsets",
+                    )
+                )
+        rows += max(0, frag.physical_rows - deleted)
+    return rows
+
+
+def _check_data_files(
+    storage: Storage, v: int, m: table_pb2.Manifest, findings: list[Finding]
+) -> None:
+    for frag in m.fragments:
+        for df in frag.files:
+            if df.HasField("base_id"):
+                continue  # lives under another base path
+            if not storage.exists(f"data/{df.path}"):
+                findings.append(
+                    Finding(v, "data-files", f"fragment {frag.id}: data/{df.path} is missing")
+                )

@@ -66,6 +66,14 @@ LANDING_FAULTS: frozenset[str] = frozenset(
 )
 
 _MANIFESTS = "_versions/*"
+_MANIFEST_KINDS = (
+    "lost_response",
+    "fail_before_write",
+    "spurious_exists",
+    "crash_before_manifest",
+    "crash_after_manifest",
+    "unknown_outcome",
+)
 _TRANSACTIONS = "_transactions/*"
 
 
@@ -109,8 +117,9 @@ def fault_rules(kind: str, *, times: int = 1, delay: float = 0.001) -> list[Faul
 
 
 class ChaosStorage:
-    """Wrap ``inner``; each manifest create suffers one of ``kinds`` with probability
-    ``rate`` (``transaction_file_fails`` applies to transaction-file writes instead).
+    """Wrap ``inner``; with probability ``rate`` a manifest create (or, for
+    ``transaction_file_fails``, a transaction-file write) suffers one of ``kinds``, each
+    kind getting an equal share.
     ``latency`` seconds (uniform 0..2x) are added to every call when given or when
     ``"latency"`` is among the kinds. ``injected`` counts the faults that fired.
 
@@ -155,21 +164,21 @@ class ChaosStorage:
                 d = self.rng.uniform(0, 2 * self.latency)
             time.sleep(d)
 
-    def _draw(self, candidates: Sequence[str]) -> str | None:
+    def _draw(self, applicable: Sequence[str]) -> str | None:
+        """With probability ``rate`` pick one of the configured kinds; it fires only if it
+        applies to this call (so each kind gets an equal share of the rate)."""
         with self._lock:
-            if not candidates or self.rng.random() >= self.rate:
+            if not self.kinds or self.rng.random() >= self.rate:
                 return None
-            kind = self.rng.choice(candidates)
+            kind = self.rng.choice(self.kinds)
+            if kind not in applicable:
+                return None
             self.injected[kind] += 1
             return kind
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         self._delay()
-        kind = (
-            self._draw([k for k in self.kinds if k != "transaction_file_fails"])
-            if path.startswith("_versions/")
-            else None
-        )
+        kind = self._draw(_MANIFEST_KINDS) if path.startswith("_versions/") else None
         if kind == "fail_before_write":
             raise AmbiguousWriteError(f"injected fault: put_if_absent({path}) outcome unknown")
         if kind == "spurious_exists":
@@ -187,10 +196,8 @@ class ChaosStorage:
 
     def put(self, path: str, data: bytes) -> None:
         self._delay()
-        if path.startswith("_transactions/") and "transaction_file_fails" in self.kinds:
-            kind = self._draw(["transaction_file_fails"])
-            if kind is not None:
-                raise StorageError(f"injected fault: put({path}) failed")
+        if path.startswith("_transactions/") and self._draw(("transaction_file_fails",)):
+            raise StorageError(f"injected fault: put({path}) failed")
         self.inner.put(path, data)
 
     def get(self, path: str) -> bytes:

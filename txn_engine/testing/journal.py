@@ -1,0 +1,314 @@
+"""Writer journals: what real writer processes meant, checked against what landed.
+
+A writer process appends to its own JSON-lines journal *before* each commit (the
+transaction uuid, the intended :data:`~txn_engine.testing.model.Effect` and the rows of every
+data file it wrote) and after it (acknowledged at version N, or rejected). Appends are
+flushed line by line, so a writer killed with SIGKILL loses at most its in-flight commit's
+acknowledgement, never an intent: its last commit may or may not have landed, and the
+check below handles both.
+
+:func:`check_history` then walks the dataset's versions in order and folds each landed
+transaction's intent (:class:`~txn_engine.testing.model.IntentModel` semantics): every
+version must hold exactly the rows the fold says, every acknowledged uuid must be in the
+history once at its acknowledged version, and no rejected uuid may be there. Versions made
+by writers without a journal (e.g. pylance) are allowed through ``foreign``: they may only
+change rows whose rid ``foreign`` accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+
+from txn_engine.errors import TxnEngineError
+from txn_engine.format.io import read_manifest_entry, read_transaction
+from txn_engine.format.naming import list_versions
+from txn_engine.model import Fragment
+from txn_engine.storage.base import Storage
+from txn_engine.testing.model import (
+    AddRows,
+    Contents,
+    EditConfig,
+    Effect,
+    EffectError,
+    HistoryModel,
+    NoRowChange,
+    RemoveRows,
+    ReplaceTable,
+    RestoreVersion,
+    Row,
+    RowSource,
+    SetValues,
+    SyntheticRows,
+    apply_effect,
+    read_contents,
+)
+
+__all__ = [
+    "ChainedRows",
+    "HistoryCheck",
+    "Journal",
+    "JournalSummary",
+    "check_history",
+    "effect_from_json",
+    "effect_to_json",
+    "read_journals",
+]
+
+
+# ---- effects as JSON ----------------------------------------------------------------------
+
+
+def effect_to_json(effect: Effect) -> dict[str, Any]:
+    """A JSON-serializable form of ``effect`` (inverse: :func:`effect_from_json`)."""
+    if isinstance(effect, AddRows):
+        return {"kind": "add", "rows": [list(r) for r in effect.rows]}
+    if isinstance(effect, RemoveRows):
+        return {"kind": "remove", "rids": list(effect.rids)}
+    if isinstance(effect, SetValues):
+        return {"kind": "set", "rows": [list(r) for r in effect.rows]}
+    if isinstance(effect, ReplaceTable):
+        return {
+            "kind": "replace",
+            "rows": [list(r) for r in effect.rows],
+            "config": [list(kv) for kv in effect.config_upserts],
+        }
+    if isinstance(effect, RestoreVersion):
+        return {"kind": "restore", "version": effect.version}
+    if isinstance(effect, EditConfig):
+        return {"kind": "config", "entries": [list(kv) for kv in effect.entries]}
+    return {"kind": "none", "what": effect.what}
+
+
+def effect_from_json(data: Mapping[str, Any]) -> Effect:
+    """Parse :func:`effect_to_json` output."""
+    kind = data["kind"]
+    if kind == "add":
+        return AddRows((int(r), int(v)) for r, v in data["rows"])
+    if kind == "remove":
+        return RemoveRows(int(r) for r in data["rids"])
+    if kind == "set":
+        return SetValues((int(r), int(v)) for r, v in data["rows"])
+    if kind == "replace":
+        return ReplaceTable(
+            ((int(r), int(v)) for r, v in data["rows"]),
+            tuple((str(k), str(v)) for k, v in data.get("config", ())),
+        )
+    if kind == "restore":
+        return RestoreVersion(int(data["version"]))
+    if kind == "config":
+        return EditConfig(
+            tuple((str(k), None if v is None else str(v)) for k, v in data["entries"])
+        )
+    if kind == "none":
+        return NoRowChange(str(data.get("what", "")))
+    raise ValueError(f"unknown effect kind {kind!r}")
+
+
+# ---- writing ------------------------------------------------------------------------------
+
+
+class Journal:
+    """One writer's journal file (JSON lines, appended and flushed per record)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def _write(self, record: Mapping[str, Any]) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def intent(
+        self, uuid: str, effect: Effect, files: Mapping[str, Sequence[Row]] | None = None
+    ) -> None:
+        """Before committing ``uuid``: what it will do, and the rows of the data files it
+        wrote (path relative to ``data/`` -> rows in offset order)."""
+        self._write(
+            {
+                "t": "intent",
+                "uuid": uuid,
+                "effect": effect_to_json(effect),
+                "files": {p: [list(r) for r in rows] for p, rows in (files or {}).items()},
+            }
+        )
+
+    def ack(self, uuid: str, version: int) -> None:
+        """The commit of ``uuid`` was acknowledged at ``version``."""
+        self._write({"t": "ack", "uuid": uuid, "version": version})
+
+    def rejected(self, uuid: str, why: str) -> None:
+        """``uuid`` definitely did not land (conflict, or failure before the manifest)."""
+        self._write({"t": "rejected", "uuid": uuid, "why": why})
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- reading and checking -----------------------------------------------------------------
+
+
+@attrs.frozen
+class JournalSummary:
+    """Every journal of a run, merged."""
+
+    intents: Mapping[str, Effect]
+    acked: Mapping[str, int]
+    rejected: Mapping[str, str]
+    rows: SyntheticRows
+    duplicate_acks: tuple[str, ...] = ()
+
+
+def read_journals(paths: Iterable[str | os.PathLike[str]]) -> JournalSummary:
+    """Merge journals. A torn last line (the writer died mid-write) is ignored."""
+    intents: dict[str, Effect] = {}
+    acked: dict[str, int] = {}
+    rejected: dict[str, str] = {}
+    duplicates: list[str] = []
+    rows = SyntheticRows()
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # only possible for the last line of a killed writer
+                uuid = record["uuid"]
+                if record["t"] == "intent":
+                    intents[uuid] = effect_from_json(record["effect"])
+                    for p, file_rows in record["files"].items():
+                        rows.register(p, ((int(r), int(v)) for r, v in file_rows))
+                elif record["t"] == "ack":
+                    if uuid in acked:
+                        duplicates.append(uuid)
+                    acked[uuid] = int(record["version"])
+                elif record["t"] == "rejected":
+                    rejected[uuid] = str(record["why"])
+    return JournalSummary(intents, acked, rejected, rows, tuple(duplicates))
+
+
+class ChainedRows:
+    """Ask each row source in turn (e.g. journal-registered files, then files on disk)."""
+
+    def __init__(self, *sources: RowSource) -> None:
+        self.sources = sources
+
+    def rows(self, fragment: Fragment) -> Sequence[Row]:
+        for source in self.sources:
+            try:
+                return source.rows(fragment)
+            except KeyError:
+                continue
+        raise KeyError(f"no source knows the rows of fragment {fragment.id} ({fragment.files})")
+
+
+@attrs.frozen
+class HistoryCheck:
+    """Result of :func:`check_history`. ``ok`` when there are no findings."""
+
+    findings: tuple[str, ...]
+    versions: int
+    expected: Contents | None
+    landed_unacknowledged: int
+    foreign_versions: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def check_history(
+    storage: Storage,
+    journal: JournalSummary,
+    *,
+    first_version: int = 1,
+    first_contents: Contents,
+    fallback_rows: RowSource | None = None,
+    foreign: Callable[[int], bool] | None = None,
+    max_findings: int = 20,
+) -> HistoryCheck:
+    """Fold the journal intents over the landed history from ``first_version`` (whose
+    contents are ``first_contents``) and compare every version (see module docstring).
+    From version 1, the landed transactions themselves are folded too
+    (:class:`~txn_engine.testing.model.HistoryModel`)."""
+    source = journal.rows if fallback_rows is None else ChainedRows(journal.rows, fallback_rows)
+    findings: list[str] = []
+    expected = first_contents
+    history: dict[int, Contents] = {first_version: first_contents}
+    seen: dict[str, int] = {}
+    unacked = 0
+    foreign_versions = 0
+    entries = [e for e in list_versions(storage) if e.version >= first_version]
+    for entry in entries:
+        v = entry.version
+        if len(findings) >= max_findings:
+            break
+        try:
+            mf = read_manifest_entry(storage, entry)
+            uuid = read_transaction(storage, entry, mf).uuid
+            actual = read_contents(storage, source, v)
+        except (TxnEngineError, KeyError) as exc:
+            findings.append(f"v{v}: cannot read: {exc}")
+            continue
+        if uuid in seen:
+            findings.append(f"v{v}: transaction {uuid} already landed as v{seen[uuid]}")
+        seen[uuid] = v
+        if v == first_version:
+            diff = first_contents.difference(actual)
+            if diff is not None:
+                findings.append(f"v{v}: {diff}")
+            continue
+        if uuid in journal.rejected:
+            findings.append(f"v{v}: transaction {uuid} landed but its writer was told it did not")
+        effect = journal.intents.get(uuid)
+        if effect is None:
+            if foreign is None:
+                findings.append(f"v{v}: transaction {uuid} is in no journal")
+                expected = actual
+            else:  # a foreign writer's version: only foreign rows may change
+                foreign_versions += 1
+                kept = {r: x for r, x in expected.rows if not foreign(r)}
+                theirs = {r: x for r, x in actual.rows if foreign(r)}
+                expected = Contents.of([*kept.items(), *theirs.items()], expected.config_dict)
+        else:
+            if uuid not in journal.acked:
+                unacked += 1
+            elif journal.acked[uuid] != v:
+                findings.append(
+                    f"v{v}: transaction {uuid} was acknowledged at v{journal.acked[uuid]}"
+                )
+            try:
+                expected = apply_effect(expected, effect, history)
+            except EffectError as exc:
+                findings.append(f"v{v}: intent does not fit the previous version: {exc}")
+                expected = actual
+        history[v] = expected
+        diff = expected.difference(actual)
+        if diff is not None:
+            findings.append(f"v{v}: table differs from the fold of intents: {diff}")
+            expected = actual
+    for uuid, version in journal.acked.items():
+        if uuid not in seen:
+            findings.append(f"acknowledged transaction {uuid} (v{version}) is not in the history")
+    for uuid in journal.duplicate_acks:
+        findings.append(f"transaction {uuid} was acknowledged twice")
+    if first_version == 1:  # the landed-transaction fold needs the whole history
+        findings += HistoryModel(storage, source).advance()[: max(0, max_findings - len(findings))]
+    return HistoryCheck(
+        tuple(findings[:max_findings]),
+        len(entries),
+        expected if entries else None,
+        unacked,
+        foreign_versions,
+    )

@@ -1,15 +1,19 @@
-"""8 real writer processes on local disk (appends, deletes, config updates), two of them
-killed with SIGKILL at random points, with pylance 14.0.2 writers (appends and compactions)
-on the same dataset at the same time. Afterwards pylance reads every version, no
-acknowledged row is lost or duplicated, and txn_engine's checker passes."""
+"""Real processes on local disk: 8 txn_engine writer processes (appends, deletes of their own
+and of a shared fragment, updates, config updates, compactions; the stress workload of
+``txn_engine.stress``), some killed with SIGKILL at random points, while a pylance 14.0.2
+writer appends, deletes, updates and compacts on the same dataset.
+
+Afterwards: pylance reads every version; every version equals the fold of the writers'
+journaled intents (killed writers' in-flight commits included whether or not they landed),
+with pylance's versions touching only pylance's rows; every acknowledged commit is there
+exactly once; pylance's own acknowledged rows are all there with their values; pylance
+reads exactly the expected table; txn_engine's checker passes."""
 
 from __future__ import annotations
 
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,146 +21,146 @@ from pathlib import Path
 import lance
 import pyarrow as pa
 
-from txn_engine.commit import commit
-from txn_engine.format.schema import arrow_to_lance_fields
-from txn_engine.model import Fragment
-from txn_engine.ops import Overwrite
-from txn_engine.transaction import Transaction
+from txn_engine.stress import SEED_ROWS, WriterSpec, create_seed, start_writers, verify_run
 from txn_engine.verify import verify
 
-SCHEMA = pa.schema([pa.field("rid", pa.int64(), nullable=False)])
-
-WRITER = r"""
-import os, random, sys
-import lance, pyarrow as pa
-from pyroaring import BitMap, BitMap64
-import txn_engine as te
-from txn_engine.commit import commit
-from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
-from txn_engine.errors import CommitConflictError, TxnEngineError
-
-uri, writer, n, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-rng = random.Random(writer)
-schema = pa.schema([pa.field("rid", pa.int64(), nullable=False)])
-own = {}
-out = open(log, "a")
-def ack(kind, rids):
-    out.write(f"{kind} {' '.join(map(str, rids))}\n"); out.flush(); os.fsync(out.fileno())
-for i in range(n):
-    ds = te.Dataset.open(uri)
-    kind = rng.choice(["append", "append", "delete", "config"])
-    try:
-        if kind == "delete" and own:
-            path, first = rng.choice(sorted(own.items()))
-            frag = next((f for f in ds.manifest.fragments if f.files[0].path == path), None)
-            if frag is None:
-                own.pop(path); continue
-            dv = read_deletion_vector(ds.storage, frag.id, frag.deletion_file) if frag.HasField("deletion_file") else BitMap()
-            alive = [o for o in range(frag.physical_rows) if o not in dv]
-            if len(alive) < 2:
-                continue
-            chosen = BitMap(rng.sample(alive, 1))
-            new_dv = write_deletion_vector(ds.storage, frag.id, ds.version, dv | chosen)
-            pb = type(frag)(); pb.CopyFrom(frag); pb.deletion_file.CopyFrom(new_dv)
-            op = te.Delete(updated_fragments=(te.Fragment.from_proto(pb),),
-                           affected_rows=BitMap64((frag.id << 32) | o for o in chosen))
-            commit(uri, te.Transaction(ds.version, op), base=ds)
-            ack("delete", [first + o for o in chosen])
-        elif kind == "config":
-            commit(uri, te.Transaction(ds.version, te.UpdateConfig(
-                config_updates=te.UpdateMap({f"w{writer}": str(i)}))), base=ds)
-        else:
-            first = (writer + 1) * 10_000_000 + i * 100
-            rids = list(range(first, first + 5))
-            (meta,) = lance.fragment.write_fragments(pa.table({"rid": rids}, schema=schema), uri, schema=schema)
-            frag = te.Fragment.from_lance_json(meta.to_json())
-            commit(uri, te.Transaction(ds.version, te.Append((frag,))), base=ds)
-            own[frag.files[0].path] = first
-            ack("append", rids)
-    except CommitConflictError:
-        pass
-"""
+WRITERS = 8
+OPERATIONS = 20
+KILLED = 3
+PYLANCE_RIDS = 5_000_000_000_000  # pylance's rows: rids from here on, never used by the others
+MIX = (
+    ("append", 4),
+    ("delete", 2),
+    ("shared-delete", 2),
+    ("update", 2),
+    ("config", 1),
+    ("compact", 1),
+)
+SCHEMA = pa.schema([pa.field("rid", pa.int64(), nullable=False), pa.field("val", pa.int64())])
 
 
-def _pylance_writer(uri: str, stop: threading.Event, acked: list[int]) -> None:
-    rng = random.Random(99)
-    i = 0
-    while not stop.is_set():
+class PylanceWriter(threading.Thread):
+    """Appends, deletes, updates and compacts through pylance; remembers what it was told
+    landed (its rows only: nobody else touches them)."""
+
+    def __init__(self, uri: str, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.uri = uri
+        self.stop = stop
+        self.rows: dict[int, int] = {}
+        self.done: dict[str, int] = {}
+        self.failed = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
         try:
-            if rng.random() < 0.25:
-                lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=1_000)
-            else:
-                rids = list(range(900_000_000 + i * 10, 900_000_000 + i * 10 + 3))
-                lance.write_dataset(pa.table({"rid": rids}, schema=SCHEMA), uri, mode="append")
-                acked.extend(rids)
-        except OSError:
-            pass  # pylance gave up on a conflict: nothing acknowledged
-        i += 1
-        time.sleep(0.02)
+            self._run()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _run(self) -> None:
+        rng = random.Random(5)
+        next_rid = PYLANCE_RIDS
+        while not self.stop.is_set():
+            kind = rng.choice(["append", "append", "delete", "update", "compact"])
+            if kind != "append" and not self.rows:
+                kind = "append"
+            try:
+                if kind == "append":
+                    rids = list(range(next_rid, next_rid + 10))
+                    next_rid += 10
+                    table = pa.table({"rid": rids, "val": [0] * len(rids)}, schema=SCHEMA)
+                    lance.write_dataset(table, self.uri, mode="append")
+                    self.rows.update(dict.fromkeys(rids, 0))
+                elif kind == "delete":
+                    victim = rng.choice(sorted(self.rows))
+                    lance.dataset(self.uri).delete(f"rid = {victim}")
+                    del self.rows[victim]
+                elif kind == "update":
+                    victim = rng.choice(sorted(self.rows))
+                    value = rng.randint(1, 1000)
+                    lance.dataset(self.uri).update({"val": str(value)}, where=f"rid = {victim}")
+                    self.rows[victim] = value
+                else:
+                    lance.dataset(self.uri).optimize.compact_files(target_rows_per_fragment=500)
+                self.done[kind] = self.done.get(kind, 0) + 1
+            except OSError:  # pylance gave up on a conflict: nothing was acknowledged
+                self.failed += 1
+            time.sleep(0.01)
 
 
-def test_eight_processes_some_killed_with_pylance_writers(tmp_path: Path) -> None:
+def test_eight_processes_some_killed_with_a_pylance_writer(tmp_path: Path) -> None:
+    os.environ.setdefault("LANCE_LOG", "error")
     uri = str(tmp_path / "ds")
-    (meta,) = lance.fragment.write_fragments(
-        pa.table({"rid": list(range(50))}, schema=SCHEMA), uri, schema=SCHEMA
-    )
-    commit(
-        uri,
-        Transaction(
-            0, Overwrite((Fragment.from_lance_json(meta.to_json()),), arrow_to_lance_fields(SCHEMA))
-        ),
-    )
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    logs = [tmp_path / f"w{w}.log" for w in range(8)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WRITER, uri, str(w), "15", str(logs[w])],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+    journals = tmp_path / "journals"
+    journals.mkdir()
+    seed_path, _ = create_seed(uri, real=True)
+    specs = [
+        WriterSpec(
+            uri=uri,
+            writer=w,
+            commits=OPERATIONS,
+            journal_dir=str(journals),
+            seed_path=seed_path,
+            mix=MIX,
+            seed=11,
         )
-        for w in range(8)
+        for w in range(WRITERS)
     ]
+    procs, progress, start = start_writers(specs)
+    deadline = time.monotonic() + 60
+    while any(p.is_alive() and progress[i] != -1 for i, p in enumerate(procs)):
+        assert time.monotonic() < deadline, "writers did not start"
+        time.sleep(0.05)
     stop = threading.Event()
-    pylance_acked: list[int] = []
-    thread = threading.Thread(target=_pylance_writer, args=(uri, stop, pylance_acked))
-    thread.start()
-    rng = random.Random(1)
-    killed = rng.sample(range(8), 2)
-    time.sleep(rng.uniform(1.0, 2.5))
-    for w in killed:
-        procs[w].send_signal(signal.SIGKILL)
-    for w, p in enumerate(procs):
-        _, err = p.communicate(timeout=240)
-        if w not in killed:
-            assert p.returncode == 0, err.decode()[-2000:]
+    pylance = PylanceWriter(uri, stop)
+    pylance.start()
+    start.set()
+
+    # kill some writers with SIGKILL at random points of their run
+    rng = random.Random(3)
+    victims = rng.sample(range(WRITERS), KILLED)
+    for w in victims:
+        target = rng.randint(1, OPERATIONS - 2)
+        while procs[w].is_alive() and progress[w] < target and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.02))  # somewhere inside the next operation
+        if procs[w].is_alive():
+            os.kill(procs[w].pid, signal.SIGKILL)
+    for p in procs:
+        p.join(timeout=90)
     stop.set()
-    thread.join(timeout=60)
+    pylance.join(timeout=60)
+    assert pylance.error is None, repr(pylance.error)
+    survivors = [w for w in range(WRITERS) if w not in victims]
+    assert all(procs[w].exitcode == 0 for w in survivors), [p.exitcode for p in procs]
+    assert all(procs[w].exitcode == -signal.SIGKILL for w in victims if progress[w] < OPERATIONS)
+    assert all((journals / f"w{w}.stats.json").exists() for w in survivors)
 
-    appended: set[int] = set(range(50)) | set(pylance_acked)
-    deleted: set[int] = set()
-    for log in logs:
-        if not log.exists():
-            continue
-        for line in log.read_text().splitlines():
-            kind, *rids = line.split()
-            (appended if kind == "append" else deleted).update(int(r) for r in rids)
+    # pylance reads every version
+    versions = lance.dataset(uri).versions()
+    for info in versions:
+        table = lance.dataset(uri, version=info["version"]).to_table(columns=["rid"])
+        rids = table.column("rid").to_pylist()
+        assert len(rids) == len(set(rids)), f"v{info['version']}: a row is there twice"
 
-    ds = lance.dataset(uri)
-    for v in ds.versions():
-        lance.dataset(uri, version=v["version"]).count_rows()  # every version opens
-    rids = ds.to_table(columns=["rid"]).column("rid").to_pylist()
-    assert len(rids) == len(set(rids)), "a row is duplicated"
-    present = set(rids)
-    assert appended - deleted <= present, (
-        f"acknowledged rows lost: {sorted(appended - deleted - present)[:10]}"
+    # every version is the fold of the journaled intents (pylance's versions: its rows only)
+    findings, expected, checked, pylance_rows = verify_run(
+        uri, journals, seed_path=seed_path, real=True, foreign=lambda rid: rid >= PYLANCE_RIDS
     )
-    assert not (deleted & present), "an acknowledged deletion was lost"
-    # rows of killed writers' last, unacknowledged commit may or may not be there
-    unknown = present - appended
-    assert all(10_000_000 <= r < 900_000_000 for r in unknown)
-    assert sum(1 for log in logs if log.exists()) >= 6
-    assert len(appended) > 200, len(appended)  # the writers really ran
-    report = verify(uri, deep=True)
+    assert findings == [], findings
+    assert expected is not None
+    assert checked == len(versions)
+    assert pylance_rows == len(expected.rows)
+    # pylance's acknowledged rows are all there, with the values it last wrote
+    mine = {r: v for r, v in expected.rows if r >= PYLANCE_RIDS}
+    assert mine == pylance.rows
+    assert pylance.done.get("append", 0) >= 3
+    # the writers really ran, and were really killed mid-run
+    assert sum(min(max(0, x), OPERATIONS) for x in progress) >= WRITERS * OPERATIONS // 2
+    assert any(0 < progress[w] < OPERATIONS for w in victims)
+    assert len(expected.rows) > SEED_ROWS // 2
+
+    report = verify(uri, deep=True, data_files=True)
     assert report.ok, [str(f) for f in report.findings]
-    assert report.live_rows == len(rids)
+    assert report.live_rows == len(expected.rows)

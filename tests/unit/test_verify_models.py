@@ -10,12 +10,14 @@ import attrs
 import lance
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
 from pyroaring import BitMap
 
 from txn_engine.commit import commit
 from txn_engine.format.deletion import write_deletion_vector
 from txn_engine.format.io import read_manifest
-from txn_engine.model import DeletionFile, Fragment
+from txn_engine.format.schema import arrow_to_lance_fields, fields_to_arrow
+from txn_engine.model import DeletionFile, Fragment, LanceField
 from txn_engine.ops import Append, Delete, Overwrite, Rewrite, RewriteGroup, UpdateConfig, UpdateMap
 from txn_engine.storage.memory import MemoryStorage
 from txn_engine.testing.journal import (
@@ -43,6 +45,7 @@ from txn_engine.testing.model import (
     apply_effect,
     read_contents,
 )
+from txn_engine.testing.schemas import arrow_schemas, lance_field_schemas
 from txn_engine.transaction import Transaction
 
 BASE = Contents.of([(1, 0), (2, 0), (3, 0)], {"k": "v"})
@@ -221,3 +224,23 @@ def test_check_history_finds_foreign_versions_and_false_acknowledgements(tmp_pat
     )
     assert [f for f in allowed.findings if "never-landed" not in f] == []
     assert allowed.foreign_versions == 1
+
+
+# ---- schema strategies of txn_engine.testing --------------------------------------------------
+
+
+@settings(max_examples=40)
+@given(schema=arrow_schemas(with_rid=True))
+def test_schema_strategies_give_storable_schemas(schema: pa.Schema) -> None:
+    fields = arrow_to_lance_fields(schema)
+    assert fields[0].name == "rid"
+    assert [f.id for f in fields] == list(range(len(fields)))
+    assert fields_to_arrow([f.to_proto() for f in fields], {}) == schema
+
+
+@settings(max_examples=10)
+@given(fields=lance_field_schemas(max_columns=3))
+def test_lance_field_schemas_commit_as_a_new_dataset(fields: tuple[LanceField, ...]) -> None:
+    storage = MemoryStorage()
+    commit(storage, Transaction(0, Overwrite((), fields)))
+    assert len(read_manifest(storage)[1].manifest.fields) == len(fields)

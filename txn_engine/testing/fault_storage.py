@@ -124,7 +124,8 @@ class ChaosStorage:
     ``"latency"`` is among the kinds. ``injected`` counts the faults that fired.
 
     ``unknown_outcome`` here loses the response of a create whose read-backs then fail
-    (as many as the loop makes), so the loop gives up with CommitStateUnknownError.
+    (as many as the loop makes, until the next listing), so the loop gives up with
+    CommitStateUnknownError.
     Thread-safe; seed ``rng`` for reproducible runs.
     """
 
@@ -220,6 +221,8 @@ class ChaosStorage:
 
     def list(self, prefix: str) -> Sequence[str]:
         self._delay()
+        with self._lock:  # a new attempt (or a new read) starts: the outage is over
+            self._failing_reads.clear()
         return self.inner.list(prefix)
 
     def exists(self, path: str) -> bool:

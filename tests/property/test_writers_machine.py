@@ -12,13 +12,17 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 from pyroaring import BitMap
 
+from txn_engine.ops import Delete
 from txn_engine.storage.base import Storage
 from txn_engine.storage.local import LocalStorage
 from txn_engine.testing.fault_storage import FAULT_KINDS
 from txn_engine.testing.machine import WritersMachine
+from txn_engine.testing.model import RemoveRows, read_contents
+from txn_engine.transaction import Transaction
 
 # (the package re-exports functions named like some submodules: fetch the modules themselves)
 commit_mod = importlib.import_module("txn_engine.commit")
@@ -131,3 +135,32 @@ def test_catches_fragment_ids_reused(patched: Callable[[Any, str, Any], None]) -
 
     message = _finds_a_failure(Deleting)
     assert "ids" in message
+
+
+# ---- extending the machine with your own writer (as docs/testing.md shows) --------------------
+
+
+class CustomWriters(WritersMachine):
+    """A user's own planner (here: delete whole fragments) plugged into the machine."""
+
+    kinds = ("append",)
+
+    @precondition(lambda self: any(w.snapshot is not None and w.txn is None for w in self.writers))
+    @rule(data=st.data())
+    def plan_with_my_writer(self, data: st.DataObject) -> None:
+        i = next(i for i, w in enumerate(self.writers) if w.snapshot is not None and w.txn is None)
+        writer = self.writers[i]
+        assert writer.snapshot is not None
+        fragments = list(writer.snapshot.fragments)
+        if not fragments:
+            return
+        victim = data.draw(st.sampled_from(fragments), label="fragment to drop")
+        live = read_contents(self.inner, self.rows, writer.snapshot.version).by_rid
+        rids = [rid for rid, _ in self.rows.rows(victim) if rid in live]
+        txn = Transaction(writer.snapshot.version, Delete(deleted_fragment_ids=(victim.id,)))
+        writer.txn, writer.effect = txn, RemoveRows(rids)
+        self.effects[txn.uuid] = writer.effect
+
+
+TestCustomWriters = CustomWriters.TestCase
+TestCustomWriters.settings = settings(stateful_step_count=30)

@@ -349,7 +349,37 @@ def _configure_stress(p: argparse.ArgumentParser) -> None:
         "--synthetic", action="store_true", help="do not write data files (no pylance needed)"
     )
     p.add_argument("--seed", type=int, default=0, help="random seed")
+    _storage_option_arguments(p)
+    p.add_argument(
+        "--lance-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="pylance storage option (data files, read-back), repeatable",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def _storage_option_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o",
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="txn_engine storage option (fsspec options on object stores), repeatable; "
+        "a VALUE starting with { is parsed as JSON",
+    )
+
+
+def _parse_options(items: Sequence[str]) -> dict[str, Any] | None:
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"storage option {item!r} is not KEY=VALUE")
+        options[key] = json.loads(value) if value.startswith("{") else value
+    return options or None
 
 
 def _parse_mix(text: str | None) -> dict[str, int] | None:
@@ -386,6 +416,8 @@ def _run_stress(args: argparse.Namespace, out: TextIO) -> int:
         replans=args.replans,
         synthetic=args.synthetic,
         seed=args.seed,
+        storage_options=_parse_options(args.storage_option),
+        lance_storage_options=_parse_options(args.lance_option),
         progress=None if args.json else sys.stderr,
     )
     if args.json:
@@ -414,13 +446,19 @@ def _configure_verify(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also check that the data files of the latest version (--deep: all) exist",
     )
+    _storage_option_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _run_verify(args: argparse.Namespace, out: TextIO) -> int:
     from txn_engine.verify import verify
 
-    report = verify(args.uri, deep=args.deep, data_files=args.data_files)
+    report = verify(
+        args.uri,
+        storage_options=_parse_options(args.storage_option),
+        deep=args.deep,
+        data_files=args.data_files,
+    )
     if args.json:
         json.dump(report.to_json(), out, indent=2)
         out.write("\n")

@@ -148,10 +148,11 @@ def write_rows(
     rows: Sequence[Row],
     *,
     real: bool,
-    storage_options: Mapping[str, str] | None = None,
+    lance_options: Mapping[str, str] | None = None,
 ) -> Any:
     """A new uncommitted fragment holding ``rows`` (a pylance-written data file when
-    ``real``, else a synthetic file name that is never written)."""
+    ``real``, with pylance ``lance_options``; else a synthetic file name that is never
+    written)."""
     if not real:
         name = f"synthetic-{uuid_mod.uuid4().hex}.lance"
         return Fragment(0, (DataFile(name, (0, 1), (0, 1), 2, 2, 1),), len(rows))
@@ -170,7 +171,7 @@ def write_rows(
         uri,
         schema=_schema(),
         max_rows_per_file=len(rows) + 1,
-        storage_options=dict(storage_options) if storage_options else None,
+        storage_options=dict(lance_options) if lance_options else None,
     )
     return Fragment.from_lance_json(meta.to_json())
 
@@ -197,7 +198,8 @@ class WriterSpec:
     deadline: float | None = None
     replans: int = 5
     seed: int = 0
-    storage_options: tuple[tuple[str, str], ...] = ()
+    storage_options: tuple[tuple[str, Any], ...] = ()
+    lance_storage_options: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.define
@@ -243,7 +245,7 @@ class _Planner:
             self.spec.uri,
             rows,
             real=self.spec.real,
-            storage_options=dict(self.spec.storage_options) or None,
+            lance_options=dict(self.spec.lance_storage_options) or None,
         )
 
     def _find(self, ds: Any, paths: Sequence[str]) -> list[Any]:
@@ -462,6 +464,7 @@ class StressReport:
     expected_rows: int | None
     txn_engine_rows: int | None
     pylance_rows: int | None
+    synthetic: bool = False
 
     @property
     def ok(self) -> bool:
@@ -497,9 +500,9 @@ class StressReport:
         ]
         if self.faults_injected:
             lines.append(f"  faults injected    {counts(self.faults_injected)}")
-        pylance = (
-            "n/a (pylance not installed)" if self.pylance_rows is None else str(self.pylance_rows)
-        )
+        pylance = str(self.pylance_rows)
+        if self.pylance_rows is None:
+            pylance = "n/a (synthetic data files)" if self.synthetic else "n/a (not installed)"
         lines.append(
             f"  rows               expected {self.expected_rows}, txn_engine "
             f"{self.txn_engine_rows}, pylance {pylance} ({self.versions} versions checked)"
@@ -530,7 +533,11 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 def create_seed(
-    uri: str, *, real: bool, storage_options: Mapping[str, str] | None = None
+    uri: str,
+    *,
+    real: bool,
+    storage_options: Mapping[str, Any] | None = None,
+    lance_storage_options: Mapping[str, str] | None = None,
 ) -> tuple[str, str]:
     """Create the dataset (version 1: the seed fragment of rids ``0..SEED_ROWS-1``); return
     ``(seed data file path, transaction uuid)``. Refuses an existing dataset."""
@@ -542,7 +549,10 @@ def create_seed(
     else:
         raise TxnEngineError(f"{uri} already holds a dataset; stress needs a fresh location")
     frag = write_rows(
-        uri, [(rid, 0) for rid in range(SEED_ROWS)], real=real, storage_options=storage_options
+        uri,
+        [(rid, 0) for rid in range(SEED_ROWS)],
+        real=real,
+        lance_options=lance_storage_options,
     )
     txn = Transaction(0, Overwrite((frag,), arrow_to_lance_fields(_schema())))
     commit(storage, txn)
@@ -563,7 +573,8 @@ def verify_run(
     *,
     seed_path: str,
     real: bool,
-    storage_options: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    lance_storage_options: Mapping[str, str] | None = None,
     foreign: Any = None,
 ) -> tuple[list[str], Contents | None, int, int | None]:
     """Verify a run from its journals: ``(findings, expected contents, versions checked,
@@ -588,7 +599,7 @@ def verify_run(
     if real and have_pylance():
         import lance
 
-        options = dict(storage_options) if storage_options else None
+        options = dict(lance_storage_options) if lance_storage_options else None
         table = lance.dataset(uri, storage_options=options).to_table(columns=["rid", "val"])
         pairs = list(
             zip(table.column("rid").to_pylist(), table.column("val").to_pylist(), strict=True)
@@ -618,7 +629,8 @@ def run_stress(
     replans: int = 5,
     seed: int = 0,
     synthetic: bool = False,
-    storage_options: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    lance_storage_options: Mapping[str, str] | None = None,
     progress: TextIO | None = sys.stderr,
     keep_journals: str | os.PathLike[str] | None = None,
 ) -> StressReport:
@@ -628,8 +640,11 @@ def run_stress(
     ``fault_rate``/``fault_kinds``/``latency`` inject storage faults in the writers
     (:class:`~txn_engine.testing.fault_storage.ChaosStorage`); ``max_attempts`` and
     ``deadline`` form each commit's :class:`~txn_engine.retry.RetryPolicy`; ``replans``
-    bounds re-planning after retryable conflicts. ``progress`` receives a live status line
-    (None: quiet). ``keep_journals`` copies the writers' journals there.
+    bounds re-planning after retryable conflicts. ``storage_options`` configure
+    txn_engine's storage (:func:`~txn_engine.storage.open_storage`; fsspec options for
+    object stores), ``lance_storage_options`` pylance's (it writes the data files and reads
+    the result back). ``progress`` receives a live status line (None: quiet).
+    ``keep_journals`` copies the writers' journals there.
     """
     mix = dict(DEFAULT_MIX if mix is None else mix)
     unknown_kinds = set(mix) - set(KINDS)
@@ -648,7 +663,12 @@ def run_stress(
             "directory or a shared store"
         )
     real = not synthetic and have_pylance()
-    seed_path, _ = create_seed(uri, real=real, storage_options=storage_options)
+    seed_path, _ = create_seed(
+        uri,
+        real=real,
+        storage_options=storage_options,
+        lance_storage_options=lance_storage_options,
+    )
     journal_dir = tempfile.mkdtemp(prefix="txn-engine-stress-")
     try:
         specs = [
@@ -668,12 +688,18 @@ def run_stress(
                 replans=replans,
                 seed=seed,
                 storage_options=tuple((storage_options or {}).items()),
+                lance_storage_options=tuple((lance_storage_options or {}).items()),
             )
             for w in range(writers)
         ]
         stats, seconds = _run_processes(specs, progress)
         findings, expected, versions, pylance_rows = verify_run(
-            uri, journal_dir, seed_path=seed_path, real=real, storage_options=storage_options
+            uri,
+            journal_dir,
+            seed_path=seed_path,
+            real=real,
+            storage_options=storage_options,
+            lance_storage_options=lance_storage_options,
         )
         if keep_journals is not None:
             shutil.copytree(journal_dir, keep_journals, dirs_exist_ok=True)
@@ -720,6 +746,7 @@ def run_stress(
         expected_rows=None if expected is None else len(expected.rows),
         txn_engine_rows=te_rows,
         pylance_rows=pylance_rows,
+        synthetic=not real,
     )
 
 

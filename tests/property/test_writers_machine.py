@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 from pyroaring import BitMap
 
+from txn_engine.format.naming import NamingScheme
 from txn_engine.ops import Delete
 from txn_engine.storage.base import Storage
 from txn_engine.storage.local import LocalStorage
@@ -40,6 +41,13 @@ class MemoryWritersWithFaults(WritersMachine):
     faults = _FAULTS
 
 
+class MemoryWritersV1Names(WritersMachine):
+    """The same on a dataset with V1 manifest names (``N.manifest``)."""
+
+    naming = NamingScheme.V1
+    faults = ("lost_response", "spurious_exists", "crash_after_manifest")
+
+
 class FourWritersDeletesAndCompactions(WritersMachine):
     """Row-level contention only: concurrent deletes/updates of the same fragments."""
 
@@ -59,13 +67,15 @@ class LocalWritersWithFaults(WritersMachine):
 
 
 TestMemoryWriters = MemoryWriters.TestCase
-TestMemoryWriters.settings = settings(stateful_step_count=40)
+TestMemoryWriters.settings = settings(stateful_step_count=80)
 TestMemoryWritersWithFaults = MemoryWritersWithFaults.TestCase
-TestMemoryWritersWithFaults.settings = settings(stateful_step_count=40)
+TestMemoryWritersWithFaults.settings = settings(stateful_step_count=80)
+TestMemoryWritersV1Names = MemoryWritersV1Names.TestCase
+TestMemoryWritersV1Names.settings = settings(stateful_step_count=80)
 TestFourWritersDeletesAndCompactions = FourWritersDeletesAndCompactions.TestCase
-TestFourWritersDeletesAndCompactions.settings = settings(stateful_step_count=40)
+TestFourWritersDeletesAndCompactions.settings = settings(stateful_step_count=80)
 TestLocalWritersWithFaults = LocalWritersWithFaults.TestCase
-TestLocalWritersWithFaults.settings = settings(stateful_step_count=25)
+TestLocalWritersWithFaults.settings = settings(stateful_step_count=40)
 
 
 # ---- the machine catches broken engines ----------------------------------------------------

@@ -87,6 +87,7 @@ def test_stress_cli_json_report_and_progress(
     [
         ["--mix", "append=1,frobnicate=2"],
         ["--faults", "gremlins", "--fault-rate", "0.5"],
+        ["-o", "no-equals-sign"],
     ],
 )
 def test_stress_cli_rejects_bad_options(

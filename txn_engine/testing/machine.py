@@ -54,7 +54,7 @@ from txn_engine.errors import (
 )
 from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
 from txn_engine.format.io import read_transaction
-from txn_engine.format.naming import list_versions
+from txn_engine.format.naming import NamingScheme, list_versions
 from txn_engine.model import DataFile, Fragment, IndexDetails, IndexMetadata, LanceField
 from txn_engine.ops import (
     Append,
@@ -168,6 +168,8 @@ class WritersMachine(RuleBasedStateMachine):
     faults: ClassVar[tuple[str, ...]] = ()
     #: Whether a commit can be overtaken by another writer inside its attempt.
     interleave: ClassVar[bool] = True
+    #: Manifest naming of the dataset under test (None: the default, V2).
+    naming: ClassVar[NamingScheme | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -175,7 +177,7 @@ class WritersMachine(RuleBasedStateMachine):
         self.storage = FaultyStorage(self.inner)
         self.rows = SyntheticRows()
         first = Transaction(0, Overwrite((self.rows.fragment(_FIRST_ROWS),), SCHEMA))
-        created = commit(self.inner, first)
+        created = commit(self.inner, first, naming=self.naming)
         self.intent = IntentModel(created.version, Contents.of(_FIRST_ROWS))
         self.history = HistoryModel(self.inner, self.rows)
         self.effects: dict[str, Effect] = {first.uuid: ReplaceTable(_FIRST_ROWS)}

@@ -234,18 +234,21 @@ class WritersMachine(RuleBasedStateMachine):
         ready = [i for i, x in enumerate(self.writers) if x.txn is not None]
         w = data.draw(st.sampled_from(ready), label="writer")
         others = [i for i in ready if i != w]
-        overtaker = None
+        overtakers: list[int] = []
         if self.interleave and others:
-            overtaker = data.draw(st.none() | st.sampled_from(others), label="overtaken by")
+            overtakers = data.draw(
+                st.lists(st.sampled_from(others), unique=True, max_size=2), label="overtaken by"
+            )
         fault = data.draw(st.sampled_from(("none", *self.faults)), label="fault")
         rules: list[Fault] = [] if fault == "none" else fault_rules(fault)
 
-        if overtaker is not None:
-            hooked = overtaker
+        if overtakers:
+            hooked = tuple(overtakers)
 
             def overtake(_method: str, _path: str) -> None:
-                note(f"writer {hooked} commits while writer {w} creates its manifest")
-                self._commit(hooked, [])
+                for other in hooked:
+                    note(f"writer {other} commits while writer {w} creates its manifest")
+                    self._commit(other, [])
                 for r in rules:  # the fault hits the overtaken writer's retry
                     self.storage.add(r)
 

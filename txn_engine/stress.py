@@ -378,7 +378,10 @@ def run_writer(spec: WriterSpec, progress: Any = None, start: Any = None) -> Non
             for replan in range(spec.replans + 1):
                 try:
                     ds = Dataset.open(storage)
-                    planned = planner.plan(kind, ds) or planner.plan("append", ds)
+                    planned = planner.plan(kind, ds)
+                    if planned is None:  # e.g. nothing of its own left to delete
+                        kind = "append"
+                        planned = planner.plan(kind, ds)
                 except TxnEngineError as exc:  # e.g. an injected read failure
                     stats.errors.append(f"planning: {type(exc).__name__}: {exc}")
                     stats.failed += 1

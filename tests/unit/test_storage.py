@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -274,6 +275,11 @@ def test_readers_never_see_partial_objects(storage: Storage) -> None:
             storage.put("data/overwritten.bin", bytes([v]) * size)
         for v in range(4):
             storage.put_if_absent(f"_versions/{v}.manifest", bytes([200 + v]) * size)
+        # on a loaded machine the readers may not have been scheduled yet: the objects exist
+        # now, so give them a bounded moment to observe some
+        deadline = time.monotonic() + 20
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         stop.set()
         for t in readers:

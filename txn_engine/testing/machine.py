@@ -421,7 +421,7 @@ class Planner:
         Deletion vectors are written now, as a real writer does before committing."""
         frags = list(ds.manifest.fragments)
         if kind == "append":
-            rows = [(next(self.rids), 0) for _ in range(data.draw(st.integers(1, 4), label="rows"))]
+            rows = [(next(self.rids), 0) for _ in range(data.draw(st.integers(1, 6), label="rows"))]
             return Append((self.rows.fragment(rows),)), AddRows(rows)
         if kind in ("delete", "update"):
             if not frags:
@@ -430,8 +430,18 @@ class Planner:
             frag = Fragment.from_proto(pb)
             physical = self.rows.rows(frag)
             alive = live_offsets(self.storage, pb)
+            # mostly some rows (deletion vectors to merge with concurrent ones), sometimes
+            # the whole fragment
+            everything = len(alive) == 1 or data.draw(st.integers(0, 3), label="all rows") == 0
             chosen = sorted(
-                data.draw(st.lists(st.sampled_from(alive), min_size=1, unique=True), label="rows")
+                alive
+                if everything
+                else data.draw(
+                    st.lists(
+                        st.sampled_from(alive), min_size=1, max_size=len(alive) - 1, unique=True
+                    ),
+                    label="rows",
+                )
             )
             known = data.draw(st.booleans(), label="affected rows known")
             affected = BitMap64((pb.id << 32) | o for o in chosen) if known else None

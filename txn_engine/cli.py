@@ -343,6 +343,9 @@ def _configure_stress(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-attempts", type=int, default=20, help="commit attempts per try")
     p.add_argument("--deadline", type=float, default=None, help="seconds per commit (retries)")
     p.add_argument(
+        "--max-delay", type=float, default=None, help="cap of one retry backoff sleep, seconds"
+    )
+    p.add_argument(
         "--replans", type=int, default=5, help="re-plans after a retryable conflict (default 5)"
     )
     p.add_argument(
@@ -413,6 +416,7 @@ def _run_stress(args: argparse.Namespace, out: TextIO) -> int:
         latency=args.latency / 1000.0,
         max_attempts=args.max_attempts,
         deadline=args.deadline,
+        max_delay=args.max_delay,
         replans=args.replans,
         synthetic=args.synthetic,
         seed=args.seed,

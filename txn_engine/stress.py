@@ -196,6 +196,7 @@ class WriterSpec:
     latency: float = 0.0
     max_attempts: int = 20
     deadline: float | None = None
+    max_delay: float | None = None
     replans: int = 5
     seed: int = 0
     storage_options: tuple[tuple[str, Any], ...] = ()
@@ -359,7 +360,9 @@ def run_writer(spec: WriterSpec, progress: Any = None, start: Any = None) -> Non
     stats = _Stats(spec.writer)
     kinds = [k for k, _ in spec.mix]
     weights = [w for _, w in spec.mix]
-    policy = RetryPolicy(max_attempts=spec.max_attempts, deadline=spec.deadline)
+    policy = RetryPolicy(
+        max_attempts=spec.max_attempts, deadline=spec.deadline, max_delay=spec.max_delay
+    )
     directory = Path(spec.journal_dir)
     if spec.real:
         import lance  # noqa: F401  (warm up before the clock starts)
@@ -629,6 +632,7 @@ def run_stress(
     latency: float = 0.0,
     max_attempts: int = 20,
     deadline: float | None = None,
+    max_delay: float | None = None,
     replans: int = 5,
     seed: int = 0,
     synthetic: bool = False,
@@ -641,8 +645,9 @@ def run_stress(
     each, and verify the result (see the module docstring).
 
     ``fault_rate``/``fault_kinds``/``latency`` inject storage faults in the writers
-    (:class:`~txn_engine.testing.fault_storage.ChaosStorage`); ``max_attempts`` and
-    ``deadline`` form each commit's :class:`~txn_engine.retry.RetryPolicy`; ``replans``
+    (:class:`~txn_engine.testing.fault_storage.ChaosStorage`); ``max_attempts``,
+    ``deadline`` and ``max_delay`` (cap of one backoff sleep) form each commit's
+    :class:`~txn_engine.retry.RetryPolicy` (default: the engine's); ``replans``
     bounds re-planning after retryable conflicts. ``storage_options`` configure
     txn_engine's storage (:func:`~txn_engine.storage.open_storage`; fsspec options for
     object stores), ``lance_storage_options`` pylance's (it writes the data files and reads
@@ -688,6 +693,7 @@ def run_stress(
                 latency=latency,
                 max_attempts=max_attempts,
                 deadline=deadline,
+                max_delay=max_delay,
                 replans=replans,
                 seed=seed,
                 storage_options=tuple((storage_options or {}).items()),

@@ -98,7 +98,7 @@ class PylanceWriter(threading.Thread):
                 self.done[kind] = self.done.get(kind, 0) + 1
             except OSError:  # pylance gave up on a conflict: nothing was acknowledged
                 self.failed += 1
-            time.sleep(0.01)
+            time.sleep(0.05)  # a busy writer, not a flood of versions
 
 
 def test_eight_processes_some_killed_with_a_pylance_writer(tmp_path: Path) -> None:
@@ -116,6 +116,8 @@ def test_eight_processes_some_killed_with_a_pylance_writer(tmp_path: Path) -> No
             seed_path=seed_path,
             mix=MIX,
             seed=11,
+            deadline=20.0,
+            max_delay=0.25,  # a writer starved by pylance's commits must not sleep for minutes
         )
         for w in range(WRITERS)
     ]
@@ -134,15 +136,19 @@ def test_eight_processes_some_killed_with_a_pylance_writer(tmp_path: Path) -> No
     victims = rng.sample(range(WRITERS), KILLED)
     for w in victims:
         target = rng.randint(1, OPERATIONS - 2)
-        while procs[w].is_alive() and progress[w] < target and time.monotonic() < deadline:
+        patience = time.monotonic() + 10
+        while procs[w].is_alive() and progress[w] < target and time.monotonic() < patience:
             time.sleep(0.005)
         time.sleep(rng.uniform(0, 0.02))  # somewhere inside the next operation
         if procs[w].is_alive():
             os.kill(procs[w].pid, signal.SIGKILL)
     for p in procs:
-        p.join(timeout=300)
+        p.join(timeout=90)
+    patience = time.monotonic() + 30  # let pylance make a few commits of each kind
+    while sum(pylance.done.values()) < 12 and pylance.is_alive() and time.monotonic() < patience:
+        time.sleep(0.05)
     stop.set()
-    pylance.join(timeout=120)
+    pylance.join(timeout=60)
     assert pylance.error is None, repr(pylance.error)
     survivors = [w for w in range(WRITERS) if w not in victims]
     assert all(procs[w].exitcode == 0 for w in survivors), [p.exitcode for p in procs]
@@ -167,7 +173,8 @@ def test_eight_processes_some_killed_with_a_pylance_writer(tmp_path: Path) -> No
     # pylance's acknowledged rows are all there, with the values it last wrote
     mine = {r: v for r, v in expected.rows if r >= PYLANCE_RIDS}
     assert mine == pylance.rows
-    assert pylance.done.get("append", 0) >= 3
+    assert sum(pylance.done.values()) >= 12
+    assert pylance.done.get("append", 0) >= 1
     # the writers really ran, and were really killed mid-run
     assert sum(min(max(0, x), OPERATIONS) for x in progress) >= WRITERS * OPERATIONS // 2
     assert any(0 < progress[w] < OPERATIONS for w in victims)

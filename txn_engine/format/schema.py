@@ -1,16 +1,53 @@
 """Conversion between Lance schema fields and ``pyarrow.Schema``.
 
-A Lance schema is a flat, pre-order list of ``lance.file.Field`` (a parent before its
-children, top-level ``parent_id`` -1) whose ``logical_type`` strings name Arrow types the
-way pylance 14.0.2 writes them (``"int64"``, ``"timestamp:us:-"``,
-``"fixed_size_list:float:4"``, ``"dict:string:int32:false"``, ``"list.struct"``, ...).
-Nested types keep their children as fields of their own (struct members, list items, map
-entries); fixed-size lists and dictionaries are single fields.
+A Lance schema is a flat, pre-order list of ``lance.file.Field`` messages: a parent comes
+before its children and top-level fields have ``parent_id`` -1. ``logical_type`` names the
+Arrow type the way pylance 14.0.2 writes it: ``"int64"``, ``"halffloat"``,
+``"timestamp:us:-"``, ``"decimal:128:10:2"``, ``"fixed_size_list:float:4"``,
+``"dict:string:int32:false"``, ``"list.struct"``, ``"json"``, and so on.
+
+Struct members, list items and map entries are fields of their own. A fixed-size list is
+a single field, unless its item is a struct; then the item and its members follow it.
+Dictionaries are single fields too.
+
+What pylance 14.0.2 writes, measured against its manifests and reproduced here:
+
+* ``Field.type`` is always 0 (``PARENT``), whatever the field is. Readers use
+  ``logical_type``.
+* ``encoding`` is ``DICTIONARY`` for dictionaries, ``VAR_BINARY`` for (large) strings and
+  binaries (views and JSON included), ``NONE`` for structs and ``null``, and ``PLAIN``
+  for everything else (lists, maps and fixed-size lists included).
+* Field metadata is stored as-is and must be UTF-8. For an extension type, the metadata
+  holds ``ARROW:extension:name`` and ``ARROW:extension:metadata``, the type is stored as
+  its storage type, and ``extension_name`` is set.
+* ``arrow.json`` over (large) string, and ``lance.json`` over large binary, become
+  ``"json"`` with extension name ``lance.json``. Reading gives back ``pa.json_()``.
+* A ``lance-encoding:blob`` field becomes a ``lance.blob.v2`` struct ``{data: large_binary,
+  uri: string}``, but only for data storage version 2.2 and later (the pylance 14
+  default). Older versions keep the field as written.
+* ``lance-schema:unenforced-primary-key`` (true/1/yes) or a valid
+  ``...:position`` (u32) marks a primary key column. A position above 0 is stored in
+  ``unenforced_primary_key_position``.
+* A dictionary's ``ordered`` flag is not kept (always ``false``). A fixed-size list's
+  item name, nullability and metadata are not kept, unless the item is a struct.
+* ``string_view`` / ``binary_view`` are stored as ``string`` / ``binary``.
+* pylance refuses these types, and so does :func:`arrow_to_fields`:
+  unions, intervals, run-end encoded, list views, decimal32/64, maps with sorted keys,
+  and fixed-size lists of lists or maps.
+
+Reading back (:func:`fields_to_arrow`) turns extension metadata into the extension type
+when pyarrow knows it: the canonical ones always, and pylance's (``lance.bfloat16``,
+``lance.blob.v2``) once ``lance`` is imported. Otherwise the storage type is kept with its
+``ARROW:extension:*`` metadata. This is what ``lance.dataset(uri).schema`` gives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import ctypes
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -19,15 +56,34 @@ from txn_engine.errors import FormatError, InvalidOperationError
 from txn_engine.model import LanceField
 
 __all__ = [
+    "EXTENSION_METADATA_KEY",
+    "EXTENSION_NAME_KEY",
+    "PRIMARY_KEY_METADATA_KEY",
+    "PRIMARY_KEY_POSITION_METADATA_KEY",
     "arrow_to_fields",
     "arrow_to_lance_fields",
     "assign_new_field_ids",
+    "field_paths",
     "fields_to_arrow",
     "logical_type_of",
     "max_field_id",
+    "project_fields",
 ]
 
-_PLAIN, _VAR_BINARY, _DICTIONARY = 1, 2, 3
+EXTENSION_NAME_KEY = "ARROW:extension:name"
+EXTENSION_METADATA_KEY = "ARROW:extension:metadata"
+PRIMARY_KEY_METADATA_KEY = "lance-schema:unenforced-primary-key"
+PRIMARY_KEY_POSITION_METADATA_KEY = "lance-schema:unenforced-primary-key:position"
+_BLOB_KEY = "lance-encoding:blob"
+_BLOB_V2 = "lance.blob.v2"
+_LANCE_JSON = "lance.json"
+_ARROW_JSON = "arrow.json"
+_BFLOAT16 = "lance.bfloat16"
+
+_NONE = file_pb2.NONE
+_PLAIN = file_pb2.PLAIN
+_VAR_BINARY = file_pb2.VAR_BINARY
+_DICTIONARY = file_pb2.DICTIONARY
 
 _PRIMITIVES: dict[str, pa.DataType] = {
     "null": pa.null(),
@@ -50,29 +106,69 @@ _PRIMITIVES: dict[str, pa.DataType] = {
     "date32:day": pa.date32(),
     "date64:ms": pa.date64(),
 }
-_PRIMITIVE_NAMES = {str(t): name for name, t in _PRIMITIVES.items()}
-_VAR_TYPES = {"string", "large_string", "binary", "large_binary"}
+_PRIMITIVE_NAMES: dict[pa.DataType, str] = {t: name for name, t in _PRIMITIVES.items()}
+if hasattr(pa, "string_view"):  # pyarrow >= 16; pylance stores views as their plain type
+    _PRIMITIVE_NAMES[pa.string_view()] = "string"
+    _PRIMITIVE_NAMES[pa.binary_view()] = "binary"
+_VAR_BINARY_NAMES = frozenset({"string", "large_string", "binary", "large_binary"})
+_UNITS = frozenset({"s", "ms", "us", "ns"})
+# Rust's `u32::from_str`: an optional '+', then ASCII digits.
+_U32 = re.compile(r"\+?[0-9]+")
+_json_type: Callable[[pa.DataType], pa.DataType] | None = getattr(pa, "json_", None)
+
+
+def _unsupported(dtype: pa.DataType, why: str = "") -> InvalidOperationError:
+    return InvalidOperationError(
+        f"Arrow type {dtype} has no Lance logical type{': ' + why if why else ''}"
+    )
+
+
+def _storage(dtype: pa.DataType) -> pa.DataType:
+    return dtype.storage_type if isinstance(dtype, pa.BaseExtensionType) else dtype
+
+
+# ---------------------------------------------------------------------------------------
+# Arrow -> Lance
+# ---------------------------------------------------------------------------------------
 
 
 def logical_type_of(dtype: pa.DataType) -> str:
-    """Lance's logical type string for an Arrow type (nested types: the outer kind only)."""
+    """Lance's ``logical_type`` string for an Arrow type, as pylance 14.0.2 writes it.
+
+    Nested types give only their outer kind (``"struct"``, ``"list"``, ``"map"``, ...);
+    their children are fields of their own (see :func:`arrow_to_fields`). For an extension
+    type you get its storage type's string, except ``arrow.json`` over (large) string,
+    which gives ``"json"``. A field that holds ``ARROW:extension:*`` in its metadata
+    rather than in its type is handled only by :func:`arrow_to_fields`. Raises
+    InvalidOperationError for a type pylance refuses to store.
+    """
+    if isinstance(dtype, pa.BaseExtensionType):
+        if dtype.extension_name == _ARROW_JSON and _is_string(dtype.storage_type):
+            return "json"
+        dtype = dtype.storage_type
+    name = _PRIMITIVE_NAMES.get(dtype)
+    if name is not None:
+        return name
     if pa.types.is_struct(dtype):
         return "struct"
     if pa.types.is_map(dtype):
+        if dtype.keys_sorted:
+            raise _unsupported(dtype, "pylance does not store maps with sorted keys")
         return "map"
     if pa.types.is_large_list(dtype):
-        return "large_list.struct" if pa.types.is_struct(dtype.value_type) else "large_list"
-    if pa.types.is_list(dtype):
-        return "list.struct" if pa.types.is_struct(dtype.value_type) else "list"
-    if pa.types.is_fixed_size_list(dtype):
-        return f"fixed_size_list:{logical_type_of(dtype.value_type)}:{dtype.list_size}"
-    if pa.types.is_dictionary(dtype):
         return (
-            f"dict:{logical_type_of(dtype.value_type)}:{logical_type_of(dtype.index_type)}:"
-            f"{'true' if dtype.ordered else 'false'}"
+            "large_list.struct" if pa.types.is_struct(_storage(dtype.value_type)) else "large_list"
         )
-    if pa.types.is_fixed_size_binary(dtype) and not pa.types.is_decimal(dtype):
-        return f"fixed_size_binary:{dtype.byte_width}"
+    if pa.types.is_list(dtype):
+        return "list.struct" if pa.types.is_struct(_storage(dtype.value_type)) else "list"
+    if pa.types.is_fixed_size_list(dtype):
+        return _fixed_size_list_logical(dtype, outermost=True)
+    if pa.types.is_dictionary(dtype):
+        value = logical_type_of(dtype.value_type)
+        if _has_children(value):
+            raise _unsupported(dtype, "dictionary values must not be nested")
+        # pylance writes `false` whatever the Arrow `ordered` flag says
+        return f"dict:{value}:{logical_type_of(dtype.index_type)}:false"
     if pa.types.is_timestamp(dtype):
         return f"timestamp:{dtype.unit}:{dtype.tz or '-'}"
     if pa.types.is_time32(dtype):
@@ -85,19 +181,55 @@ def logical_type_of(dtype: pa.DataType) -> str:
         return f"decimal:128:{dtype.precision}:{dtype.scale}"
     if pa.types.is_decimal256(dtype):
         return f"decimal:256:{dtype.precision}:{dtype.scale}"
-    name = _PRIMITIVE_NAMES.get(str(dtype))
-    if name is None:
-        raise InvalidOperationError(f"Arrow type {dtype} has no Lance logical type")
-    return name
+    if pa.types.is_fixed_size_binary(dtype) and not pa.types.is_decimal(dtype):
+        return f"fixed_size_binary:{dtype.byte_width}"
+    raise _unsupported(dtype)
 
 
-def _encoding(dtype: pa.DataType) -> int:
+def _is_string(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_string(dtype) or pa.types.is_large_string(dtype))
+
+
+def _has_children(logical: str) -> bool:
+    return logical in ("struct", "map") or logical.startswith(("list", "large_list"))
+
+
+def _takes_children(logical: str) -> bool:
+    return _has_children(logical) or logical.startswith("fixed_size_list:struct:")
+
+
+def _fixed_size_list_logical(dtype: pa.DataType, *, outermost: bool) -> str:
+    item: pa.Field = dtype.value_field
+    if _is_bfloat16(item):
+        inner = _BFLOAT16
+    else:
+        item_type = _storage(item.type)
+        if pa.types.is_fixed_size_list(item_type):
+            inner = _fixed_size_list_logical(item_type, outermost=False)
+        else:
+            inner = logical_type_of(item_type)
+            if inner == "struct" and not outermost:
+                raise _unsupported(dtype, "a fixed-size list of structs cannot be nested")
+            if inner != "struct" and _has_children(inner):
+                raise _unsupported(dtype, "fixed-size lists of lists or maps are not supported")
+    return f"fixed_size_list:{inner}:{dtype.list_size}"
+
+
+def _is_bfloat16(item: pa.Field) -> bool:
+    if _storage(item.type) != pa.binary(2):
+        return False
+    if isinstance(item.type, pa.BaseExtensionType):
+        return bool(item.type.extension_name == _BFLOAT16)
+    return (item.metadata or {}).get(EXTENSION_NAME_KEY.encode()) == _BFLOAT16.encode()
+
+
+def _encoding(dtype: pa.DataType, logical: str) -> int:
     if pa.types.is_dictionary(dtype):
         return _DICTIONARY
-    if pa.types.is_struct(dtype) or pa.types.is_null(dtype):
-        return 0
-    if logical_type_of(dtype) in _VAR_TYPES:
+    if logical in _VAR_BINARY_NAMES or logical == "json":
         return _VAR_BINARY
+    if logical in ("struct", "null"):
+        return _NONE
     return _PLAIN
 
 
@@ -105,174 +237,493 @@ def _children(dtype: pa.DataType) -> list[pa.Field]:
     if pa.types.is_struct(dtype):
         return [dtype.field(i) for i in range(dtype.num_fields)]
     if pa.types.is_map(dtype):
-        entries = pa.field(
-            "entries",
-            pa.struct([dtype.key_field, dtype.item_field]),
-            nullable=False,
-        )
-        return [entries]
+        entries = pa.struct([dtype.key_field, dtype.item_field])
+        return [pa.field("entries", entries, nullable=False)]
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return [dtype.value_field]
+    if pa.types.is_fixed_size_list(dtype) and pa.types.is_struct(_storage(dtype.value_type)):
         return [dtype.value_field]
     return []
 
 
-def arrow_to_fields(schema: pa.Schema, *, first_id: int = 0) -> list[file_pb2.Field]:
-    """Lance fields for ``schema``, ids assigned pre-order from ``first_id`` (as pylance)."""
-    out: list[file_pb2.Field] = []
+class _CArrowSchema(ctypes.Structure):
+    """The Arrow C data interface's ``struct ArrowSchema``."""
 
-    def walk(field: pa.Field, parent_id: int) -> None:
-        try:
-            logical = logical_type_of(field.type)
-        except InvalidOperationError as exc:
-            raise InvalidOperationError(f"field {field.name!r}: {exc}") from None
-        pb = file_pb2.Field(
-            id=first_id + len(out),
-            parent_id=parent_id,
-            name=field.name,
-            logical_type=logical,
-            nullable=field.nullable,
-            encoding=_encoding(field.type),  # type: ignore[arg-type]
-        )
-        for k, v in (field.metadata or {}).items():
-            pb.metadata[k.decode() if isinstance(k, bytes) else k] = (
-                v if isinstance(v, bytes) else str(v).encode()
-            )
-        out.append(pb)
-        for child in _children(field.type):
-            walk(child, pb.id)
+    _fields_ = [
+        ("format", ctypes.c_char_p),
+        ("name", ctypes.c_char_p),
+        ("metadata", ctypes.c_void_p),
+        ("flags", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("children", ctypes.c_void_p),
+        ("dictionary", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
 
-    for field in schema:
-        walk(field, -1)
+
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+
+def _exported_metadata(field: pa.Field) -> dict[bytes, bytes]:
+    """The metadata another Arrow library (pylance's arrow-rs) sees for ``field``: its own
+    plus, for an extension type, ``ARROW:extension:name`` / ``ARROW:extension:metadata``."""
+    capsule = field.__arrow_c_schema__()
+    c_schema = _CArrowSchema.from_address(_capsule_pointer(capsule, b"arrow_schema"))
+    out: dict[bytes, bytes] = {}
+    if not c_schema.metadata:
+        return out
+
+    def i32(at: int) -> int:
+        return int.from_bytes(ctypes.string_at(at, 4), sys.byteorder, signed=True)
+
+    at = c_schema.metadata
+    count = i32(at)
+    at += 4
+    for _ in range(count):
+        key_len = i32(at)
+        key = ctypes.string_at(at + 4, key_len)
+        at += 4 + key_len
+        value_len = i32(at)
+        out[key] = ctypes.string_at(at + 4, value_len)
+        at += 4 + value_len
     return out
 
 
-def arrow_to_lance_fields(schema: pa.Schema, *, first_id: int = 0) -> tuple[LanceField, ...]:
+def _text_metadata(field: pa.Field, where: str) -> dict[str, bytes]:
+    if isinstance(field.type, pa.BaseExtensionType):
+        raw: Mapping[bytes, bytes] = _exported_metadata(field)
+    else:
+        raw = field.metadata or {}
+    out: dict[str, bytes] = {}
+    for key, value in raw.items():
+        try:
+            text_key = key.decode() if isinstance(key, bytes) else str(key)
+            value = value if isinstance(value, bytes) else str(value).encode()
+            value.decode()
+        except UnicodeDecodeError:
+            raise InvalidOperationError(
+                f"field {where!r}: metadata key {key!r} or its value is not UTF-8 text "
+                "(Lance stores field metadata as text)"
+            ) from None
+        out[text_key] = value
+    return out
+
+
+def _primary_key(metadata: Mapping[str, bytes]) -> tuple[bool, int | None]:
+    """(is a primary key column, position) from pylance's primary-key metadata."""
+    flag = metadata.get(PRIMARY_KEY_METADATA_KEY)
+    is_key = flag is not None and flag.decode().lower() in ("true", "1", "yes")
+    raw_position = metadata.get(PRIMARY_KEY_POSITION_METADATA_KEY)
+    position = None
+    if raw_position is not None and _U32.fullmatch(raw_position.decode()):
+        value = int(raw_position.decode())
+        position = value if value < 2**32 else None
+    return is_key or position is not None, position
+
+
+def _version_tuple(data_storage_version: str) -> tuple[int, int]:
+    if data_storage_version in ("legacy", "0.1"):
+        return (0, 1)
+    match = re.fullmatch(r"(\d+)\.(\d+)", data_storage_version)
+    if match is None:
+        raise InvalidOperationError(
+            f"data_storage_version {data_storage_version!r} is not 'legacy' or 'MAJOR.MINOR'"
+        )
+    return int(match[1]), int(match[2])
+
+
+def arrow_to_fields(
+    schema: pa.Schema, *, first_id: int = 0, data_storage_version: str = "2.2"
+) -> list[file_pb2.Field]:
+    """The Lance fields pylance 14.0.2 writes for ``schema``.
+
+    Ids are assigned pre-order (a parent before its children, depth first) from
+    ``first_id``, the way Lance numbers a new schema. Every attribute matches pylance's
+    manifest field by field (see the module docstring for what that means per type).
+    ``data_storage_version`` is the dataset's data format (``"2.2"`` is pylance 14's
+    default); it only matters for blob columns.
+
+    Raises InvalidOperationError, naming the field, for a type pylance cannot store,
+    non-UTF-8 metadata, and the schemas pylance refuses: a top-level name with ``.`` in
+    it, duplicate top-level names, or a primary-key column that is not a leaf, is
+    nullable, or sits under a nullable or list parent.
+    """
+    blob_v2 = _version_tuple(data_storage_version) >= (2, 2)
+    out: list[file_pb2.Field] = []
+    seen: set[str] = set()
+    for field in schema:
+        if "." in field.name:
+            raise InvalidOperationError(
+                f"top-level field {field.name!r} has a '.' in its name, which Lance refuses "
+                "(it separates nested field names); use a struct column instead"
+            )
+        if field.name in seen:
+            raise InvalidOperationError(f"duplicate top-level field name {field.name!r}")
+        seen.add(field.name)
+        _convert(field, -1, first_id, out, field.name, blob_v2, ())
+    return out
+
+
+def _convert(
+    field: pa.Field,
+    parent_id: int,
+    first_id: int,
+    out: list[file_pb2.Field],
+    where: str,
+    blob_v2: bool,
+    ancestors: tuple[file_pb2.Field, ...],
+) -> None:
+    metadata = _text_metadata(field, where)
+    storage = _storage(field.type)
+    ext_name = metadata.get(EXTENSION_NAME_KEY)
+    children: list[pa.Field]
+    if blob_v2 and _BLOB_KEY in metadata:
+        del metadata[_BLOB_KEY]
+        metadata[EXTENSION_NAME_KEY] = _BLOB_V2.encode()
+        logical = "struct"
+        children = [pa.field("data", pa.large_binary()), pa.field("uri", pa.string())]
+    elif (ext_name == _ARROW_JSON.encode() and _is_string(storage)) or (
+        ext_name == _LANCE_JSON.encode() and pa.types.is_large_binary(storage)
+    ):
+        metadata[EXTENSION_NAME_KEY] = _LANCE_JSON.encode()
+        logical = "json"
+        children = []
+    else:
+        try:
+            logical = logical_type_of(storage)
+        except InvalidOperationError as exc:
+            raise InvalidOperationError(f"field {where!r}: {exc}") from None
+        children = _children(storage)
+    pb = file_pb2.Field(
+        id=first_id + len(out),
+        parent_id=parent_id,
+        name=field.name,
+        logical_type=logical,
+        nullable=field.nullable,
+        encoding=_encoding(storage, logical),  # type: ignore[arg-type]
+        metadata=metadata,
+    )
+    extension = metadata.get(EXTENSION_NAME_KEY)
+    if extension:
+        pb.extension_name = extension.decode()
+    is_key, position = _primary_key(metadata)
+    if is_key:
+        _check_primary_key(pb, bool(children), ancestors, where)
+        pb.unenforced_primary_key = True
+        if position:
+            pb.unenforced_primary_key_position = position
+    out.append(pb)
+    for child in children:
+        _convert(child, pb.id, first_id, out, f"{where}.{child.name}", blob_v2, (*ancestors, pb))
+
+
+def _check_primary_key(
+    pb: file_pb2.Field, has_children: bool, ancestors: tuple[file_pb2.Field, ...], where: str
+) -> None:
+    if has_children:
+        raise InvalidOperationError(f"primary key column {where!r} must be a leaf field")
+    for node in (*ancestors, pb):
+        if node.nullable:
+            raise InvalidOperationError(
+                f"primary key column {where!r}: it and all its parents must be non-nullable "
+                f"({node.name!r} is nullable)"
+            )
+        if node is not pb and node.logical_type.startswith(("list", "large_list")):
+            raise InvalidOperationError(
+                f"primary key column {where!r} must not be inside a list ({node.name!r})"
+            )
+
+
+def arrow_to_lance_fields(
+    schema: pa.Schema, *, first_id: int = 0, data_storage_version: str = "2.2"
+) -> tuple[LanceField, ...]:
     """:func:`arrow_to_fields` as attrs values (what Overwrite/Merge/Project take)."""
-    return tuple(LanceField.from_proto(pb) for pb in arrow_to_fields(schema, first_id=first_id))
+    return tuple(
+        LanceField.from_proto(pb)
+        for pb in arrow_to_fields(
+            schema, first_id=first_id, data_storage_version=data_storage_version
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Lance -> Arrow
+# ---------------------------------------------------------------------------------------
+
+_AnyField = file_pb2.Field | LanceField
 
 
 def _parse(logical: str, children: Sequence[pa.Field], name: str) -> pa.DataType:
-    if logical in _PRIMITIVES:
-        return _PRIMITIVES[logical]
+    primitive = _PRIMITIVES.get(logical)
+    if primitive is not None:
+        return primitive
     if logical == "struct":
         return pa.struct(list(children))
     if logical in ("list", "list.struct", "large_list", "large_list.struct"):
         if len(children) != 1:
-            raise FormatError(f"field {name!r}: a list needs exactly one child field")
+            raise FormatError(f"field {name!r}: a {logical} field needs exactly one child field")
         return (pa.large_list if logical.startswith("large") else pa.list_)(children[0])
     if logical == "map":
         if len(children) != 1 or not pa.types.is_struct(children[0].type):
-            raise FormatError(f"field {name!r}: a map needs one entries struct")
+            raise FormatError(f"field {name!r}: a map field needs one entries struct child")
         entries = children[0].type
         if entries.num_fields != 2:
-            raise FormatError(f"field {name!r}: map entries need a key and a value")
+            raise FormatError(f"field {name!r}: map entries need a key and a value field")
         return pa.map_(entries.field(0), entries.field(1))
     parts = logical.split(":")
     head = parts[0]
-    try:
-        if head == "fixed_size_list":
-            inner, size = logical[len("fixed_size_list:") :].rsplit(":", 1)
-            return pa.list_(pa.field("item", _parse(inner, (), name)), int(size))
-        if head == "dict":
-            value, index, ordered = logical[len("dict:") :].rsplit(":", 2)
-            return pa.dictionary(
-                _parse(index, (), name), _parse(value, (), name), ordered == "true"
+    if head == "fixed_size_list" and len(parts) >= 3:
+        inner, size = logical[len("fixed_size_list:") :].rsplit(":", 1)
+        if inner == _BFLOAT16:
+            item = pa.field(
+                "item",
+                pa.binary(2),
+                metadata={EXTENSION_NAME_KEY: _BFLOAT16, EXTENSION_METADATA_KEY: ""},
             )
-        if head == "fixed_size_binary":
-            return pa.binary(int(parts[1]))
-        if head == "timestamp":
-            tz = ":".join(parts[2:])
-            return pa.timestamp(parts[1], None if tz in ("-", "") else tz)
-        if head == "time32":
-            return pa.time32(parts[1])
-        if head == "time64":
-            return pa.time64(parts[1])
-        if head == "duration":
-            return pa.duration(parts[1])
-        if head == "decimal":
-            width, precision, scale = parts[1], int(parts[2]), int(parts[3])
-            return (pa.decimal256 if width == "256" else pa.decimal128)(precision, scale)
-    except (ValueError, IndexError, pa.ArrowInvalid) as exc:
-        raise FormatError(f"field {name!r}: bad logical type {logical!r}: {exc}") from exc
+        elif inner == "struct":
+            if len(children) != 1:
+                raise FormatError(
+                    f"field {name!r}: a fixed-size list of structs needs one item child"
+                )
+            item = children[0]
+        else:
+            item = pa.field("item", _parse(inner, (), name))
+        return pa.list_(item, int(size))
+    if head == "dict" and len(parts) >= 4:
+        value, index, _ordered = logical[len("dict:") :].rsplit(":", 2)
+        return pa.dictionary(_parse(index, (), name), _parse(value, (), name))
+    if head == "fixed_size_binary" and len(parts) == 2:
+        return pa.binary(int(parts[1]))
+    if head == "timestamp" and len(parts) >= 3 and parts[1] in _UNITS:
+        tz = ":".join(parts[2:])
+        return pa.timestamp(parts[1], None if tz in ("-", "") else tz)
+    if head in ("time32", "time64", "duration") and len(parts) == 2 and parts[1] in _UNITS:
+        maker = {"time32": pa.time32, "time64": pa.time64, "duration": pa.duration}[head]
+        return maker(parts[1])
+    if head == "decimal" and len(parts) == 4 and parts[1] in ("128", "256"):
+        maker = pa.decimal128 if parts[1] == "128" else pa.decimal256
+        return maker(int(parts[2]), int(parts[3]))
     raise FormatError(f"field {name!r}: unknown Lance logical type {logical!r}")
+
+
+def _field_metadata(f: _AnyField) -> dict[bytes, bytes]:
+    items: Iterable[tuple[str, bytes]] = (
+        f.metadata.items() if isinstance(f, file_pb2.Field) else f.metadata
+    )
+    metadata = {k.encode(): v for k, v in items}
+    if f.extension_name and EXTENSION_NAME_KEY.encode() not in metadata:
+        metadata[EXTENSION_NAME_KEY.encode()] = f.extension_name.encode()
+    return metadata
 
 
 def fields_to_arrow(
     fields: Iterable[file_pb2.Field] | Iterable[LanceField],
     schema_metadata: Mapping[str, bytes] | None = None,
 ) -> pa.Schema:
-    """The Arrow schema of a Lance field list. Raises FormatError for unknown types or a
-    child that comes before its parent."""
-    by_parent: dict[int, list[file_pb2.Field | LanceField]] = {}
+    """The Arrow schema of a Lance field list, equal to ``lance.dataset(uri).schema``.
+
+    ``schema_metadata`` is the manifest's ``schema_metadata``; it becomes the schema's
+    metadata. Extension types come back as pyarrow extension types when pyarrow knows
+    them. ``"json"`` comes back as ``pa.json_()`` (as pylance returns it).
+
+    Raises FormatError, naming the field and the type string, for a logical type this
+    library does not know (written by a newer Lance, or corrupt). It also raises
+    FormatError for a field listed before its parent, a repeated field id, or children
+    that do not fit their parent's type.
+    """
+    by_parent: dict[int, list[_AnyField]] = {}
     known: set[int] = {-1}
     for f in fields:
         if f.parent_id not in known:
             raise FormatError(f"field {f.name!r} (id {f.id}) comes before its parent {f.parent_id}")
+        if f.id in known:
+            raise FormatError(f"field {f.name!r}: field id {f.id} is used twice")
         known.add(f.id)
         by_parent.setdefault(f.parent_id, []).append(f)
+    has_extensions = False
 
-    def build(f: file_pb2.Field | LanceField) -> pa.Field:
-        children = [build(c) for c in by_parent.get(f.id, [])]
-        metadata = dict(f.metadata.items()) if isinstance(f, file_pb2.Field) else dict(f.metadata)
-        return pa.field(
-            f.name,
-            _parse(f.logical_type, children, f.name),
-            nullable=f.nullable,
-            metadata=metadata or None,
+    def build(f: _AnyField) -> pa.Field:
+        nonlocal has_extensions
+        children = [build(c) for c in by_parent.get(f.id, ())]
+        metadata = _field_metadata(f)
+        if f.logical_type == "json":
+            if children:
+                raise FormatError(f"field {f.name!r}: a json field cannot have child fields")
+            metadata.pop(EXTENSION_NAME_KEY.encode(), None)
+            metadata.pop(EXTENSION_METADATA_KEY.encode(), None)
+            if _json_type is not None:
+                dtype = _json_type(pa.string())
+            else:  # pyarrow < 19 has no JSON type; the name keeps the meaning
+                dtype = pa.string()
+                metadata[EXTENSION_NAME_KEY.encode()] = _ARROW_JSON.encode()
+        else:
+            try:
+                dtype = _parse(f.logical_type, children, f.name)
+            except (ValueError, TypeError, pa.ArrowException) as exc:
+                if isinstance(exc, FormatError):
+                    raise
+                raise FormatError(
+                    f"field {f.name!r}: bad Lance logical type {f.logical_type!r}: {exc}"
+                ) from exc
+            if children and not _takes_children(f.logical_type):
+                raise FormatError(
+                    f"field {f.name!r}: a {f.logical_type!r} field cannot have child fields"
+                )
+        has_extensions = (
+            has_extensions
+            or EXTENSION_NAME_KEY.encode() in metadata
+            or f.logical_type.startswith(f"fixed_size_list:{_BFLOAT16}:")
         )
+        return pa.field(f.name, dtype, nullable=f.nullable, metadata=metadata or None)
 
-    top = [build(f) for f in by_parent.get(-1, [])]
+    top = [build(f) for f in by_parent.get(-1, ())]
+    if has_extensions:
+        top = [_with_extension_types(f) for f in top]
     return pa.schema(top, metadata=dict(schema_metadata) if schema_metadata else None)
 
 
-def max_field_id(manifest: table_pb2.Manifest) -> int:
-    """Largest field id used by the schema or any data file (-1 if none): ids of dropped
-    columns still stored in data files are never reused."""
-    top = max((f.id for f in manifest.fields), default=-1)
-    for frag in manifest.fragments:
-        for df in frag.files:
-            if len(df.fields):
-                top = max(top, max(df.fields))
+def _with_extension_types(field: pa.Field) -> pa.Field:
+    """``field`` read back through Arrow IPC, which turns ``ARROW:extension:*`` metadata
+    into the registered extension type (like pylance's C-interface import)."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(pa.schema([field]).serialize())).field(0)
+    except (pa.ArrowException, ValueError, TypeError):
+        # an extension that rejects its storage type (pylance fails here): keep storage
+        return field
+
+
+# ---------------------------------------------------------------------------------------
+# Field ids
+# ---------------------------------------------------------------------------------------
+
+
+def max_field_id(
+    source: table_pb2.Manifest | Iterable[file_pb2.Field] | Iterable[LanceField],
+    data_files_fields: Iterable[Iterable[int]] = (),
+) -> int:
+    """The largest field id in use, or -1 if there is none.
+
+    ``source`` is a manifest, or a list of schema fields plus ``data_files_fields`` (the
+    ``DataFile.fields`` lists of the dataset's data files). For a manifest, every data
+    file of every fragment counts too. A new column must get an id above this: a dropped
+    column's id stays in old data files, so it is never reused.
+    """
+    if isinstance(source, table_pb2.Manifest):
+        schema_fields: Iterable[file_pb2.Field | LanceField] = source.fields
+        data_files_fields = chain(
+            data_files_fields, (df.fields for frag in source.fragments for df in frag.files)
+        )
+    else:
+        schema_fields = source
+    top = max((f.id for f in schema_fields), default=-1)
+    for ids in data_files_fields:
+        top = max(top, max(ids, default=-1))
     return top
 
 
+def field_paths(
+    fields: Iterable[file_pb2.Field] | Iterable[LanceField],
+) -> dict[tuple[str, ...], int]:
+    """Each field's name path (top-level name first) mapped to its id.
+
+    Map entries and list items are named as Lance names them (``entries``, ``item``).
+    Raises FormatError for a field listed before its parent.
+    """
+    path_of_id: dict[int, tuple[str, ...]] = {-1: ()}
+    out: dict[tuple[str, ...], int] = {}
+    for f in fields:
+        parent = path_of_id.get(f.parent_id)
+        if parent is None:
+            raise FormatError(f"field {f.name!r} (id {f.id}) comes before its parent {f.parent_id}")
+        path = (*parent, f.name)
+        path_of_id[f.id] = path
+        out[path] = f.id
+    return out
+
+
 def assign_new_field_ids(
-    existing: Sequence[file_pb2.Field], new_schema: pa.Schema, *, first_new_id: int
+    existing: Sequence[file_pb2.Field] | Sequence[LanceField],
+    new_schema: pa.Schema,
+    *,
+    first_new_id: int | None = None,
+    data_files_fields: Iterable[Iterable[int]] = (),
+    data_storage_version: str = "2.2",
 ) -> list[file_pb2.Field]:
-    """Fields for ``new_schema`` where fields already in ``existing`` (same name path) keep
-    their ids and new ones get ids from ``first_new_id`` (pre-order)."""
-    paths: dict[tuple[str, ...], int] = {}
-    by_id = {f.id: f for f in existing}
+    """Fields for ``new_schema`` when it adds columns to a dataset whose schema is
+    ``existing`` (Merge / add-columns style).
 
-    def path_of(f: file_pb2.Field) -> tuple[str, ...]:
-        names = [f.name]
-        while f.parent_id != -1:
-            f = by_id[f.parent_id]
-            names.append(f.name)
-        return tuple(reversed(names))
-
-    for f in existing:
-        paths[path_of(f)] = f.id
-    fresh = arrow_to_fields(new_schema)
-    fresh_by_id = {f.id: f for f in fresh}
-    old_to_new: dict[int, int] = {}
+    A field whose name path is already in ``existing`` with the same logical type keeps
+    its id. Every other field gets a fresh id, pre-order, from ``first_new_id``. That
+    includes a field whose type changed and everything below a field with a fresh id.
+    ``first_new_id`` defaults to ``max_field_id(existing, data_files_fields) + 1``: pass
+    the data files' field lists, or ``max_field_id(manifest) + 1``, so that dropped
+    columns' ids are never reused. Raises InvalidOperationError as
+    :func:`arrow_to_fields` does.
+    """
+    if first_new_id is None:
+        first_new_id = max_field_id(existing, data_files_fields) + 1
+    old_ids = field_paths(existing)
+    old_types = {f.id: f.logical_type for f in existing}
+    fresh = arrow_to_fields(new_schema, data_storage_version=data_storage_version)
+    path_of_id: dict[int, tuple[str, ...]] = {-1: ()}
+    new_id_of: dict[int, int] = {-1: -1}
+    renumbered: set[int] = set()
     next_id = first_new_id
-
-    def fresh_path(f: file_pb2.Field) -> tuple[str, ...]:
-        names = [f.name]
-        while f.parent_id != -1:
-            f = fresh_by_id[f.parent_id]
-            names.append(f.name)
-        return tuple(reversed(names))
-
     for f in fresh:
-        known_id = paths.get(fresh_path(f))
-        if known_id is None:
-            known_id = next_id
+        path = (*path_of_id[f.parent_id], f.name)
+        path_of_id[f.id] = path
+        known = old_ids.get(path)
+        if (
+            known is None
+            or old_types[known] != f.logical_type
+            or new_id_of[f.parent_id] in renumbered
+        ):
+            known = next_id
             next_id += 1
-        old_to_new[f.id] = known_id
+            renumbered.add(known)
+        new_id_of[f.id] = known
     for f in fresh:
-        f.id = old_to_new[f.id]
-        if f.parent_id != -1:
-            f.parent_id = old_to_new[f.parent_id]
+        f.id, f.parent_id = new_id_of[f.id], new_id_of[f.parent_id]
     return fresh
+
+
+def project_fields(
+    fields: Sequence[file_pb2.Field] | Sequence[LanceField],
+    names: Iterable[str | Sequence[str]],
+) -> list[file_pb2.Field]:
+    """The fields that keep only the columns ``names``, with their ids (for Project /
+    drop columns).
+
+    Each name is a top-level column name, a dotted path to a nested field (``"s.x"``), or
+    a tuple of path components. A selected field keeps its parents and all of its
+    children; order and ids are unchanged. To drop columns, pass the names you keep.
+    Raises InvalidOperationError for a name that is not in the schema.
+    """
+    pbs = [f if isinstance(f, file_pb2.Field) else f.to_proto() for f in fields]
+    paths = field_paths(pbs)
+    chosen: set[int] = set()
+    on_the_way: set[int] = set()
+    for name in names:
+        path: tuple[str, ...]
+        if isinstance(name, str):
+            path = (name,) if (name,) in paths else tuple(name.split("."))
+        else:
+            path = tuple(name)
+        if path not in paths:
+            raise InvalidOperationError(f"column {'.'.join(path)!r} is not in the schema")
+        chosen.add(paths[path])
+        on_the_way.update(paths[path[:depth]] for depth in range(1, len(path)))
+    selected: list[file_pb2.Field] = []
+    whole: set[int] = set()  # chosen fields and everything below them
+    for pb in pbs:
+        if pb.id in chosen or pb.parent_id in whole:
+            whole.add(pb.id)
+        elif pb.id not in on_the_way:
+            continue
+        copy = file_pb2.Field()
+        copy.CopyFrom(pb)
+        selected.append(copy)
+    return selected

@@ -165,8 +165,9 @@ def logical_type_of(dtype: pa.DataType) -> str:
         return _fixed_size_list_logical(dtype, outermost=True)
     if pa.types.is_dictionary(dtype):
         value = logical_type_of(dtype.value_type)
-        if _has_children(value):
-            raise _unsupported(dtype, "dictionary values must not be nested")
+        if _has_children(value) or ":" in value:
+            # pylance refuses what its 4-part "dict:value:index:ordered" cannot parse back
+            raise _unsupported(dtype, "pylance stores dictionaries of simple values only")
         # pylance writes `false` whatever the Arrow `ordered` flag says
         return f"dict:{value}:{logical_type_of(dtype.index_type)}:false"
     if pa.types.is_timestamp(dtype):
@@ -456,7 +457,9 @@ def arrow_to_lance_fields(
 _AnyField = file_pb2.Field | LanceField
 
 
-def _parse(logical: str, children: Sequence[pa.Field], name: str) -> pa.DataType:
+def _parse(logical: str, children: Sequence[pa.Field]) -> pa.DataType:
+    """The Arrow type of a Lance logical type string; ValueError when it is unknown or
+    does not fit ``children``."""
     primitive = _PRIMITIVES.get(logical)
     if primitive is not None:
         return primitive
@@ -464,14 +467,14 @@ def _parse(logical: str, children: Sequence[pa.Field], name: str) -> pa.DataType
         return pa.struct(list(children))
     if logical in ("list", "list.struct", "large_list", "large_list.struct"):
         if len(children) != 1:
-            raise FormatError(f"field {name!r}: a {logical} field needs exactly one child field")
+            raise ValueError(f"a {logical} field needs exactly one child field")
         return (pa.large_list if logical.startswith("large") else pa.list_)(children[0])
     if logical == "map":
         if len(children) != 1 or not pa.types.is_struct(children[0].type):
-            raise FormatError(f"field {name!r}: a map field needs one entries struct child")
+            raise ValueError("a map field needs one entries struct child")
         entries = children[0].type
         if entries.num_fields != 2:
-            raise FormatError(f"field {name!r}: map entries need a key and a value field")
+            raise ValueError("map entries need a key and a value field")
         return pa.map_(entries.field(0), entries.field(1))
     parts = logical.split(":")
     head = parts[0]
@@ -485,16 +488,14 @@ def _parse(logical: str, children: Sequence[pa.Field], name: str) -> pa.DataType
             )
         elif inner == "struct":
             if len(children) != 1:
-                raise FormatError(
-                    f"field {name!r}: a fixed-size list of structs needs one item child"
-                )
+                raise ValueError("a fixed-size list of structs needs one item child")
             item = children[0]
         else:
-            item = pa.field("item", _parse(inner, (), name))
+            item = pa.field("item", _parse(inner, ()))
         return pa.list_(item, int(size))
     if head == "dict" and len(parts) >= 4:
         value, index, _ordered = logical[len("dict:") :].rsplit(":", 2)
-        return pa.dictionary(_parse(index, (), name), _parse(value, (), name))
+        return pa.dictionary(_parse(index, ()), _parse(value, ()))
     if head == "fixed_size_binary" and len(parts) == 2:
         return pa.binary(int(parts[1]))
     if head == "timestamp" and len(parts) >= 3 and parts[1] in _UNITS:
@@ -506,7 +507,7 @@ def _parse(logical: str, children: Sequence[pa.Field], name: str) -> pa.DataType
     if head == "decimal" and len(parts) == 4 and parts[1] in ("128", "256"):
         maker = pa.decimal128 if parts[1] == "128" else pa.decimal256
         return maker(int(parts[2]), int(parts[3]))
-    raise FormatError(f"field {name!r}: unknown Lance logical type {logical!r}")
+    raise ValueError(f"unknown Lance logical type {logical!r}")
 
 
 def _field_metadata(f: _AnyField) -> dict[bytes, bytes]:
@@ -543,15 +544,13 @@ def fields_to_arrow(
             raise FormatError(f"field {f.name!r}: field id {f.id} is used twice")
         known.add(f.id)
         by_parent.setdefault(f.parent_id, []).append(f)
-    has_extensions = False
 
     def build(f: _AnyField) -> pa.Field:
-        nonlocal has_extensions
         children = [build(c) for c in by_parent.get(f.id, ())]
         metadata = _field_metadata(f)
         if f.logical_type == "json":
             if children:
-                raise FormatError(f"field {f.name!r}: a json field cannot have child fields")
+                raise FormatError(f"field {f.name!r} of type 'json' cannot have child fields")
             metadata.pop(EXTENSION_NAME_KEY.encode(), None)
             metadata.pop(EXTENSION_METADATA_KEY.encode(), None)
             if _json_type is not None:
@@ -561,38 +560,44 @@ def fields_to_arrow(
                 metadata[EXTENSION_NAME_KEY.encode()] = _ARROW_JSON.encode()
         else:
             try:
-                dtype = _parse(f.logical_type, children, f.name)
+                if children and not _takes_children(f.logical_type):
+                    raise ValueError("a field of this type cannot have child fields")
+                dtype = _parse(f.logical_type, children)
             except (ValueError, TypeError, pa.ArrowException) as exc:
-                if isinstance(exc, FormatError):
-                    raise
                 raise FormatError(
-                    f"field {f.name!r}: bad Lance logical type {f.logical_type!r}: {exc}"
+                    f"field {f.name!r} of Lance logical type {f.logical_type!r}: {exc}"
                 ) from exc
-            if children and not _takes_children(f.logical_type):
-                raise FormatError(
-                    f"field {f.name!r}: a {f.logical_type!r} field cannot have child fields"
-                )
-        has_extensions = (
-            has_extensions
-            or EXTENSION_NAME_KEY.encode() in metadata
-            or f.logical_type.startswith(f"fixed_size_list:{_BFLOAT16}:")
-        )
         return pa.field(f.name, dtype, nullable=f.nullable, metadata=metadata or None)
 
     top = [build(f) for f in by_parent.get(-1, ())]
-    if has_extensions:
-        top = [_with_extension_types(f) for f in top]
-    return pa.schema(top, metadata=dict(schema_metadata) if schema_metadata else None)
-
-
-def _with_extension_types(field: pa.Field) -> pa.Field:
-    """``field`` read back through Arrow IPC, which turns ``ARROW:extension:*`` metadata
-    into the registered extension type (like pylance's C-interface import)."""
+    schema = pa.schema(top, metadata=dict(schema_metadata) if schema_metadata else None)
     try:
-        return pa.ipc.read_schema(pa.py_buffer(pa.schema([field]).serialize())).field(0)
+        return _through_c_interface(schema)
     except (pa.ArrowException, ValueError, TypeError):
-        # an extension that rejects its storage type (pylance fails here): keep storage
-        return field
+        # an extension type rejects its storage type (pylance fails to read such a
+        # schema): keep the storage type for the columns where that happens
+        kept = []
+        for field in top:
+            try:
+                kept.append(_through_c_interface(pa.schema([field])).field(0))
+            except (pa.ArrowException, ValueError, TypeError):
+                kept.append(field)
+        return pa.schema(kept, metadata=schema.metadata)
+
+
+class _CSchemaHolder:
+    def __init__(self, schema: pa.Schema) -> None:
+        self._schema = schema
+
+    def __arrow_c_schema__(self) -> object:
+        return self._schema.__arrow_c_schema__()
+
+
+def _through_c_interface(schema: pa.Schema) -> pa.Schema:
+    """``schema`` exported and imported through the Arrow C data interface, as pylance
+    hands its schema to pyarrow. This turns ``ARROW:extension:*`` metadata into the
+    registered extension types, and gives map entries the names ``key`` and ``value``."""
+    return pa.schema(_CSchemaHolder(schema))
 
 
 # ---------------------------------------------------------------------------------------
@@ -630,17 +635,34 @@ def field_paths(
     """Each field's name path (top-level name first) mapped to its id.
 
     Map entries and list items are named as Lance names them (``entries``, ``item``).
-    Raises FormatError for a field listed before its parent.
+    Where struct members share a name (Lance allows it below the top level), the first
+    one has the path. Raises FormatError for a field listed before its parent.
     """
-    path_of_id: dict[int, tuple[str, ...]] = {-1: ()}
+    items: list[_AnyField] = list(fields)
     out: dict[tuple[str, ...], int] = {}
+    for f, keyed in zip(items, _keyed_paths(items), strict=True):
+        out.setdefault(tuple(name for name, _ in keyed), f.id)
+    return out
+
+
+_KeyedPath = tuple[tuple[str, int], ...]
+
+
+def _keyed_paths(fields: Iterable[_AnyField]) -> list[_KeyedPath]:
+    """Each field's path as (name, how many earlier siblings have that name) pairs: unique
+    even where siblings share a name."""
+    path_of_id: dict[int, _KeyedPath] = {-1: ()}
+    seen: dict[tuple[int, str], int] = {}
+    out: list[_KeyedPath] = []
     for f in fields:
         parent = path_of_id.get(f.parent_id)
         if parent is None:
             raise FormatError(f"field {f.name!r} (id {f.id}) comes before its parent {f.parent_id}")
-        path = (*parent, f.name)
+        occurrence = seen.get((f.parent_id, f.name), 0)
+        seen[(f.parent_id, f.name)] = occurrence + 1
+        path = (*parent, (f.name, occurrence))
         path_of_id[f.id] = path
-        out[path] = f.id
+        out.append(path)
     return out
 
 
@@ -665,16 +687,14 @@ def assign_new_field_ids(
     """
     if first_new_id is None:
         first_new_id = max_field_id(existing, data_files_fields) + 1
-    old_ids = field_paths(existing)
+    olds: list[_AnyField] = list(existing)
+    old_ids = {path: f.id for f, path in zip(olds, _keyed_paths(olds), strict=True)}
     old_types = {f.id: f.logical_type for f in existing}
     fresh = arrow_to_fields(new_schema, data_storage_version=data_storage_version)
-    path_of_id: dict[int, tuple[str, ...]] = {-1: ()}
     new_id_of: dict[int, int] = {-1: -1}
     renumbered: set[int] = set()
     next_id = first_new_id
-    for f in fresh:
-        path = (*path_of_id[f.parent_id], f.name)
-        path_of_id[f.id] = path
+    for f, path in zip(fresh, _keyed_paths(fresh), strict=True):
         known = old_ids.get(path)
         if (
             known is None

@@ -16,6 +16,7 @@ from txn_engine.format.io import read_manifest
 from txn_engine.format.schema import (
     arrow_to_fields,
     arrow_to_lance_fields,
+    arrow_to_schema_metadata,
     assign_new_field_ids,
     field_paths,
     fields_to_arrow,
@@ -153,6 +154,10 @@ def test_wide_schema_reads_back_as_pylance_reads_it(
     mine = fields_to_arrow(list(manifest.fields), dict(manifest.schema_metadata))
     assert mine.equals(pylance_schema, check_metadata=True)
     assert mine.metadata == {b"sm": b"sv", b"empty": b""}
+    assert arrow_to_schema_metadata(WIDE) == dict(manifest.schema_metadata)
+    assert arrow_to_schema_metadata(pa.schema([])) == {}
+    with pytest.raises(InvalidOperationError, match="not UTF-8"):
+        arrow_to_schema_metadata(pa.schema([], metadata={b"k": b"\xff"}))
     # the same through the attrs values
     lance_fields = [LanceField.from_proto(f) for f in manifest.fields]
     assert fields_to_arrow(lance_fields, dict(manifest.schema_metadata)).equals(

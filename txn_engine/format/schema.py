@@ -35,10 +35,16 @@ What pylance 14.0.2 writes, measured against its manifests and reproduced here:
   unions, intervals, run-end encoded, list views, decimal32/64, maps with sorted keys,
   and fixed-size lists of lists or maps.
 
-Reading back (:func:`fields_to_arrow`) turns extension metadata into the extension type
-when pyarrow knows it: the canonical ones always, and pylance's (``lance.bfloat16``,
-``lance.blob.v2``) once ``lance`` is imported. Otherwise the storage type is kept with its
-``ARROW:extension:*`` metadata. This is what ``lance.dataset(uri).schema`` gives.
+Reading back (:func:`fields_to_arrow`) goes through the Arrow C data interface, as
+pylance's schema does, and gives what ``lance.dataset(uri).schema`` gives. Extension
+metadata becomes the extension type when pyarrow knows it: the canonical ones always,
+and pylance's (``lance.bfloat16``, ``lance.blob.v2``) once ``lance`` is imported.
+Otherwise the storage type is kept with its ``ARROW:extension:*`` metadata. Map entries
+are named ``key`` / ``value``.
+
+Ids: :func:`arrow_to_fields` numbers a new schema. :func:`assign_new_field_ids` keeps the
+ids of known columns and numbers new ones above :func:`max_field_id`.
+:func:`project_fields` keeps a subset with its ids.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ __all__ = [
     "PRIMARY_KEY_POSITION_METADATA_KEY",
     "arrow_to_fields",
     "arrow_to_lance_fields",
+    "arrow_to_schema_metadata",
     "assign_new_field_ids",
     "field_paths",
     "fields_to_arrow",
@@ -448,6 +455,23 @@ def arrow_to_lance_fields(
             schema, first_id=first_id, data_storage_version=data_storage_version
         )
     )
+
+
+def arrow_to_schema_metadata(schema: pa.Schema) -> dict[str, bytes]:
+    """``schema.metadata`` as a manifest's ``schema_metadata`` (text keys, byte values).
+
+    Raises InvalidOperationError when a key or value is not UTF-8 (pylance stores text).
+    """
+    out: dict[str, bytes] = {}
+    for key, value in (schema.metadata or {}).items():
+        try:
+            value.decode()
+            out[key.decode()] = value
+        except UnicodeDecodeError:
+            raise InvalidOperationError(
+                f"schema metadata key {key!r} or its value is not UTF-8 text"
+            ) from None
+    return out
 
 
 # ---------------------------------------------------------------------------------------

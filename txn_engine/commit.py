@@ -32,7 +32,6 @@ Creating a dataset (``read_version`` 0) is a single attempt: an existing dataset
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -63,12 +62,17 @@ from txn_engine.errors import (
 )
 from txn_engine.format.flags import check_writer_flags
 from txn_engine.format.io import read_manifest_entry, read_transaction_and_manifest
-from txn_engine.format.manifest_file import ManifestFile, encode_manifest_file
+from txn_engine.format.manifest_file import (
+    ManifestFile,
+    decode_manifest_file,
+    encode_manifest_file,
+)
 from txn_engine.format.naming import (
     NamingScheme,
     VersionEntry,
-    list_versions,
+    VersionListing,
     manifest_name,
+    scan_versions,
     transaction_file_name,
     transaction_path,
 )
@@ -115,13 +119,6 @@ class CommitResult:
 # ---- helpers ------------------------------------------------------------------------------
 
 
-def _entry_for(entries: list[VersionEntry], version: int) -> VersionEntry | None:
-    i = bisect.bisect_left(entries, version, key=lambda e: e.version)
-    if i < len(entries) and entries[i].version == version:
-        return entries[i]
-    return None
-
-
 def _conflict_error(txn: Transaction, conflict: Conflict) -> Exception:
     cls = RetryableConflictError if conflict.retryable else IncompatibleTransactionError
     return cls(
@@ -145,13 +142,23 @@ class _State:
     options: ConflictOptions
     checked_up_to: int
     manifests: dict[int, ManifestFile] = attrs.field(factory=dict)
-    entries: list[VersionEntry] = attrs.field(factory=list)
+    #: manifest bytes read while settling a lost race (decoded only if needed)
+    raw: dict[int, bytes] = attrs.field(factory=dict)
+    listing: VersionListing = attrs.field(factory=lambda: VersionListing(None))
+    #: the transaction whose ``_transactions/`` file this call wrote (not rewritten by
+    #: later attempts unless a rebase changed the transaction)
+    written: tuple[Transaction, str, transaction_pb2.Transaction] | None = None
 
     def manifest(self, version: int) -> ManifestFile:
         """The decoded manifest of ``version`` (cached; one read)."""
         mf = self.manifests.get(version)
+        if mf is None and version in self.raw:
+            mf = decode_manifest_file(
+                self.raw.pop(version), what=f"{self.storage.uri} version {version}"
+            )
+            self.manifests[version] = mf
         if mf is None:
-            entry = _entry_for(self.entries, version)
+            entry = self.listing.get(version)
             if entry is None:
                 raise VersionNotFoundError(
                     f"{self.storage.uri}: version {version} does not exist (cleaned up?)"
@@ -170,8 +177,9 @@ def _load_transaction(
     state: _State, entry: VersionEntry
 ) -> tuple[transaction_pb2.Transaction | None, Exception | None]:
     """The transaction pb of a newer version (reusing a cached manifest), or the error."""
-    cached = state.manifests.get(entry.version)
     try:
+        cached = state.manifest(entry.version) if entry.version in state.raw else None
+        cached = cached or state.manifests.get(entry.version)
         pb, whole = read_transaction_and_manifest(state.storage, entry, cached)
     except (FormatError, VersionNotFoundError) as exc:
         return None, exc
@@ -228,9 +236,10 @@ def _check_all(
 
 def _settle(
     storage: Storage, path: str, data: bytes, cause: BaseException, txn: Transaction
-) -> bool:
-    """Decide whether an ambiguous manifest create landed. True: ours is there; False:
-    another writer's is. Raises CommitStateUnknownError when it cannot be decided."""
+) -> bytes:
+    """Decide whether an ambiguous manifest create landed: return the bytes now at
+    ``path`` (``data`` itself when ours is there, else the winner's manifest, which the
+    next attempt reuses). Raises CommitStateUnknownError when it cannot be decided."""
     last: BaseException = cause
     for _ in range(SETTLE_ATTEMPTS):
         try:
@@ -241,7 +250,7 @@ def _settle(
             last = exc
             continue
         if found is not None:
-            return found == data
+            return found
         try:  # nothing there: offer the very same bytes again at the same name
             storage.put_if_absent(path, data)
         except ObjectExistsError:
@@ -251,7 +260,7 @@ def _settle(
         except StorageError as exc:
             last = exc
             continue
-        return True
+        return data
     raise CommitStateUnknownError(
         f"the outcome of creating {path} for transaction {txn.uuid} is unknown "
         f"({type(last).__name__}: {last})",
@@ -264,8 +273,8 @@ def _settle(
     ) from last
 
 
-def _create(storage: Storage, path: str, data: bytes, txn: Transaction) -> bool:
-    """put_if_absent with settlement. True if our manifest is at ``path``."""
+def _create(storage: Storage, path: str, data: bytes, txn: Transaction) -> bytes:
+    """put_if_absent with settlement: the bytes now at ``path`` (``data`` if ours)."""
     try:
         storage.put_if_absent(path, data)
     except ObjectExistsError as exc:
@@ -274,7 +283,11 @@ def _create(storage: Storage, path: str, data: bytes, txn: Transaction) -> bool:
         raise
     except StorageError as exc:
         return _settle(storage, path, data, exc, txn)
-    return True
+    return data
+
+
+def _landed(found: bytes, data: bytes) -> bool:
+    return found is data or found == data
 
 
 def _write_transaction_file(
@@ -310,18 +323,19 @@ def _commit_new(
         target = op.ref_version
     scheme = naming or NamingScheme.V2
     path = f"_versions/{manifest_name(target, scheme)}"
-    entries = list_versions(storage)
-    if entries:
-        existing = _entry_for(entries, target)
+    listing = scan_versions(storage)
+    if listing:
+        existing = listing.get(target)
         if existing is not None:
             pb, _ = read_transaction_and_manifest(storage, existing)
             if pb.uuid == txn.uuid:
                 return CommitResult(
                     existing.version, transaction_from_proto(pb), 0, existing.path, True
                 )
+        latest = listing.latest.version if listing.latest is not None else 0
         raise DatasetAlreadyExistsError(
-            f"{storage.uri} already holds a dataset (latest version {entries[-1].version}); "
-            f"commit with read_version={entries[-1].version} to overwrite it"
+            f"{storage.uri} already holds a dataset (latest version {latest}); "
+            f"commit with read_version={latest} to overwrite it"
         )
     validate(None, txn)
     name, pb = _write_transaction_file(storage, txn)
@@ -335,7 +349,7 @@ def _commit_new(
         stable_row_ids=stable_row_ids,
     )
     data = encode_manifest_file(state.manifest, state.indices, pb)
-    if not _create(storage, path, data, txn):
+    if not _landed(_create(storage, path, data, txn), data):
         raise DatasetAlreadyExistsError(
             f"{storage.uri}: another writer created the dataset concurrently"
         )
@@ -343,7 +357,7 @@ def _commit_new(
 
 
 def _source_entry(source: Storage, version: int) -> VersionEntry:
-    entry = _entry_for(list_versions(source), version)
+    entry = scan_versions(source).get(version)
     if entry is None:
         raise VersionNotFoundError(f"{source.uri}: version {version} does not exist")
     return entry
@@ -422,17 +436,17 @@ def commit(
 def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> CommitResult | None:
     """One attempt. Returns the result, or None when the race for the version was lost."""
     storage = state.storage
-    entries = list_versions(storage)
-    if not entries:
+    listing = scan_versions(storage)
+    latest = listing.latest
+    if latest is None:
         raise DatasetNotFoundError(f"no Lance dataset at {storage.uri}")
-    state.entries = entries
-    latest = entries[-1]
+    state.listing = listing
     if latest.version < state.original.read_version:
         raise VersionNotFoundError(
             f"{storage.uri}: read version {state.original.read_version} does not exist "
             f"(latest is {latest.version})"
         )
-    newer = [e for e in entries if e.version > state.checked_up_to]
+    newer = listing.after(state.checked_up_to)
     latest_error: Exception | None = None
     if newer:  # the latest manifest is needed whole anyway: its inline transaction comes free
         try:
@@ -478,7 +492,9 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     restore_source = None
     if isinstance(txn.operation, Restore):
         restore_source = _state_of(state.manifest(txn.operation.version))
-    name, pb = _write_transaction_file(storage, txn)
+    if state.written is None or state.written[0] is not txn:
+        state.written = (txn, *_write_transaction_file(storage, txn))
+    _, name, pb = state.written
     target = latest.version + 1
     built = build_manifest(
         current,
@@ -490,8 +506,10 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     )
     data = encode_manifest_file(built.manifest, built.indices, pb)
     path = f"_versions/{manifest_name(target, latest.scheme)}"
-    if _create(storage, path, data, txn):
+    found = _create(storage, path, data, txn)
+    if _landed(found, data):
         return CommitResult(target, txn, budget.attempts, path)
+    state.raw[target] = found  # the winner's manifest: the next attempt needs it
     return None
 
 
@@ -512,9 +530,7 @@ def find_transaction(
     transaction landed (committing it again does the same and lands it if it did not).
     """
     storage = open_storage(uri_or_storage, storage_options)
-    for entry in reversed(list_versions(storage)):
-        if entry.version <= since_version:
-            break
+    for entry in reversed(scan_versions(storage).after(since_version)):
         try:
             pb, _ = read_transaction_and_manifest(storage, entry)
         except (FormatError, VersionNotFoundError):

@@ -126,7 +126,7 @@ def test_catches_a_settlement_that_claims_unlanded_commits(
     patched: Callable[[Any, str, Any], None],
 ) -> None:
     """Treating every ambiguous create as landed acknowledges commits that are not there."""
-    patched(commit_mod, "_settle", lambda *a, **k: True)
+    patched(commit_mod, "_settle", lambda storage, path, data, *a: data)  # "ours is there"
 
     class Faulty(WritersMachine):
         faults = ("fail_before_write", "spurious_exists")

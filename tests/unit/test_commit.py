@@ -322,6 +322,30 @@ def test_lost_race_backs_off_and_lands_on_the_next_version() -> None:
     assert versions(inner) == [1, 2, 3]
 
 
+def test_lost_races_reuse_the_transaction_file_and_the_winners_manifest() -> None:
+    """Losing twice: the .txn file is written once, and the manifest read while settling
+    each lost create is the one the next attempt builds on (not read again)."""
+    inner = MemoryStorage()
+    create(inner)
+    rec = RecordingStorage(inner)
+    store = FaultyStorage(rec)
+    store.add(
+        Fault("put_if_absent", "_versions/*", mode="hook", hook=lambda m, p: append(inner), times=2)
+    )
+    clock = FakeClock()
+    r = commit(store, Transaction(1, Append([frag()])), retry_policy=policy(clock))
+    assert (r.version, r.attempts) == (4, 3)
+    assert rec.counts["put"] == 1  # one .txn file for three attempts
+    assert rec.counts["put_if_absent"] == 3
+    assert rec.counts["list"] == 3
+    # read: the read-version manifest once, each winner's manifest once (while settling)
+    gets = [c for c in rec.calls if c[0] in ("get", "get_range", "size")]
+    assert [c[1] for c in gets] == [
+        f"_versions/{manifest_name(v, NamingScheme.V2)}" for v in (1, 2, 3)
+    ]
+    assert read_transaction(inner, 4).uuid == r.transaction.uuid
+
+
 def test_backoff_delays_stay_within_slot_bounds() -> None:
     inner = MemoryStorage()
     create(inner)

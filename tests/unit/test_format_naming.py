@@ -14,6 +14,7 @@ from txn_engine.format.naming import (
     list_versions_after,
     manifest_name,
     parse_manifest_name,
+    scan_versions,
     transaction_file_name,
 )
 from txn_engine.storage import MemoryStorage
@@ -46,6 +47,8 @@ def test_parse_round_trips() -> None:
         ".manifest",
         "99999999999999999999.manifest",  # 20 digits but > u64::MAX
         "5.txn",
+        "05.manifest",  # V1 with a leading zero: no Lance writes one
+        "\u0665.manifest",  # a non-ASCII digit
     ],
 )
 def test_staging_detached_and_junk_are_ignored(name: str) -> None:
@@ -91,3 +94,28 @@ def test_mixed_naming_schemes_are_refused() -> None:
 
 def test_empty_listing() -> None:
     assert list_versions(MemoryStorage()) == []
+
+
+def test_scan_versions_answers_without_listing_again() -> None:
+    names = [manifest_name(v, NamingScheme.V2) for v in (7, 3, 5, 4)]
+    listing = scan_versions(_store(*names, "d9223372036854775813.manifest", "x.manifest"))
+    assert listing.scheme is NamingScheme.V2
+    assert len(listing) == 4
+    assert listing.latest == VersionEntry(7, manifest_name(7, NamingScheme.V2), NamingScheme.V2)
+    assert [e.version for e in listing.after(3)] == [4, 5, 7]
+    assert [e.version for e in listing.after(0)] == [3, 4, 5, 7]
+    assert listing.after(7) == []
+    assert listing.get(5) == VersionEntry(5, manifest_name(5, NamingScheme.V2), NamingScheme.V2)
+    assert listing.get(6) is None
+    assert listing.get(1) is None
+    assert [e.version for e in listing] == [3, 4, 5, 7]
+    v1 = scan_versions(_store("10.manifest", "9.manifest", "0.manifest"))
+    assert v1.scheme is NamingScheme.V1
+    assert [e.name for e in v1] == ["0.manifest", "9.manifest", "10.manifest"]
+    assert [e.version for e in v1.after(0)] == [9, 10]
+    assert v1.get(10) == VersionEntry(10, "10.manifest", NamingScheme.V1)
+    empty = scan_versions(MemoryStorage())
+    assert not empty
+    assert empty.latest is None
+    assert empty.scheme is None
+    assert empty.after(0) == []

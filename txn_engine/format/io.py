@@ -26,8 +26,8 @@ from txn_engine.format.manifest_file import (
 from txn_engine.format.naming import (
     NamingScheme,
     VersionEntry,
-    list_versions,
     manifest_name,
+    scan_versions,
     transaction_path,
 )
 from txn_engine.storage.base import Storage
@@ -51,12 +51,12 @@ _U32 = struct.Struct("<I")
 
 def latest_version(storage: Storage) -> VersionEntry:
     """The newest main-line version. Raises DatasetNotFoundError if there is none."""
-    versions = list_versions(storage)
-    if not versions:
+    latest = scan_versions(storage).latest
+    if latest is None:
         raise DatasetNotFoundError(
             f"no Lance dataset at {storage.uri} (no manifests in _versions/)"
         )
-    return versions[-1]
+    return latest
 
 
 def resolve_version(

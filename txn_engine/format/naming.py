@@ -11,8 +11,10 @@ A dataset keeps the scheme of its existing manifests; both schemes at once is an
 
 from __future__ import annotations
 
+import bisect
 import enum
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 
 import attrs
 
@@ -25,6 +27,7 @@ __all__ = [
     "U64_MAX",
     "NamingScheme",
     "VersionEntry",
+    "VersionListing",
     "detached_manifest_name",
     "detect_scheme",
     "list_versions",
@@ -32,6 +35,7 @@ __all__ = [
     "manifest_name",
     "manifest_path",
     "parse_manifest_name",
+    "scan_versions",
     "transaction_file_name",
     "transaction_path",
 ]
@@ -86,8 +90,8 @@ def detached_manifest_name(version: int) -> str:
 def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
     """Return ``(version, scheme)`` for a main-line manifest name, else ``None``.
 
-    Staging files (``5.manifest-<uuid>``, ``5.manifest#1``), detached versions and junk are
-    ``None``.
+    Staging files (``5.manifest-<uuid>``, ``5.manifest#1``), detached versions, V1 names
+    with leading zeros and junk are ``None``.
     """
     if not name.endswith(_SUFFIX) or name.startswith("d"):
         return None
@@ -95,6 +99,8 @@ def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
     if not stem.isdigit() or not stem.isascii():
         return None
     number = int(stem)
+    if len(name) != _V2_NAME_LEN and stem != str(number):
+        return None  # a V1 name with leading zeros: no Lance writes one
     if len(name) == _V2_NAME_LEN:
         if number > U64_MAX:
             return None
@@ -119,29 +125,124 @@ def detect_scheme(names: Sequence[str]) -> NamingScheme | None:
     return next(iter(seen), None)
 
 
-def list_versions(storage: Storage) -> list[VersionEntry]:
-    """All main-line versions, ascending. Raises MixedNamingSchemeError on mixed schemes."""
-    entries: list[VersionEntry] = []
-    schemes: set[NamingScheme] = set()
-    for name in storage.list(VERSIONS_DIR):
-        parsed = parse_manifest_name(name)
-        if parsed is None:
-            continue
-        version, scheme = parsed
-        schemes.add(scheme)
-        entries.append(VersionEntry(version, name, scheme))
-    if len(schemes) > 1:
+# One listing's names joined by NUL (no file or object name holds one) and matched at C
+# speed: no Python object per name on the hot path of a dataset with many versions.
+_V2_STEMS = re.compile(r"\x00([0-9]{20})\.manifest(?=\x00)", re.ASCII)
+_V1_STEMS = re.compile(r"\x00(0|[1-9][0-9]{0,18}|[1-9][0-9]{20,})\.manifest(?=\x00)", re.ASCII)
+_U64_MAX_STEM = f"{U64_MAX:020d}"
+
+
+class VersionListing:
+    """The main-line versions of one listing of ``_versions/``, ascending.
+
+    Built by :func:`scan_versions` without a Python object per manifest name: the names
+    stay strings until a caller asks for an entry (:attr:`latest`, :meth:`after`,
+    :meth:`get`), so the cost of a commit does not grow with the length of the history
+    beyond the listing itself. Iterating gives every :class:`VersionEntry`, ascending.
+    """
+
+    __slots__ = ("_numbers", "_scheme", "_stems")
+
+    def __init__(
+        self,
+        scheme: NamingScheme | None,
+        stems: list[str] | None = None,
+        numbers: list[int] | None = None,
+    ) -> None:
+        self._scheme = scheme
+        # V2: 20-digit stems sorted ascending as text == versions descending.
+        self._stems = stems or []
+        # V1: version numbers ascending.
+        self._numbers = numbers or []
+
+    @property
+    def scheme(self) -> NamingScheme | None:
+        """The dataset's naming scheme (None when there are no manifests)."""
+        return self._scheme
+
+    def __len__(self) -> int:
+        return len(self._stems) if self._scheme is NamingScheme.V2 else len(self._numbers)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def _entry_at(self, i: int) -> VersionEntry:
+        """The i-th entry in ascending version order."""
+        if self._scheme is NamingScheme.V2:
+            stem = self._stems[len(self._stems) - 1 - i]
+            return VersionEntry(U64_MAX - int(stem), stem + _SUFFIX, NamingScheme.V2)
+        number = self._numbers[i]
+        return VersionEntry(number, f"{number}{_SUFFIX}", NamingScheme.V1)
+
+    @property
+    def latest(self) -> VersionEntry | None:
+        """The newest version (None for an empty listing)."""
+        return self._entry_at(len(self) - 1) if self else None
+
+    def _count_at_most(self, version: int) -> int:
+        """How many listed versions are <= ``version``."""
+        if self._scheme is NamingScheme.V2:
+            if version < 0:
+                return 0
+            if version >= U64_MAX:
+                return len(self._stems)
+            # versions > v  <=>  stems < stem(v)
+            newer = bisect.bisect_left(self._stems, f"{U64_MAX - version:020d}")
+            return len(self._stems) - newer
+        return bisect.bisect_right(self._numbers, version)
+
+    def after(self, version: int) -> list[VersionEntry]:
+        """The entries newer than ``version``, ascending."""
+        return [self._entry_at(i) for i in range(self._count_at_most(version), len(self))]
+
+    def get(self, version: int) -> VersionEntry | None:
+        """The entry of ``version``, or None if it is not listed."""
+        i = self._count_at_most(version) - 1
+        if i < 0:
+            return None
+        entry = self._entry_at(i)
+        return entry if entry.version == version else None
+
+    def __iter__(self) -> Iterator[VersionEntry]:
+        return (self._entry_at(i) for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        latest = self.latest
+        return (
+            f"VersionListing({len(self)} versions, scheme={self._scheme}, "
+            f"latest={None if latest is None else latest.version})"
+        )
+
+
+def scan_versions(storage: Storage) -> VersionListing:
+    """List ``_versions/`` once. Raises MixedNamingSchemeError on mixed schemes."""
+    text = "\x00" + "\x00".join(storage.list(VERSIONS_DIR)) + "\x00"
+    found = _V2_STEMS.findall(text)
+    found.sort()
+    # 20-digit names above u64::MAX are not versions
+    v2 = found[: bisect.bisect_right(found, _U64_MAX_STEM)]
+    # V1 names are looked for only if some other name ends in .manifest (fast path: V2)
+    v1 = _V1_STEMS.findall(text) if text.count(".manifest\x00") > len(found) else []
+    if v1 and v2:
         raise MixedNamingSchemeError(
             f"{storage.uri}: _versions/ holds both V1 and V2 manifest names; "
             "finish the V1->V2 migration first"
         )
-    entries.sort(key=lambda e: e.version)
-    return entries
+    if v2:
+        return VersionListing(NamingScheme.V2, stems=v2)
+    if v1:
+        return VersionListing(NamingScheme.V1, numbers=sorted(map(int, v1)))
+    return VersionListing(None)
+
+
+def list_versions(storage: Storage) -> list[VersionEntry]:
+    """All main-line versions, ascending. Raises MixedNamingSchemeError on mixed schemes."""
+    return list(scan_versions(storage))
 
 
 def list_versions_after(storage: Storage, version: int) -> list[VersionEntry]:
     """Main-line versions newer than ``version``, ascending (one listing)."""
-    return [e for e in list_versions(storage) if e.version > version]
+    return scan_versions(storage).after(version)
 
 
 def transaction_file_name(read_version: int, uuid: str) -> str:

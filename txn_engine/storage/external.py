@@ -364,9 +364,7 @@ def _boto3_client(**kwargs: Any) -> Any:
     try:
         boto3: Any = importlib.import_module("boto3")
     except ImportError as exc:
-        raise StorageError(
-            "DynamoDBManifestStore needs boto3 (pip install boto3)"
-        ) from exc
+        raise StorageError("DynamoDBManifestStore needs boto3 (pip install boto3)") from exc
     args = {k: v for k, v in kwargs.items() if v is not None}
     args.setdefault(
         "region_name",

@@ -140,8 +140,11 @@ class LocalStorage:
         try:
             with os.scandir(directory) as it:
                 for entry in it:
-                    if entry.is_file(follow_symlinks=True) and not is_staging_name(entry.name):
-                        names.append(entry.name)
+                    name = entry.name
+                    if entry.is_file(follow_symlinks=True) and not (
+                        name.endswith(".tmp") and is_staging_name(name)
+                    ):
+                        names.append(name)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:

@@ -1,0 +1,75 @@
+"""scan_versions (regex over one joined listing, entries made lazily) answers exactly
+what parsing every name with parse_manifest_name answers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from txn_engine.errors import MixedNamingSchemeError
+from txn_engine.format.naming import (
+    U64_MAX,
+    NamingScheme,
+    VersionEntry,
+    manifest_name,
+    parse_manifest_name,
+    scan_versions,
+)
+from txn_engine.storage import MemoryStorage
+
+_versions = st.integers(min_value=0, max_value=(1 << 63) - 1) | st.integers(0, 40)
+_main_line = st.builds(manifest_name, _versions, st.sampled_from(list(NamingScheme)))
+_junk = st.one_of(
+    st.sampled_from(
+        [
+            "latest_version_hint.json",
+            "05.manifest",
+            "007.manifest",
+            "\u0665.manifest",
+            ".manifest",
+            "abc.manifest",
+            f"{U64_MAX + 1:020d}.manifest",
+            "99999999999999999999.manifest",
+            "d9223372036854775813.manifest",
+            "5.manifest#1",
+            "3.txn",
+        ]
+    ),
+    st.builds(lambda n: f"{n}.manifest-1f2e", _versions),
+    st.builds(lambda n: f"{n}.manifest.0123456789abcdef0123456789abcdef.tmp", _versions),
+    st.text(alphabet="0123456789.manifestd-", max_size=32),
+)
+_names = st.lists(st.one_of(_main_line, _junk), max_size=30, unique=True).filter(
+    lambda ns: all(n not in ("", ".", "..") and "/" not in n for n in ns)
+)
+
+
+def _reference(names: list[str]) -> list[VersionEntry] | None:
+    parsed = [(p, n) for n in names if (p := parse_manifest_name(n)) is not None]
+    if len({scheme for (_, scheme), _ in parsed}) > 1:
+        return None
+    return sorted(
+        (VersionEntry(version, name, scheme) for (version, scheme), name in parsed),
+        key=lambda e: e.version,
+    )
+
+
+@given(names=_names, probe=_versions)
+def test_scan_versions_agrees_with_parsing_every_name(names: list[str], probe: int) -> None:
+    storage = MemoryStorage()
+    for name in names:
+        storage.put(f"_versions/{name}", b"x")
+    expected = _reference(names)
+    if expected is None:
+        with pytest.raises(MixedNamingSchemeError):
+            scan_versions(storage)
+        return
+    listing = scan_versions(storage)
+    assert list(listing) == expected
+    assert len(listing) == len(expected)
+    assert listing.latest == (expected[-1] if expected else None)
+    assert listing.scheme == (expected[0].scheme if expected else None)
+    for v in {probe, *(e.version for e in expected), *(e.version - 1 for e in expected)}:
+        assert listing.after(v) == [e for e in expected if e.version > v]
+        assert listing.get(v) == next((e for e in expected if e.version == v), None)

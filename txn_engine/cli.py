@@ -340,7 +340,7 @@ def _configure_stress(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--latency", type=float, default=0.0, help="added storage latency per call, in ms"
     )
-    p.add_argument("--max-attempts", type=int, default=20, help="commit attempts per try")
+    p.add_argument("--max-attempts", type=int, default=50, help="commit attempts per try")
     p.add_argument("--deadline", type=float, default=None, help="seconds per commit (retries)")
     p.add_argument(
         "--max-delay", type=float, default=None, help="cap of one retry backoff sleep, seconds"

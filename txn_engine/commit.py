@@ -381,7 +381,8 @@ def commit(
     """Commit ``transaction`` to the dataset at ``uri_or_storage``; return where it landed.
 
     * ``retry_policy``: attempts / deadline / backoff when losing the race for a version
-      (default :class:`RetryPolicy`: 20 attempts, Lance's slot backoff).
+      (default :class:`RetryPolicy`: 50 attempts, slot backoff with quadratic growth;
+      ``RetryPolicy.lance()`` for Lance's exact schedule).
     * ``naming``: manifest naming for a *new* dataset (default V2, as pylance 14); an
       existing dataset keeps its scheme.
     * ``conflict_options``: opt-in rules more permissive than Lance (default: none).

@@ -194,7 +194,7 @@ class WriterSpec:
     fault_rate: float = 0.0
     fault_kinds: tuple[str, ...] = ("lost_response",)
     latency: float = 0.0
-    max_attempts: int = 20
+    max_attempts: int = 50
     deadline: float | None = None
     max_delay: float | None = None
     replans: int = 5
@@ -630,7 +630,7 @@ def run_stress(
     fault_rate: float = 0.0,
     fault_kinds: Sequence[str] = ("lost_response",),
     latency: float = 0.0,
-    max_attempts: int = 20,
+    max_attempts: int = 50,
     deadline: float | None = None,
     max_delay: float | None = None,
     replans: int = 5,

@@ -368,7 +368,7 @@ def test_backoff_delays_stay_within_slot_bounds() -> None:
     assert r.attempts == 6
     unit = 0.055
     for n, delay in enumerate(clock.sleeps):
-        assert 0 <= delay <= (2 ** (n + 2) - 1) * unit + 1e-9
+        assert 0 <= delay <= ((n + 2) ** 2 - 1) * unit + 1e-9
 
 
 def test_attempt_budget_exhausted_is_contention_not_conflict() -> None:

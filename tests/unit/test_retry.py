@@ -22,26 +22,50 @@ class FakeClock:
         self.t += seconds
 
 
-def test_slot_backoff_slots_double_from_four() -> None:
+def test_slot_backoff_slots_double_from_four_in_lances_schedule() -> None:
     draws: list[int] = []
 
     def top(n: int) -> int:
         draws.append(n)
         return n - 1
 
-    b = SlotBackoff(0.1, top)
+    b = SlotBackoff(0.1, top, "exponential")
     assert [b.next_delay() for _ in range(4)] == pytest.approx([0.3, 0.7, 1.5, 3.1])
     assert draws == [4, 8, 16, 32]
     assert b.attempt == 4
 
 
+def test_slot_backoff_slots_grow_quadratically_by_default() -> None:
+    draws: list[int] = []
+
+    def top(n: int) -> int:
+        draws.append(n)
+        return n - 1
+
+    b = RetryPolicy(randbelow=top).budget().backoff
+    assert [b.next_delay() for _ in range(5)] == pytest.approx(
+        [0.05 * 3, 0.05 * 8, 0.05 * 15, 0.05 * 24, 0.05 * 35]
+    )
+    assert draws == [4, 9, 16, 25, 36]
+
+
+def test_default_budget_waits_far_less_in_total_than_lances() -> None:
+    """50 quadratic attempts allow fewer units of sleep than Lance's 20 doubling ones."""
+    quadratic = sum((n + 2) ** 2 - 1 for n in range(RetryPolicy().max_attempts - 1))
+    lance = RetryPolicy.lance()
+    exponential = sum(2 ** (n + 2) - 1 for n in range(lance.max_attempts - 1))
+    assert (lance.max_attempts, lance.slot_growth) == (20, "exponential")
+    assert quadratic < exponential / 40  # 42,875 vs 2,097,129 units
+
+
 def test_slot_backoff_delays_are_whole_units_within_bounds() -> None:
     rng = random.Random(7)
     for _ in range(200):
-        b = SlotBackoff(0.01, rng.randrange)
+        growth = rng.choice(["quadratic", "exponential"])
+        b = SlotBackoff(0.01, rng.randrange, growth)
         for n in range(6):
             d = b.next_delay()
-            slots = 2 ** (n + 2)
+            slots = (n + 2) ** 2 if growth == "quadratic" else 2 ** (n + 2)
             assert 0 <= d <= (slots - 1) * 0.01 + 1e-12
             assert abs(d / 0.01 - round(d / 0.01)) < 1e-9
 
@@ -132,5 +156,7 @@ def test_policy_validation_and_equality() -> None:
     assert RetryPolicy(max_attempts=3) == RetryPolicy(max_attempts=3, sleep=lambda s: None)
     r = RetryPolicy.replanning()
     assert (r.max_attempts, r.deadline) == (11, 30.0)
-    assert RetryPolicy().max_attempts == 20
+    assert RetryPolicy().max_attempts == 50
+    with pytest.raises(ValueError, match="slot_growth"):
+        RetryPolicy(slot_growth="linear")  # type: ignore[arg-type]
     assert RetryPolicy().deadline is None

@@ -47,7 +47,14 @@ from txn_engine.ops import (
 )
 from txn_engine.transaction import Transaction
 
-__all__ = ["decode_operation", "encode_operation", "transaction_from_proto", "transaction_to_proto"]
+__all__ = [
+    "ARM_KINDS",
+    "decode_operation",
+    "encode_operation",
+    "operation_kind_of",
+    "transaction_from_proto",
+    "transaction_to_proto",
+]
 
 T = transaction_pb2.Transaction
 _frags = Fragment.from_proto
@@ -442,6 +449,19 @@ _DECODERS: Mapping[str, Callable[[T], Operation]] = {
         tuple(BasePath.from_proto(b) for b in pb.update_bases.new_bases)
     ),
 }
+
+
+#: The ``Transaction.operation`` oneof arm -> the operation kind it decodes to.
+ARM_KINDS: Mapping[str, str] = {
+    arm: "".join(part.capitalize() for part in arm.split("_")) for arm in _DECODERS
+}
+
+
+def operation_kind_of(pb: T) -> str | None:
+    """The operation kind of a Transaction message without decoding it (None when the
+    arm is empty or unknown)."""
+    arm = pb.WhichOneof("operation")
+    return None if arm is None else ARM_KINDS.get(arm)
 
 
 def decode_operation(pb: T) -> Operation:

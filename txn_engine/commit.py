@@ -40,8 +40,9 @@ import attrs
 
 from txn_engine._proto import transaction_pb2
 from txn_engine.builder import ManifestState, build_manifest, validate
-from txn_engine.codec import transaction_from_proto, transaction_to_proto
+from txn_engine.codec import operation_kind_of, transaction_from_proto, transaction_to_proto
 from txn_engine.conflicts.detect import Conflict, check, unreadable_conflict
+from txn_engine.conflicts.matrix import MATRIX, Outcome
 from txn_engine.conflicts.rebase import ConflictOptions, derive_affected_rows, find_fragment, rebase
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
@@ -188,6 +189,15 @@ def _load_transaction(
     return pb, None
 
 
+def _always_compatible(mine: str, other: str | None) -> bool:
+    """Whether the matrix makes this pair compatible whatever the two operations hold
+    (a constant rule: no predicate, no rebase)."""
+    if other is None:
+        return False
+    rule = MATRIX.get((mine, other))
+    return rule is not None and rule.outcome is Outcome.COMPATIBLE
+
+
 def _check_all(
     state: _State,
     loaded: list[tuple[VersionEntry, transaction_pb2.Transaction | None, Exception | None]],
@@ -197,6 +207,8 @@ def _check_all(
     rebase_ids: set[int] = set()
     for entry, pb, error in loaded:
         mine = state.txn
+        if pb is not None and _always_compatible(mine.kind, operation_kind_of(pb)):
+            continue  # decided by the kinds alone: the other's content is not needed
         if pb is None:
             raise _conflict_error(
                 mine,

@@ -14,9 +14,9 @@ capture the store from writers that have lost a few times and now sleep for thou
 units: measured with 16 processes appending to one local dataset, Lance's schedule left
 single sleeps of 7-17 s and 16-63 commits/s; the quadratic one at most 1.6 s and
 62-89 commits/s. Losing more often but waiting less, a writer needs more attempts, so the
-default budget is 50 attempts, which still allows far less waiting in total
-(at most about 43,000 units over 49 sleeps) than Lance's 20 doubling attempts (about
-2.1 million units over 19 sleeps). ``RetryPolicy.lance()`` gives Lance's schedule and budget exactly.
+default budget is 50 attempts, which still allows far less waiting in total (at most
+about 43,000 units over 49 sleeps) than Lance's 20 doubling attempts (about 2.1 million
+units over 19 sleeps). ``RetryPolicy.lance()`` gives Lance's schedule and budget exactly.
 Backoff decides only *when* an attempt starts, never what it commits: the conflict checks
 and exactly-once guarantees are the same under every policy.
 

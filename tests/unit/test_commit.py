@@ -3,6 +3,7 @@ lost responses and crashes (exactly-once). Clock, sleep and randomness are injec
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from collections.abc import Callable
 
@@ -597,3 +598,33 @@ def test_clone_creates_a_shallow_clone_once() -> None:
     assert again.version == 2
     with pytest.raises(DatasetAlreadyExistsError):
         commit(dst, Transaction(0, Clone(2, name)))
+
+
+def test_pairs_compatible_by_kind_are_not_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Append after k Appends: the matrix decides by kinds alone, so the intervening
+    transactions' fragment lists are never turned into attrs values; a predicate pair
+    (Delete after Delete) still decodes the other transaction."""
+    commit_mod = importlib.import_module("txn_engine.commit")
+
+    inner = MemoryStorage()
+    create(inner)
+    for _ in range(3):
+        append(inner)
+    decoded: list[str] = []
+    real = commit_mod.transaction_from_proto
+
+    def counting(pb: transaction_pb2.Transaction) -> Transaction:
+        decoded.append(pb.WhichOneof("operation") or "?")
+        return real(pb)
+
+    monkeypatch.setattr(commit_mod, "transaction_from_proto", counting)
+    r = commit(inner, Transaction(1, Append([frag()])))
+    assert r.version == 5
+    assert decoded == []
+    first = _delete(inner, 0, {1}, affected=False, read_version=5)
+    second = _delete(inner, 0, {2}, affected=False, read_version=5)
+    commit(inner, first)
+    decoded.clear()
+    with pytest.raises(RetryableConflictError):
+        commit(inner, second)
+    assert decoded == ["delete"]

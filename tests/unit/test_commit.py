@@ -628,3 +628,27 @@ def test_pairs_compatible_by_kind_are_not_decoded(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(RetryableConflictError):
         commit(inner, second)
     assert decoded == ["delete"]
+
+
+def test_intervening_versions_parse_only_their_transactions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """k versions behind: each intervening manifest's inline transaction is parsed from
+    the head of its file; only the latest manifest is decoded whole."""
+    io_mod = importlib.import_module("txn_engine.format.io")
+    inner = MemoryStorage()
+    create(inner)
+    for _ in range(6):
+        append(inner)
+    decoded: list[str] = []
+    real = io_mod.decode_manifest_file
+
+    def counting(data: bytes, *, what: str) -> object:
+        decoded.append(what)
+        return real(data, what=what)
+
+    monkeypatch.setattr(io_mod, "decode_manifest_file", counting)
+    r = commit(inner, Transaction(1, Append([frag()])))
+    assert r.version == 8
+    assert len(decoded) == 1  # the latest manifest, which the new one is built on
+    assert decoded[0].endswith(manifest_name(7, NamingScheme.V2))

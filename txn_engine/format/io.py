@@ -159,12 +159,14 @@ def read_transaction_and_manifest(
             raise VersionNotFoundError(
                 f"{storage.uri}: version {entry.version} vanished ({entry.path})"
             ) from exc
-        if len(head) < HEAD_READ_SIZE:
+        # the inline transaction sits at the head: parse only it (not the manifest, whose
+        # fragment list is what makes a version expensive to decode)
+        txn = _transaction_from_head(head)
+        if txn is not None:
+            return txn, None
+        if len(head) < HEAD_READ_SIZE:  # the whole (small) file: decode it once, reuse it
             manifest_file = decode_manifest_file(head, what=f"{storage.uri}/{entry.path}")
         else:
-            txn = _transaction_from_head(head)
-            if txn is not None:
-                return txn, None
             txn, manifest = _transaction_via_tail(storage, entry, head)
             if txn is not None:
                 return txn, None

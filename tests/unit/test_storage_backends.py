@@ -229,6 +229,11 @@ def test_local_fsyncs_file_and_directory(tmp_path: Path, monkeypatch: pytest.Mon
     LocalStorage(tmp_path, fsync=False).put_if_absent("_versions/2.manifest", b"x")
     LocalStorage(tmp_path, fsync=False).put("b.bin", b"x")
     assert len(synced) == 4
+    # .txn files are redundant copies of the manifests' inline transactions: no fsync
+    LocalStorage(tmp_path).put("_transactions/1-u.txn", b"x")
+    assert len(synced) == 4
+    LocalStorage(tmp_path, no_fsync_prefixes=()).put("_transactions/2-u.txn", b"x")
+    assert len(synced) == 6
 
 
 def test_local_without_hard_links_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -70,15 +70,27 @@ class LocalStorage:
     directories). Pass ``fsync=False`` to skip the file and directory fsyncs (faster, but a
     power loss may lose acknowledged commits; fine for tests and scratch data).
 
+    Files under ``no_fsync_prefixes`` (default ``_transactions/``) are written without
+    fsync even then: a ``.txn`` file is a redundant copy of the transaction every manifest
+    carries inline (which is what txn_engine and pylance 14 read), so losing one to a power
+    cut loses nothing, while its two fsyncs would sit inside every commit's race window.
+
     Directories are not objects: :meth:`exists` is ``False`` for them, :meth:`get` raises
     :class:`~txn_engine.errors.ObjectNotFoundError`, and :meth:`list` names files only.
     In-flight staging files (``*.{uuid hex}.tmp``) are hidden from :meth:`list`.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        no_fsync_prefixes: tuple[str, ...] = ("_transactions/",),
+    ) -> None:
         self._uri = os.fspath(root)
         self._root = local_path_from_uri(root)
         self._fsync = fsync
+        self._no_fsync_prefixes = no_fsync_prefixes
 
     def __repr__(self) -> str:
         return f"LocalStorage({self._uri!r})"
@@ -106,8 +118,9 @@ class LocalStorage:
     def put(self, path: str, data: bytes) -> None:
         """Write ``path`` (overwriting) via staging file + ``os.replace``."""
         full = self.full_path(path)
+        durable = self._fsync and not path.startswith(self._no_fsync_prefixes)
         with _mapped("put", full, write=True):
-            replace_atomic(full, data, fsync=self._fsync)
+            replace_atomic(full, data, fsync=durable)
 
     def get(self, path: str) -> bytes:
         """Return the whole object; ObjectNotFoundError if absent."""

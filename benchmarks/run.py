@@ -157,9 +157,7 @@ def _contention_run(
         "failures": sum(r["failures"] for r in results),
         # pylance does not report its attempts
         "attempts_per_commit": (
-            sum(r["attempts"] for r in results) / ok
-            if ok and engine == "txn_engine"
-            else float("nan")
+            sum(r["attempts"] for r in results) / ok if ok and engine == "txn_engine" else None
         ),
     }
 
@@ -181,8 +179,10 @@ def _contention(
                 samples.append(sample)
     out: dict[str, Any] = {
         key: statistics.median(s[key] for s in samples)
-        for key in ("commits_per_s", "p50_ms", "p99_ms", "attempts_per_commit")
+        for key in ("commits_per_s", "p50_ms", "p99_ms")
     }
+    attempts = [s["attempts_per_commit"] for s in samples if s["attempts_per_commit"] is not None]
+    out["attempts_per_commit"] = statistics.median(attempts) if attempts else None
     out["failures"] = sum(s["failures"] for s in samples)
     out["runs"] = [s["commits_per_s"] for s in samples]
     return out
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"   {n} procs {row['read_version']:<5} pylance {p['commits_per_s']:6.1f}/s "
                     f"({p['p50_ms']:.1f}/{p['p99_ms']:.1f}, {p['failures']} failed)  txn_engine "
                     f"{t['commits_per_s']:6.1f}/s ({t['p50_ms']:.1f}/{t['p99_ms']:.1f}, "
-                    f"{t['failures']} failed, {t['attempts_per_commit']:.2f} attempts/commit)"
+                    f"{t['failures']} failed, {t['attempts_per_commit'] or 0:.2f} attempts/commit)"
                     f"  ratio {row['throughput_ratio']:.2f}"
                 )
         results["contention"] = contention

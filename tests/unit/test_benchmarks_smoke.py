@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks.report import render
 from benchmarks.run import main
 
 
@@ -20,3 +21,7 @@ def test_quick_benchmark_writes_results_and_plot(tmp_path: Path) -> None:
     assert (ops["lists"], ops["writes"]) == (1, 2)
     assert results["storage_ops"][1]["reads"] <= results["storage_ops"][1]["k"] + 1
     assert (tmp_path / "append_latency.png").stat().st_size > 1000
+    assert all(len(r["txn_engine"]["runs"]) == 2 for r in results["contention"])
+    table = render(results)
+    assert "| 100 | warm |" in table
+    assert "| 2 | stale |" in table

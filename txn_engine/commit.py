@@ -179,8 +179,12 @@ def _load_transaction(
 ) -> tuple[transaction_pb2.Transaction | None, Exception | None]:
     """The transaction pb of a newer version (reusing a cached manifest), or the error."""
     try:
-        cached = state.manifest(entry.version) if entry.version in state.raw else None
-        cached = cached or state.manifests.get(entry.version)
+        # a manifest read while settling a lost race is decoded rather than read again
+        cached = (
+            state.manifest(entry.version)
+            if entry.version in state.raw
+            else state.manifests.get(entry.version)
+        )
         pb, whole = read_transaction_and_manifest(state.storage, entry, cached)
     except (FormatError, VersionNotFoundError) as exc:
         return None, exc

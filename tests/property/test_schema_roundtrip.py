@@ -26,31 +26,14 @@ from txn_engine.format.schema import (
     fields_to_arrow,
     max_field_id,
     project_fields,
+    through_c_data_interface,
 )
 from txn_engine.storage import open_storage
+from txn_engine.testing.schemas import primitive_types
 
 _PRIMITIVES = [
     pa.null(),
-    pa.bool_(),
-    pa.int8(),
-    pa.uint8(),
-    pa.int16(),
-    pa.uint16(),
-    pa.int32(),
-    pa.uint32(),
-    pa.int64(),
-    pa.uint64(),
-    pa.float16(),
-    pa.float32(),
-    pa.float64(),
-    pa.string(),
-    pa.large_string(),
-    pa.binary(),
-    pa.large_binary(),
-    pa.binary(1),
-    pa.binary(16),
-    pa.date32(),
-    pa.date64(),
+    *primitive_types(),
     pa.time32("s"),
     pa.time32("ms"),
     pa.time64("us"),
@@ -168,20 +151,6 @@ _lossy_leaves = st.one_of(
 any_schemas = _schemas(_lossy_leaves)
 
 
-class _Exported:
-    def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema
-
-    def __arrow_c_schema__(self) -> object:
-        return self.schema.__arrow_c_schema__()
-
-
-def _as_pylance_imports(schema: pa.Schema) -> pa.Schema:
-    """``schema`` after the trip through the Arrow C data interface that pylance's schemas
-    take (extension fields get empty metadata, map entries are named key / value)."""
-    return pa.schema(_Exported(schema))
-
-
 def _assert_preorder(fields: Sequence[file_pb2.Field], first_id: int) -> None:
     assert [f.id for f in fields] == list(range(first_id, first_id + len(fields)))
     stack: list[int] = []
@@ -199,7 +168,7 @@ def test_roundtrip_is_exact(schema: pa.Schema, first_id: int) -> None:
     _assert_preorder(fields, first_id)
     assert {f.type for f in fields} <= {file_pb2.Field.PARENT}
     back = fields_to_arrow(fields, schema.metadata)
-    assert back.equals(_as_pylance_imports(schema), check_metadata=True), (back, schema)
+    assert back.equals(through_c_data_interface(schema), check_metadata=True), (back, schema)
 
 
 @given(any_schemas)
@@ -239,7 +208,7 @@ def test_new_columns_keep_old_ids_and_never_reuse_any(
     assert [f.id for f in fields[len(existing) :]] == list(
         range(start, start + len(fields) - len(existing))
     )
-    assert fields_to_arrow(fields).equals(_as_pylance_imports(grown), check_metadata=True)
+    assert fields_to_arrow(fields).equals(through_c_data_interface(grown), check_metadata=True)
 
 
 @given(exact_schemas, st.data())
@@ -250,4 +219,6 @@ def test_projection_keeps_ids(schema: pa.Schema, data: st.DataObject) -> None:
     by_id = {f.id: f for f in fields}
     assert all(by_id[f.id] == f for f in projected)
     expected = pa.schema([f for f in schema if f.name in kept])
-    assert fields_to_arrow(projected).equals(_as_pylance_imports(expected), check_metadata=True)
+    assert fields_to_arrow(projected).equals(
+        through_c_data_interface(expected), check_metadata=True
+    )

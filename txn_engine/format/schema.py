@@ -75,6 +75,7 @@ __all__ = [
     "logical_type_of",
     "max_field_id",
     "project_fields",
+    "through_c_data_interface",
 ]
 
 EXTENSION_NAME_KEY = "ARROW:extension:name"
@@ -596,20 +597,20 @@ def fields_to_arrow(
     top = [build(f) for f in by_parent.get(-1, ())]
     schema = pa.schema(top, metadata=dict(schema_metadata) if schema_metadata else None)
     try:
-        return _through_c_interface(schema)
+        return through_c_data_interface(schema)
     except (pa.ArrowException, ValueError, TypeError):
         # an extension type rejects its storage type (pylance fails to read such a
         # schema): keep the storage type for the columns where that happens
         kept = []
         for field in top:
             try:
-                kept.append(_through_c_interface(pa.schema([field])).field(0))
+                kept.append(through_c_data_interface(pa.schema([field])).field(0))
             except (pa.ArrowException, ValueError, TypeError):
                 kept.append(field)
         return pa.schema(kept, metadata=schema.metadata)
 
 
-class _CSchemaHolder:
+class _CSchemaHolder:  # an object exposing only __arrow_c_schema__
     def __init__(self, schema: pa.Schema) -> None:
         self._schema = schema
 
@@ -617,7 +618,7 @@ class _CSchemaHolder:
         return self._schema.__arrow_c_schema__()
 
 
-def _through_c_interface(schema: pa.Schema) -> pa.Schema:
+def through_c_data_interface(schema: pa.Schema) -> pa.Schema:
     """``schema`` exported and imported through the Arrow C data interface, as pylance
     hands its schema to pyarrow. This turns ``ARROW:extension:*`` metadata into the
     registered extension types, and gives map entries the names ``key`` and ``value``."""

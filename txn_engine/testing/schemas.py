@@ -23,7 +23,14 @@ from txn_engine.format.schema import arrow_to_lance_fields
 from txn_engine.model import LanceField
 from txn_engine.testing.strategies import lance_schemas
 
-__all__ = ["arrow_schemas", "arrow_types", "column_names", "lance_field_schemas", "lance_schemas"]
+__all__ = [
+    "arrow_schemas",
+    "arrow_types",
+    "column_names",
+    "lance_field_schemas",
+    "lance_schemas",
+    "primitive_types",
+]
 
 
 def _pa() -> Any:
@@ -32,28 +39,39 @@ def _pa() -> Any:
     return pa
 
 
+def primitive_types() -> list[Any]:
+    """The plain Arrow primitives every Lance file version stores unchanged: booleans,
+    integers, floats, strings and binaries (variable and fixed width), dates."""
+    pa = _pa()
+    return [
+        pa.bool_(),
+        pa.int8(),
+        pa.uint8(),
+        pa.int16(),
+        pa.uint16(),
+        pa.int32(),
+        pa.uint32(),
+        pa.int64(),
+        pa.uint64(),
+        pa.float16(),
+        pa.float32(),
+        pa.float64(),
+        pa.string(),
+        pa.large_string(),
+        pa.binary(),
+        pa.large_binary(),
+        pa.binary(1),
+        pa.binary(16),
+        pa.date32(),
+        pa.date64(),
+    ]
+
+
 def _leaves() -> st.SearchStrategy[Any]:
     pa = _pa()
     return st.sampled_from(
         [
-            pa.bool_(),
-            pa.int8(),
-            pa.int16(),
-            pa.int32(),
-            pa.int64(),
-            pa.uint8(),
-            pa.uint32(),
-            pa.uint64(),
-            pa.float16(),
-            pa.float32(),
-            pa.float64(),
-            pa.string(),
-            pa.large_string(),
-            pa.binary(),
-            pa.large_binary(),
-            pa.binary(16),
-            pa.date32(),
-            pa.date64(),
+            *primitive_types(),
             pa.timestamp("us"),
             pa.timestamp("ns", tz="UTC"),
             pa.time64("us"),

@@ -11,8 +11,12 @@ Catch the narrowest class that tells you what to do next::
     │   ├── CommitConflictError         a concurrent commit conflicts with this one
     │   │   ├── RetryableConflictError  re-read the dataset, re-plan the operation, commit again
     │   │   └── IncompatibleTransactionError
-    │   │                               the operation can never land on top of what was
-    │   │                               committed; give up or build a different operation
+    │   │       │                       the operation can never land on top of what was
+    │   │       │                       committed; give up or build a different operation
+    │   │       └── HistoryUnavailableError
+    │   │                               a version between the read version and the latest
+    │   │                               is gone (cleaned up) or unreadable: the commit
+    │   │                               cannot be checked; re-plan from the latest version
     │   ├── RetriesExhaustedError       contention: the retry budget ran out before the
     │   │                               commit won a version; trying again later may work
     │   └── CommitStateUnknownError     storage failed in a way that may or may not have
@@ -29,8 +33,11 @@ Catch the narrowest class that tells you what to do next::
     │   ├── UnknownOperationError       a transaction whose operation this library does not
     │   │                               know (written by a newer Lance)
     │   ├── CorruptDeletionFileError    a deletion file that cannot be decoded
-    │   └── DataFileError               a data file needed to count rows (legacy manifests
-    │                                   without physical_rows) is missing or unreadable
+    │   ├── DataFileError               a data file needed to count rows (legacy manifests
+    │   │                               without physical_rows) is missing or unreadable
+    │   └── LimitExceededError          a declared size, count or depth exceeds what the
+    │                                   format allows (or what the library bounds); refused
+    │                                   before any large allocation
     ├── DatasetNotFoundError (+FileNotFoundError)
     │                                   no dataset at that URI
     ├── VersionNotFoundError (+LookupError)
@@ -72,9 +79,11 @@ __all__ = [
     "DatasetAlreadyExistsError",
     "DatasetNotFoundError",
     "FormatError",
+    "HistoryUnavailableError",
     "IncompatibleTransactionError",
     "InvalidOperationError",
     "InvalidStorageArgumentError",
+    "LimitExceededError",
     "MixedNamingSchemeError",
     "ObjectExistsError",
     "ObjectNotFoundError",
@@ -158,6 +167,18 @@ class IncompatibleTransactionError(CommitConflictError):
     retryable = False
 
 
+class HistoryUnavailableError(IncompatibleTransactionError):
+    """A version the commit must check against (between its read version and the latest),
+    or the read version itself, is missing or cannot be read (typically removed by cleanup).
+
+    Missing history is never taken as "no conflict": the transaction cannot be proved safe
+    and is refused. Re-plan the operation against the latest version (re-read the data it
+    depends on) and commit the new transaction; keep versions that writers still plan
+    against (leases, longer retention) to avoid this. ``conflicting_version`` is the first
+    version that could not be read.
+    """
+
+
 class RetriesExhaustedError(CommitError):
     """The commit kept losing the race for the next version until the retry budget ran out.
 
@@ -230,6 +251,20 @@ class DataFileError(FormatError):
     Raised only where txn_engine must look inside a data file: manifests written by very
     old Lance releases record no ``physical_rows``, so the row count comes from the file.
     """
+
+
+class LimitExceededError(FormatError):
+    """Bytes on storage declare a size, count or nesting depth beyond what the format allows
+    or what txn_engine bounds (a manifest larger than its cap, a deletion file declaring more
+    rows than its fragment holds, a schema nested deeper than the documented limit).
+
+    Refused before any allocation proportional to the declared size; nothing was modified.
+    ``limit`` names the bound that was exceeded.
+    """
+
+    def __init__(self, message: str, *, limit: str | None = None) -> None:
+        self.limit = limit
+        super().__init__(message)
 
 
 class DatasetNotFoundError(TxnEngineError, FileNotFoundError):

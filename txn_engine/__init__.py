@@ -26,6 +26,8 @@ from txn_engine.commit import commit as commit
 from txn_engine.commit import find_transaction as find_transaction
 from txn_engine.commit import replan_and_commit as replan_and_commit
 from txn_engine.dataset import Dataset as Dataset
+from txn_engine.lease import Lease as Lease
+from txn_engine.lease import lease as lease
 from txn_engine.model import BasePath as BasePath
 from txn_engine.model import DataFile as DataFile
 from txn_engine.model import DeletionFile as DeletionFile
@@ -88,6 +90,7 @@ __all__ = [
     "IndexFile",
     "IndexMetadata",
     "LanceField",
+    "Lease",
     "MemWal",
     "MemWalId",
     "MemWalState",
@@ -112,6 +115,7 @@ __all__ = [
     "commit",
     "errors",
     "find_transaction",
+    "lease",
     "open_storage",
     "operation_kind",
     "replan_and_commit",

@@ -44,6 +44,11 @@ Catch the narrowest class that tells you what to do next::
     │                                   the dataset exists, that version does not
     ├── DatasetAlreadyExistsError       creation (Overwrite with read_version 0, Clone)
     │                                   found a dataset already there
+    ├── CleanupAbortedError             cleanup could not prove which files are unreferenced
+    │                                   (a kept manifest or a lease is unreadable); nothing
+    │                                   was deleted. Fix or remove the named object, rerun
+    ├── LeaseExpiredError               a lease was not renewed before it expired: cleanup
+    │                                   may have removed what it protected; re-plan
     ├── InvalidStorageArgumentError (+ValueError)
     │                                   a storage path, byte range, URI or option is
     │                                   malformed; nothing was read or written. Fix the call.
@@ -70,6 +75,7 @@ from typing import Any
 __all__ = [
     "AmbiguousWriteError",
     "AtomicityUnsupportedError",
+    "CleanupAbortedError",
     "CommitConflictError",
     "CommitError",
     "CommitStateUnknownError",
@@ -83,6 +89,7 @@ __all__ = [
     "IncompatibleTransactionError",
     "InvalidOperationError",
     "InvalidStorageArgumentError",
+    "LeaseExpiredError",
     "LimitExceededError",
     "MixedNamingSchemeError",
     "ObjectExistsError",
@@ -279,6 +286,26 @@ class DatasetAlreadyExistsError(TxnEngineError):
     """Creating a dataset (first Overwrite, Clone) found one already at the URI.
 
     Commit with ``read_version`` set to the existing latest version to overwrite it.
+    """
+
+
+class CleanupAbortedError(TxnEngineError):
+    """Cleanup refused to delete anything: it could not prove which files are unreferenced.
+
+    Raised before any delete when a manifest that cleanup would keep (or a lease object)
+    cannot be read or decoded. ``path`` names the object. Repair or remove it (a malformed
+    lease file can be deleted once its writer is known to be gone) and run cleanup again.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class LeaseExpiredError(TxnEngineError):
+    """A lease expired before it was renewed (the renewer was paused, or storage failed for
+    longer than the TTL). Cleanup may since have removed the versions and files it protected:
+    stop using the leased version, re-read the dataset and re-plan under a new lease.
     """
 
 

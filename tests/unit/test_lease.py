@@ -1,0 +1,188 @@
+"""Leases (txn_engine.lease): acquire, renew, expire, release, version None = latest."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+import txn_engine as te
+from txn_engine.commit import commit
+from txn_engine.errors import (
+    DatasetNotFoundError,
+    InvalidStorageArgumentError,
+    LeaseExpiredError,
+    VersionNotFoundError,
+)
+from txn_engine.lease import LEASES_DIR, Lease, LeaseInfo, read_leases
+from txn_engine.model import DataFile, Fragment, LanceField
+from txn_engine.ops import Append, Overwrite
+from txn_engine.storage import MemoryStorage
+from txn_engine.storage.base import Storage
+from txn_engine.transaction import Transaction
+
+SCHEMA = (LanceField(0, -1, "id", "int64"),)
+
+
+def _frag() -> Fragment:
+    return Fragment(0, (DataFile(f"{uuid.uuid4().hex}.lance", (0,), (0,), 2, 2, 10),), 5)
+
+
+def _dataset(versions: int = 3) -> MemoryStorage:
+    store = MemoryStorage()
+    commit(store, Transaction(0, Overwrite([_frag()], SCHEMA)))
+    for v in range(1, versions):
+        commit(store, Transaction(v, Append([_frag()])))
+    return store
+
+
+def _lease_objects(store: Storage) -> list[dict[str, object]]:
+    return [json.loads(store.get(f"{LEASES_DIR}/{n}")) for n in store.list(LEASES_DIR)]
+
+
+def test_lease_writes_the_contract_object_and_deletes_it_on_exit() -> None:
+    store = _dataset(3)
+    before = time.time_ns()
+    with te.lease(store, 2, ttl=60.0, owner="job-7") as held:
+        assert isinstance(held, Lease)
+        assert held.version == 2
+        (obj,) = _lease_objects(store)
+        assert set(obj) == {"version", "created_at_ns", "expires_at_ns", "owner"}
+        assert obj["version"] == 2
+        assert obj["owner"] == "job-7"
+        created, expires = obj["created_at_ns"], obj["expires_at_ns"]
+        assert isinstance(created, int)
+        assert isinstance(expires, int)
+        assert before <= created <= expires
+        assert expires - created >= 59 * 10**9
+        assert held.path.startswith(f"{LEASES_DIR}/")
+        assert held.path.endswith(".json")
+    assert store.list(LEASES_DIR) == []
+    assert held.released
+
+
+def test_version_none_resolves_to_latest_and_is_recorded() -> None:
+    store = _dataset(4)
+    with te.lease(store, ttl=30.0) as held:
+        assert held.version == 4
+        assert _lease_objects(store)[0]["version"] == 4
+        commit(store, Transaction(4, Append([_frag()])))
+        assert held.version == 4  # pinned at acquisition, not following the latest
+
+
+def test_missing_version_and_missing_dataset_are_typed_errors() -> None:
+    store = _dataset(2)
+    with pytest.raises(VersionNotFoundError):
+        te.lease(store, 9)
+    assert store.list(LEASES_DIR) == []
+    with pytest.raises(DatasetNotFoundError):
+        te.lease(MemoryStorage())
+    with pytest.raises(InvalidStorageArgumentError):
+        te.lease(store, 1, ttl=0)
+
+
+def test_renew_pushes_expiry_forward() -> None:
+    store = _dataset(2)
+    held = Lease(store, 1, ttl=30.0, owner="t", renew_in_background=False)
+    first = held.expires_at_ns
+    time.sleep(0.01)
+    held.renew()
+    assert held.expires_at_ns > first
+    assert _lease_objects(store)[0]["expires_at_ns"] == held.expires_at_ns
+    held.release()
+    held.release()  # idempotent
+    assert store.list(LEASES_DIR) == []
+    with pytest.raises(LeaseExpiredError):
+        held.renew()
+
+
+def test_background_thread_renews_every_third_of_ttl() -> None:
+    store = _dataset(2)
+    with te.lease(store, 1, ttl=0.3) as held:
+        first = held.expires_at_ns
+        deadline = time.monotonic() + 5
+        while held.expires_at_ns == first and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert held.expires_at_ns > first
+        # still live well past the first expiry because it keeps renewing
+        time.sleep(0.45)
+        assert not held.expired
+        (info,) = read_leases(store)
+        assert info.live(time.time_ns())
+
+
+def test_a_late_renewal_expires_the_lease() -> None:
+    store = _dataset(2)
+    held = Lease(store, 1, ttl=0.05, owner="t", renew_in_background=False)
+    time.sleep(0.08)
+    (info,) = read_leases(store)
+    assert not info.live(time.time_ns())
+    with pytest.raises(LeaseExpiredError):
+        held.renew()
+    assert held.expired
+    with pytest.raises(LeaseExpiredError):
+        held.renew()
+    held.release()
+
+
+def test_read_leases_reports_malformed_objects() -> None:
+    store = _dataset(1)
+    store.put(f"{LEASES_DIR}/junk.json", b"{not json")
+    store.put(f"{LEASES_DIR}/neg.json", b'{"version": -1, "created_at_ns": 1, "expires_at_ns": 2}')
+    store.put(f"{LEASES_DIR}/readme.txt", b"ignored")
+    infos = {i.path.rsplit("/", 1)[1]: i for i in read_leases(store)}
+    assert set(infos) == {"junk.json", "neg.json"}
+    assert all(i.version is None and i.error for i in infos.values())
+    assert not infos["junk.json"].live(0)
+
+
+def test_lease_info_liveness() -> None:
+    info = LeaseInfo("p", 3, 10, 100, "o")
+    assert info.live(99)
+    assert not info.live(100)
+
+
+class _CleanedBetween(MemoryStorage):
+    """Deletes version ``victim``'s manifest right after the first lease object is written
+    (a cleaner racing the acquisition)."""
+
+    def __init__(self, victim_path: str) -> None:
+        super().__init__()
+        self.victim_path = victim_path
+        self.fired = False
+
+    def put(self, path: str, data: bytes) -> None:
+        super().put(path, data)
+        if path.startswith(LEASES_DIR) and not self.fired:
+            self.fired = True
+            self.delete(self.victim_path)
+
+
+def test_acquisition_rechecks_the_version_after_writing_the_lease() -> None:
+    from txn_engine.format.io import resolve_version
+
+    base = _dataset(3)
+    victim = resolve_version(base, 2).path
+    store = _CleanedBetween(victim)
+    for name in base.list("_versions"):
+        store.put(f"_versions/{name}", base.get(f"_versions/{name}"))
+    store.fired = False
+    with pytest.raises(VersionNotFoundError):
+        Lease(store, 2, ttl=10.0, owner="t", renew_in_background=False)
+    assert store.list(LEASES_DIR) == []  # the useless lease was removed
+
+
+def test_acquisition_of_latest_retries_when_the_latest_is_cleaned_meanwhile() -> None:
+    from txn_engine.format.io import resolve_version
+
+    base = _dataset(3)
+    store = _CleanedBetween(resolve_version(base, 3).path)
+    for name in base.list("_versions"):
+        store.put(f"_versions/{name}", base.get(f"_versions/{name}"))
+    store.fired = False
+    held = Lease(store, None, ttl=10.0, owner="t", renew_in_background=False)
+    assert held.version == 2
+    assert len(store.list(LEASES_DIR)) == 1
+    held.release()

@@ -1,0 +1,319 @@
+"""Leases: small objects in the table that pin a version against cleanup.
+
+A writer planning against a version, or a reader scanning one, takes a lease::
+
+    with txn_engine.lease(uri, version) as held:    # version=None: the latest
+        plan_and_commit(held.version)
+
+The lease is the JSON object ``_txn_engine/leases/<uuid>.json``::
+
+    {"version": 7, "created_at_ns": ..., "expires_at_ns": ..., "owner": "host:pid"}
+
+written when the lease is taken, rewritten with a later ``expires_at_ns`` by a daemon
+thread every ``ttl / 3`` seconds, and deleted when the ``with`` block exits (or on
+:meth:`Lease.release`). :func:`txn_engine.cleanup.cleanup` keeps every version at or after
+the oldest *live* (unexpired) lease, and every file those versions reference.
+
+Protocol (what makes a lease effective):
+
+1. the holder writes the lease object, then checks that the leased version's manifest still
+   exists (with ``version=None`` it re-resolves the latest and tries again if the version it
+   recorded was removed meanwhile);
+2. cleanup reads the leases before it deletes any manifest, and again after deleting
+   manifests and before deleting any data, deletion, index or transaction file.
+
+So a lease whose step-1 check succeeded is seen by cleanup's second read at the latest,
+and every file of the leased version (and later ones) is kept. A lease that expired (its
+holder stalled for longer than ``ttl``) protects nothing: :meth:`Lease.renew` then raises
+:class:`~txn_engine.errors.LeaseExpiredError` and the holder must re-plan.
+
+Expiry is judged with the cleaner's wall clock against the holder's ``expires_at_ns``: keep
+clock skew between machines well below ``ttl`` (the default ``ttl`` is ten minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid as uuid_module
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, TypeGuard
+
+import attrs
+
+from txn_engine.errors import (
+    DatasetNotFoundError,
+    InvalidStorageArgumentError,
+    LeaseExpiredError,
+    StorageError,
+    VersionNotFoundError,
+)
+from txn_engine.format.io import latest_version, resolve_version
+from txn_engine.storage import open_storage
+from txn_engine.storage.base import Storage
+
+__all__ = [
+    "LEASES_DIR",
+    "Lease",
+    "LeaseInfo",
+    "lease",
+    "read_leases",
+]
+
+#: Where lease objects live, relative to the dataset root.
+LEASES_DIR = "_txn_engine/leases"
+_NS = 1_000_000_000
+_ACQUIRE_ATTEMPTS = 8
+
+
+@attrs.frozen
+class LeaseInfo:
+    """One lease object as read back from storage.
+
+    ``version`` is ``None`` (and ``error`` says why) when the object is not a valid lease;
+    cleanup refuses to run while such an object exists, because it cannot tell what the
+    object protects.
+    """
+
+    path: str
+    version: int | None
+    created_at_ns: int
+    expires_at_ns: int
+    owner: str
+    error: str | None = None
+
+    def live(self, now_ns: int) -> bool:
+        """Whether the lease still protects its version at wall-clock time ``now_ns``."""
+        return self.error is None and self.expires_at_ns > now_ns
+
+
+def _encode(version: int, created_at_ns: int, expires_at_ns: int, owner: str) -> bytes:
+    return json.dumps(
+        {
+            "version": version,
+            "created_at_ns": created_at_ns,
+            "expires_at_ns": expires_at_ns,
+            "owner": owner,
+        },
+        sort_keys=True,
+    ).encode()
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _decode(path: str, data: bytes) -> LeaseInfo:
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return LeaseInfo(path, None, 0, 0, "", error=f"not JSON: {exc}")
+    if not isinstance(obj, dict):
+        return LeaseInfo(path, None, 0, 0, "", error="not a JSON object")
+    version, created, expires, owner = (
+        obj.get("version"),
+        obj.get("created_at_ns"),
+        obj.get("expires_at_ns"),
+        obj.get("owner"),
+    )
+    if not (_count(version) and _count(created) and _count(expires)):
+        return LeaseInfo(path, None, 0, 0, "", error="version/created_at_ns/expires_at_ns")
+    return LeaseInfo(path, version, created, expires, owner if isinstance(owner, str) else "")
+
+
+def read_leases(storage: Storage) -> list[LeaseInfo]:
+    """Every lease object of the dataset (live, expired and malformed ones), by path.
+
+    A lease deleted between the listing and its read is skipped (it was released).
+    """
+    found: list[LeaseInfo] = []
+    for name in sorted(storage.list(LEASES_DIR)):
+        if not name.endswith(".json"):
+            continue
+        path = f"{LEASES_DIR}/{name}"
+        try:
+            data = storage.get(path)
+        except FileNotFoundError:  # ObjectNotFoundError: released meanwhile
+            continue
+        found.append(_decode(path, data))
+    return found
+
+
+def _default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Lease:
+    """A held lease (see the module docstring); use it as a context manager.
+
+    ``version`` is the pinned version (the latest at acquisition when none was given).
+    The lease renews itself from a daemon thread every ``ttl / 3`` seconds until
+    :meth:`release`; :meth:`renew` renews now. ``expired`` turns true when a renewal came
+    too late; from then on the version is not protected.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        version: int | None,
+        *,
+        ttl: float,
+        owner: str,
+        renew_in_background: bool = True,
+    ) -> None:
+        if not ttl > 0:
+            raise InvalidStorageArgumentError(f"lease ttl must be positive, got {ttl!r}")
+        self._storage = storage
+        self._ttl_ns = int(ttl * _NS)
+        self._ttl = ttl
+        self._owner = owner
+        self._id = str(uuid_module.uuid4())
+        self._path = f"{LEASES_DIR}/{self._id}.json"
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._released = False
+        self._expired = False
+        self._created_at_ns = time.time_ns()
+        self._expires_at_ns = 0
+        self.last_error: BaseException | None = None
+        self._version = self._acquire(version)
+        self._thread: threading.Thread | None = None
+        if renew_in_background:
+            self._thread = threading.Thread(
+                target=self._renew_loop, name=f"txn_engine-lease-{self._id[:8]}", daemon=True
+            )
+            self._thread.start()
+
+    def _write(self, version: int) -> None:
+        now = time.time_ns()
+        expires = now + self._ttl_ns
+        self._storage.put(self._path, _encode(version, self._created_at_ns, expires, self._owner))
+        self._expires_at_ns = expires
+
+    def _acquire(self, version: int | None) -> int:
+        for _ in range(_ACQUIRE_ATTEMPTS):
+            target = latest_version(self._storage).version if version is None else version
+            if version is not None:
+                resolve_version(self._storage, target)  # VersionNotFoundError if absent
+            self._write(target)
+            try:
+                resolve_version(self._storage, target)
+            except (VersionNotFoundError, DatasetNotFoundError):
+                # cleaned up between resolving and writing the lease: it protects nothing
+                self._storage.delete(self._path)
+                if version is not None:
+                    raise
+                continue
+            return target
+        raise VersionNotFoundError(
+            f"{self._storage.uri}: the latest version kept being cleaned up while a lease "
+            f"was taken ({_ACQUIRE_ATTEMPTS} attempts)"
+        )
+
+    @property
+    def version(self) -> int:
+        """The version this lease pins (every version at or after it is kept)."""
+        return self._version
+
+    @property
+    def path(self) -> str:
+        """The lease object's path relative to the dataset root."""
+        return self._path
+
+    @property
+    def owner(self) -> str:
+        """The owner recorded in the lease object."""
+        return self._owner
+
+    @property
+    def expires_at_ns(self) -> int:
+        """Wall-clock expiry (ns since the epoch) as last written."""
+        return self._expires_at_ns
+
+    @property
+    def expired(self) -> bool:
+        """True once a renewal found the lease already expired (it protects nothing)."""
+        return self._expired
+
+    @property
+    def released(self) -> bool:
+        """True after :meth:`release`."""
+        return self._released
+
+    def renew(self) -> None:
+        """Push the expiry ``ttl`` seconds into the future now.
+
+        Raises :class:`~txn_engine.errors.LeaseExpiredError` when the lease had already
+        expired (or was released); :class:`~txn_engine.errors.StorageError` when the write
+        failed (the lease is still valid until its current expiry; try again).
+        """
+        with self._lock:
+            if self._released:
+                raise LeaseExpiredError(f"lease {self._path} was released")
+            if self._expired or time.time_ns() >= self._expires_at_ns:
+                self._expired = True
+                raise LeaseExpiredError(
+                    f"lease {self._path} on version {self._version} expired before it was "
+                    "renewed; cleanup may have removed what it protected: re-plan"
+                )
+            self._write(self._version)
+
+    def _renew_loop(self) -> None:
+        interval = self._ttl / 3
+        while not self._stop.wait(interval):
+            try:
+                self.renew()
+            except LeaseExpiredError as exc:
+                self.last_error = exc
+                return
+            except StorageError as exc:  # transient: retry at the next tick
+                self.last_error = exc
+
+    def release(self) -> None:
+        """Stop renewing and delete the lease object (idempotent)."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        self._storage.delete(self._path)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Lease(version={self._version}, path={self._path!r}, owner={self._owner!r})"
+
+
+def lease(
+    uri_or_storage: str | os.PathLike[str] | Storage,
+    version: int | None = None,
+    *,
+    ttl: float = 600.0,
+    owner: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Lease:
+    """Take a lease pinning ``version`` (``None``: the latest, resolved and recorded).
+
+    Use it as a context manager; the lease renews itself every ``ttl / 3`` seconds and is
+    deleted on exit. Raises :class:`~txn_engine.errors.VersionNotFoundError` when the
+    version does not exist (or was cleaned up while the lease was taken),
+    :class:`~txn_engine.errors.DatasetNotFoundError` when there is no dataset.
+    """
+    storage = open_storage(uri_or_storage, storage_options)
+    return Lease(storage, version, ttl=ttl, owner=owner if owner is not None else _default_owner())

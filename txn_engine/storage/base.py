@@ -38,7 +38,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Storage"]
+from txn_engine.errors import LimitExceededError
+
+__all__ = ["Storage", "get_bounded"]
 
 
 @runtime_checkable
@@ -88,3 +90,35 @@ class Storage(Protocol):
     def delete(self, path: str) -> None:
         """Delete ``path``; deleting a missing object is not an error."""
         ...
+
+
+def get_bounded(storage: Storage, path: str, max_bytes: int, *, what: str | None = None) -> bytes:
+    """Return the whole object at ``path``, refusing one larger than ``max_bytes`` *before*
+    reading it (:class:`~txn_engine.errors.LimitExceededError`, ``limit="max_bytes"``).
+
+    Use it instead of :meth:`Storage.get` for anything whose size a hostile writer controls.
+    A backend may implement ``get_bounded(path, max_bytes)`` itself (local disk does: one
+    open, ``fstat``, refusal of non-regular files); otherwise this asks :meth:`Storage.size`
+    and reads ``[0, size)`` with :meth:`Storage.get_range`, so every backend and wrapper
+    keeps working without change. Raises ObjectNotFoundError when the object is absent.
+    """
+    label = what if what is not None else f"{storage.uri}/{path}"
+    native = getattr(storage, "get_bounded", None)
+    if callable(native):
+        data = native(path, max_bytes)
+        if not isinstance(data, bytes):
+            data = bytes(data)
+    else:
+        size = storage.size(path)
+        if size > max_bytes:
+            raise LimitExceededError(
+                f"{label}: object is {size} bytes, more than the {max_bytes} allowed here",
+                limit="max_bytes",
+            )
+        data = storage.get_range(path, 0, size)
+    if len(data) > max_bytes:  # the object grew between size() and the read
+        raise LimitExceededError(
+            f"{label}: object is more than the {max_bytes} bytes allowed here",
+            limit="max_bytes",
+        )
+    return data

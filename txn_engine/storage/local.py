@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from txn_engine.errors import (
     InvalidStorageArgumentError,
+    LimitExceededError,
     ObjectNotFoundError,
     StorageError,
     TxnEngineError,
@@ -59,8 +60,72 @@ def _mapped(op: str, path: str, *, write: bool = False) -> Iterator[None]:
         if write:
             raise StorageError(f"{op} {path} failed: {exc}") from exc
         raise ObjectNotFoundError(f"{op}: no object at {path}") from exc
+    except PermissionError as exc:
+        raise StorageError(
+            f"{op} {path} failed: permission denied ({exc.strerror or exc})"
+        ) from exc
     except OSError as exc:
         raise StorageError(f"{op} {path} failed: {exc}") from exc
+
+
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def _nonblocking_opener(path: str, flags: int) -> int:
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever
+    return os.open(path, flags | _NONBLOCK)
+
+
+def _not_regular(op: str, full: str, mode: int) -> str:
+    kind = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    return (
+        f"{op} {full}: refusing to read {kind}; table objects must be regular files "
+        "(a FIFO would block and a device would never end)"
+    )
+
+
+@contextmanager
+def _open_regular(op: str, full: str) -> Iterator[tuple[int, int]]:
+    """Open ``full`` for reading without blocking and yield ``(fd, size)`` if, once open,
+    it is a regular file; ObjectNotFoundError for a directory, StorageError otherwise."""
+    with open(full, "rb", buffering=0, opener=_nonblocking_opener) as f:
+        fd = f.fileno()
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ObjectNotFoundError(f"{op}: no object at {full} (it is a directory)")
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(_not_regular(op, full, st.st_mode))
+        yield fd, st.st_size
+
+
+def _read_exactly(fd: int, start: int, length: int) -> bytes:
+    """Up to ``length`` bytes at ``start`` (fewer only if the file shrank meanwhile)."""
+    if length <= 0:
+        return b""
+    chunks: list[bytes] = []
+    remaining, offset = length, start
+    while remaining > 0:
+        if hasattr(os, "pread"):
+            chunk = os.pread(fd, min(remaining, 1 << 30), offset)
+        else:  # pragma: no cover - Windows has no pread
+            os.lseek(fd, offset, os.SEEK_SET)
+            chunk = os.read(fd, min(remaining, 1 << 30))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+        offset += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class LocalStorage:
@@ -78,6 +143,13 @@ class LocalStorage:
     Directories are not objects: :meth:`exists` is ``False`` for them, :meth:`get` raises
     :class:`~txn_engine.errors.ObjectNotFoundError`, and :meth:`list` names files only.
     In-flight staging files (``*.{uuid hex}.tmp``) are hidden from :meth:`list`.
+
+    Reads open the path without blocking (``O_NONBLOCK``) and refuse anything that is not a
+    regular file once opened (a FIFO, a socket, a device such as a symlink to ``/dev/zero``)
+    with :class:`~txn_engine.errors.StorageError`, so a hostile table can neither hang a
+    reader nor make it read forever; :meth:`get` and :meth:`get_range` read at most the size
+    ``fstat`` reported. A permission failure is a StorageError whose message says
+    "permission denied".
     """
 
     def __init__(
@@ -123,26 +195,40 @@ class LocalStorage:
             replace_atomic(full, data, fsync=durable)
 
     def get(self, path: str) -> bytes:
-        """Return the whole object; ObjectNotFoundError if absent."""
+        """Return the whole object; ObjectNotFoundError if absent, StorageError if it is
+        not a regular file."""
         full = self.full_path(path)
-        with _mapped("get", full), open(full, "rb") as f:
-            return f.read()
+        with _mapped("get", full), _open_regular("get", full) as (fd, size):
+            return _read_exactly(fd, 0, size)
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
         """Return bytes ``[start, end)`` clamped to the object's size."""
         check_range(start, end)
         full = self.full_path(path)
-        with _mapped("get_range", full), open(full, "rb") as f:
-            f.seek(start)
-            return f.read(end - start)
+        with _mapped("get_range", full), _open_regular("get_range", full) as (fd, size):
+            return _read_exactly(fd, start, min(end, size) - start)
+
+    def get_bounded(self, path: str, max_bytes: int) -> bytes:
+        """The whole object, or LimitExceededError (before reading) when it is larger than
+        ``max_bytes``. :func:`txn_engine.storage.base.get_bounded` calls this."""
+        full = self.full_path(path)
+        with _mapped("get", full), _open_regular("get", full) as (fd, size):
+            if size > max_bytes:
+                raise LimitExceededError(
+                    f"{full}: object is {size} bytes, more than the {max_bytes} allowed here",
+                    limit="max_bytes",
+                )
+            return _read_exactly(fd, 0, size)
 
     def size(self, path: str) -> int:
         """Return the object's size; ObjectNotFoundError if absent."""
         full = self.full_path(path)
         with _mapped("size", full):
             st = os.stat(full)
-        if not stat.S_ISREG(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
             raise ObjectNotFoundError(f"size: no object at {full} (it is a directory)")
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(_not_regular("size", full, st.st_mode))
         return st.st_size
 
     def list(self, prefix: str) -> Sequence[str]:

@@ -10,10 +10,12 @@ from txn_engine._proto import table_pb2, transaction_pb2
 from txn_engine.errors import (
     CorruptManifestError,
     DatasetNotFoundError,
+    LimitExceededError,
     ObjectNotFoundError,
     TransactionNotFoundError,
     VersionNotFoundError,
 )
+from txn_engine.format import manifest_file as _mf
 from txn_engine.format.flags import check_reader_flags
 from txn_engine.format.manifest_file import (
     FOOTER_SIZE,
@@ -30,12 +32,13 @@ from txn_engine.format.naming import (
     scan_versions,
     transaction_path,
 )
-from txn_engine.storage.base import Storage
+from txn_engine.storage.base import Storage, get_bounded
 
 __all__ = [
     "HEAD_READ_SIZE",
     "latest_version",
     "read_manifest",
+    "read_manifest_bytes",
     "read_manifest_entry",
     "read_transaction",
     "read_transaction_and_manifest",
@@ -73,15 +76,76 @@ def resolve_version(
     raise VersionNotFoundError(f"{storage.uri}: version {version} does not exist")
 
 
+def _check_manifest_size(size: int, what: str) -> None:
+    cap = _mf.MAX_MANIFEST_BYTES
+    if size > cap:
+        raise LimitExceededError(
+            f"{what}: manifest file is {size} bytes, more than txn_engine reads "
+            f"(MAX_MANIFEST_BYTES = {cap})",
+            limit="MAX_MANIFEST_BYTES",
+        )
+
+
+def read_manifest_bytes(storage: Storage, path: str, *, what: str | None = None) -> bytes:
+    """The bytes of the manifest file at ``path``, read footer first.
+
+    A file of at most :data:`HEAD_READ_SIZE` bytes costs one ranged read. A larger one:
+    its size is checked against ``MAX_MANIFEST_BYTES`` (LimitExceededError), then its last
+    block is read and the footer (magic, manifest position and length) validated
+    (CorruptManifestError), and only then is the rest read. So neither a huge file nor a
+    non-manifest costs more than two blocks of memory. ObjectNotFoundError if absent.
+    """
+    label = what if what is not None else f"{storage.uri}/{path}"
+    head = storage.get_range(path, 0, HEAD_READ_SIZE)
+    if len(head) < HEAD_READ_SIZE:
+        return head
+    size = storage.size(path)
+    _check_manifest_size(size, label)
+    if size <= HEAD_READ_SIZE:
+        return head[:size]
+    if size <= 2 * HEAD_READ_SIZE:  # two blocks at most: the decoder checks the footer
+        data = head + storage.get_range(path, HEAD_READ_SIZE, size)
+        if len(data) != size:
+            raise CorruptManifestError(f"{label}: file changed size while being read")
+        return data
+    start = size - HEAD_READ_SIZE
+    tail = storage.get_range(path, start, size)
+    if len(tail) != size - start or tail[-4:] != MAGIC:
+        raise CorruptManifestError(
+            f"{label}: bad magic {tail[-4:]!r} (expected b'LANC'); truncated or not a manifest"
+        )
+    (pos,) = struct.unpack_from("<Q", tail, len(tail) - FOOTER_SIZE)
+    if pos + 4 > size - FOOTER_SIZE:
+        raise CorruptManifestError(f"{label}: manifest position {pos} is outside the file")
+    if pos >= start:
+        (length,) = _U32.unpack_from(tail, pos - start)
+    elif pos + 4 <= HEAD_READ_SIZE:
+        (length,) = _U32.unpack_from(head, pos)
+    else:
+        prefix = storage.get_range(path, pos, pos + 4)
+        length = _U32.unpack(prefix)[0] if len(prefix) == 4 else -1
+    if pos + 4 + length != size - FOOTER_SIZE:
+        raise CorruptManifestError(
+            f"{label}: manifest length {length} at offset {pos} does not end at the footer"
+        )
+    middle = storage.get_range(path, HEAD_READ_SIZE, start) if start > HEAD_READ_SIZE else b""
+    data = b"".join((head, middle, tail))
+    if len(data) != size:
+        raise CorruptManifestError(f"{label}: file changed size while being read")
+    return data
+
+
 def read_manifest_entry(storage: Storage, entry: VersionEntry) -> ManifestFile:
-    """Read and strictly decode the manifest file of ``entry``."""
+    """Read (footer first, size-capped: :func:`read_manifest_bytes`) and strictly decode
+    the manifest file of ``entry``."""
+    what = f"{storage.uri}/{entry.path}"
     try:
-        data = storage.get(entry.path)
+        data = read_manifest_bytes(storage, entry.path, what=what)
     except ObjectNotFoundError as exc:
         raise VersionNotFoundError(
             f"{storage.uri}: version {entry.version} vanished ({entry.path})"
         ) from exc
-    return decode_manifest_file(data, what=f"{storage.uri}/{entry.path}")
+    return decode_manifest_file(data, what=what)
 
 
 def read_manifest(
@@ -183,6 +247,7 @@ def _transaction_via_tail(
     the inline transaction section (never the whole file)."""
     what = f"{storage.uri}/{entry.path}"
     size = storage.size(entry.path)
+    _check_manifest_size(size, what)
     start = max(0, size - HEAD_READ_SIZE)
     tail = storage.get_range(entry.path, start, size)
     if len(tail) < FOOTER_SIZE + 4 or tail[-4:] != MAGIC:
@@ -239,7 +304,12 @@ def _transaction_file(
             "and no transaction file"
         )
     try:
-        blob = storage.get(transaction_path(name))
+        blob = get_bounded(
+            storage,
+            transaction_path(name),
+            _mf.MAX_TRANSACTION_BYTES,
+            what=f"{storage.uri}/_transactions/{name}",
+        )
     except ObjectNotFoundError as exc:
         raise TransactionNotFoundError(
             f"{storage.uri}: version {entry.version} names transaction file "

@@ -9,6 +9,13 @@ Layout written (what pylance 14.0.2 writes)::
 
 Offsets are positions of the length prefixes. The decoder validates every offset and length
 and raises :class:`~txn_engine.errors.CorruptManifestError` instead of misreading.
+
+Size bounds (hostile tables cannot make a reader allocate more): each section's length is a
+u32, so the format itself allows at most three 4 GiB sections; txn_engine reads at most
+:data:`MAX_MANIFEST_BYTES` per manifest file and :data:`MAX_TRANSACTION_BYTES` per ``.txn``
+file and refuses larger ones with :class:`~txn_engine.errors.LimitExceededError` before
+reading them. pylance 14 writes about 82 bytes per fragment, so the default 1 GiB is a
+manifest of some 13 million fragments; raise the module attribute if you have more.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from txn_engine.format.flags import check_reader_flags
 __all__ = [
     "FOOTER_SIZE",
     "MAGIC",
+    "MAX_MANIFEST_BYTES",
+    "MAX_TRANSACTION_BYTES",
     "ManifestFile",
     "decode_manifest_file",
     "decode_transaction",
@@ -35,6 +44,10 @@ __all__ = [
 
 MAGIC = b"LANC"
 FOOTER_SIZE = 16
+#: Largest manifest file txn_engine reads (bytes); larger ones raise LimitExceededError.
+MAX_MANIFEST_BYTES = 1 << 30
+#: Largest ``_transactions/*.txn`` file txn_engine reads (bytes).
+MAX_TRANSACTION_BYTES = 1 << 30
 _FOOTER = struct.Struct("<QHH4s")
 _U32 = struct.Struct("<I")
 _MAJOR, _MINOR = 0, 2

@@ -1,0 +1,377 @@
+"""cleanup (txn_engine.cleanup): which versions and files are kept, orphan retention,
+leases, tags/branches, base paths, aborts that delete nothing, batching and progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from txn_engine.cleanup import (
+    CleanupPlan,
+    CleanupReport,
+    ObjectInfo,
+    cleanup,
+    delete_many,
+    list_objects,
+    plan_cleanup,
+)
+from txn_engine.commit import commit
+from txn_engine.errors import (
+    CleanupAbortedError,
+    DatasetNotFoundError,
+    InvalidStorageArgumentError,
+)
+from txn_engine.format.io import resolve_version
+from txn_engine.format.naming import list_versions
+from txn_engine.lease import LEASES_DIR, Lease
+from txn_engine.model import BasePath, DataFile, Fragment, LanceField
+from txn_engine.ops import Append, Overwrite
+from txn_engine.storage import LocalStorage, MemoryStorage
+from txn_engine.storage.base import Storage
+from txn_engine.transaction import Transaction
+
+SCHEMA = (LanceField(0, -1, "id", "int64"),)
+ZERO = timedelta(0)
+DAY = timedelta(days=1)
+NS = 10**9
+
+
+def _frag(store: Storage, base_id: int | None = None) -> Fragment:
+    name = f"{uuid.uuid4().hex}.lance"
+    if base_id is None:
+        store.put(f"data/{name}", b"x" * 10)
+    return Fragment(0, (DataFile(name, (0,), (0,), 2, 2, 10, base_id),), 5)
+
+
+def _history(store: Storage) -> list[set[str]]:
+    """v1 overwrite(a), v2 append(b), v3 overwrite(c), v4 append(d), v5 append(e): returns
+    the data file paths each version references."""
+    commit(store, Transaction(0, Overwrite([_frag(store)], SCHEMA)))
+    commit(store, Transaction(1, Append([_frag(store)])))
+    commit(store, Transaction(2, Overwrite([_frag(store)], SCHEMA)))
+    commit(store, Transaction(3, Append([_frag(store)])))
+    commit(store, Transaction(4, Append([_frag(store)])))
+    return [_data_of(store, v) for v in range(1, 6)]
+
+
+def _data_of(store: Storage, version: int) -> set[str]:
+    from txn_engine.format.io import read_manifest
+
+    _, mf = read_manifest(store, version)
+    return {f"data/{df.path}" for frag in mf.manifest.fragments for df in frag.files}
+
+
+def _versions(store: Storage) -> list[int]:
+    return [e.version for e in list_versions(store)]
+
+
+def _all_files(store: Storage) -> set[str]:
+    return {o.path for d in ("data", "_transactions", "_deletions") for o in list_objects(store, d)}
+
+
+def test_removes_old_versions_and_only_their_files() -> None:
+    store = MemoryStorage()
+    refs = _history(store)
+    report = cleanup(store, older_than=ZERO, retention_orphans=DAY, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert report.ok
+    assert _versions(store) == [5]
+    assert report.plan.removed_versions == (1, 2, 3, 4)
+    present = _all_files(store)
+    assert refs[4] <= present  # every file of the kept version exists
+    assert not (refs[1] | refs[0]) & present  # overwritten data is gone
+    txns = {p for p in present if p.startswith("_transactions/")}
+    assert len(txns) == 1  # only the kept version's transaction file
+    assert report.plan.counts["manifest"] == 4
+    assert report.deleted == len(report.plan.deletes)
+
+
+def test_keep_versions_and_older_than_keep_newest() -> None:
+    store = MemoryStorage()
+    refs = _history(store)
+    plan = plan_cleanup(store, older_than=ZERO, keep_versions=3)
+    assert plan.kept_versions == (3, 4, 5)
+    assert plan.removed_versions == (1, 2)
+    report = cleanup(store, older_than=ZERO, keep_versions=3, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert _versions(store) == [3, 4, 5]
+    assert refs[2] | refs[3] | refs[4] <= _all_files(store)
+    # every version is younger than a day: nothing goes
+    assert plan_cleanup(store, older_than=DAY).removed_versions == ()
+    # judged at a clock one hour ahead, versions are older than 30 minutes
+    later = time.time_ns() + 3600 * NS
+    assert plan_cleanup(store, older_than=timedelta(minutes=30), now_ns=later).kept_versions == (5,)
+
+
+def test_dry_run_deletes_nothing_and_reports_the_plan() -> None:
+    store = MemoryStorage()
+    _history(store)
+    before = _all_files(store)
+    plan = cleanup(store, older_than=ZERO, dry_run=True)
+    assert isinstance(plan, CleanupPlan)
+    assert _versions(store) == [1, 2, 3, 4, 5]
+    assert _all_files(store) == before
+    data = plan.to_json()
+    assert data["oldest_removed"] == 1
+    assert data["newest_removed"] == 4
+    assert data["counts"]["manifest"] == 4
+    assert len(data["deletes"]) == len(plan.deletes)
+    assert json.loads(json.dumps(data)) == data
+    assert "removing versions 1..4" in plan.summary()
+
+
+def test_live_lease_keeps_every_version_from_it_on() -> None:
+    store = MemoryStorage()
+    refs = _history(store)
+    with Lease(store, 2, ttl=60.0, owner="t", renew_in_background=False):
+        report = cleanup(store, older_than=ZERO, progress=False)
+        assert isinstance(report, CleanupReport)
+        assert report.plan.oldest_lease_version == 2
+        assert _versions(store) == [2, 3, 4, 5]
+        assert refs[1] | refs[2] <= _all_files(store)
+    # released: the next cleanup removes them
+    cleanup(store, older_than=ZERO, progress=False)
+    assert _versions(store) == [5]
+
+
+def test_expired_lease_protects_nothing_and_is_removed_after_the_retention() -> None:
+    store = MemoryStorage()
+    _history(store)
+    held = Lease(store, 2, ttl=0.01, owner="t", renew_in_background=False)
+    time.sleep(0.03)
+    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert report.plan.oldest_lease_version is None
+    assert _versions(store) == [5]
+    assert report.plan.counts["lease"] == 1
+    assert store.list(LEASES_DIR) == []
+    held.release()
+
+
+def test_malformed_lease_aborts_before_any_delete() -> None:
+    store = MemoryStorage()
+    _history(store)
+    store.put(f"{LEASES_DIR}/bad.json", b"[]")
+    with pytest.raises(CleanupAbortedError) as info:
+        cleanup(store, older_than=ZERO)
+    assert info.value.path == f"{LEASES_DIR}/bad.json"
+    assert _versions(store) == [1, 2, 3, 4, 5]
+
+
+def test_unreadable_manifest_aborts_and_deletes_nothing() -> None:
+    store = MemoryStorage()
+    _history(store)
+    before = _all_files(store)
+    entry = resolve_version(store, 5)
+    store.put(entry.path, b"garbage")
+    with pytest.raises(CleanupAbortedError) as info:
+        cleanup(store, older_than=ZERO, retention_orphans=ZERO)
+    assert info.value.path == entry.path
+    assert _versions(store) == [1, 2, 3, 4, 5]
+    assert _all_files(store) == before
+
+
+def test_tags_and_branch_bases_keep_their_versions() -> None:
+    store = MemoryStorage()
+    refs = _history(store)
+    store.put("_refs/tags/release-1.json", json.dumps({"branch": None, "version": 2}).encode())
+    store.put("_refs/tags/on-branch.json", json.dumps({"branch": "b", "version": 1}).encode())
+    store.put(
+        "_refs/branches/feat.json",
+        json.dumps({"parentBranch": None, "parentVersion": 1}).encode(),
+    )
+    report = cleanup(store, older_than=ZERO, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert report.plan.tagged_versions == (1, 2)
+    assert _versions(store) == [1, 2, 5]
+    assert refs[0] | refs[1] | refs[4] <= _all_files(store)
+    store.put("_refs/tags/broken.json", b"{")
+    with pytest.raises(CleanupAbortedError):
+        cleanup(store, older_than=ZERO)
+
+
+def test_branch_manifests_referencing_this_table_keep_those_files(tmp_path: Path) -> None:
+    root = tmp_path / "t.lance"
+    store = LocalStorage(root, fsync=False)
+    refs = _history(store)
+    shared = next(iter(refs[1]))  # a file of version 2, overwritten by version 3
+    branch = LocalStorage(root / "tree" / "feat", fsync=False)
+    base = BasePath(0, str(root), is_dataset_root=True)
+    frag = Fragment(0, (DataFile(shared.split("/", 1)[1], (0,), (0,), 2, 2, 10, 0),), 5)
+    commit(branch, Transaction(0, Overwrite([frag], SCHEMA, initial_bases=(base,))))
+    store.put("_refs/branches/feat.json", json.dumps({"parentBranch": "x"}).encode())
+    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert _versions(store) == [5]
+    assert store.exists(shared)
+    assert not (refs[0] - {shared}) & _all_files(store)
+
+
+def test_files_under_another_base_path_are_never_touched(tmp_path: Path) -> None:
+    other = LocalStorage(tmp_path / "elsewhere", fsync=False)
+    other.put("data/far.lance", b"far")
+    store = LocalStorage(tmp_path / "t.lance", fsync=False)
+    base = BasePath(7, str(tmp_path / "elsewhere"), is_dataset_root=True)
+    far = Fragment(0, (DataFile("far.lance", (0,), (0,), 2, 2, 3, 7),), 1)
+    commit(store, Transaction(0, Overwrite([far], SCHEMA, initial_bases=(base,))))
+    commit(store, Transaction(1, Overwrite([_frag(store)], SCHEMA)))
+    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert _versions(store) == [2]
+    assert other.exists("data/far.lance")
+
+
+def test_orphans_go_only_after_the_retention(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path / "t.lance", fsync=False)
+    refs = _history(store)
+    store.put("data/old-orphan.lance", b"o" * 7)
+    store.put("data/young-orphan.lance", b"y")
+    store.put("_deletions/0-3-99.arrow", b"d")
+    store.put("_indices/0000aaaa-0000-4000-8000-000000000000/part.idx", b"i")
+    store.put("_txn_engine/spark/keep.json", b"not ours")
+    old = time.time() - 3 * 86400
+    for rel in ("data/old-orphan.lance", "_deletions/0-3-99.arrow"):
+        os.utime(store.full_path(rel), (old, old))
+    os.utime(store.full_path("_indices/0000aaaa-0000-4000-8000-000000000000/part.idx"), (old, old))
+    report = cleanup(store, older_than=ZERO, retention_orphans=DAY, keep_versions=5, progress=False)
+    assert isinstance(report, CleanupReport)
+    orphans = {d.path for d in report.plan.deletes if d.reason == "orphan"}
+    assert orphans == {
+        "data/old-orphan.lance",
+        "_deletions/0-3-99.arrow",
+        "_indices/0000aaaa-0000-4000-8000-000000000000/part.idx",
+    }
+    assert report.plan.bytes == 7 + 1 + 1
+    assert store.exists("data/young-orphan.lance")
+    assert store.exists("_txn_engine/spark/keep.json")
+    assert set().union(*refs) <= _all_files(store)  # all five versions kept
+
+
+def test_orphans_without_a_known_age_need_zero_retention() -> None:
+    store = MemoryStorage()
+    _history(store)
+    store.put("data/orphan.lance", b"o")
+    cleanup(store, older_than=ZERO, keep_versions=5, retention_orphans=DAY, progress=False)
+    assert store.exists("data/orphan.lance")
+    cleanup(store, older_than=ZERO, keep_versions=5, retention_orphans=ZERO, progress=False)
+    assert not store.exists("data/orphan.lance")
+
+
+def test_symlinked_data_directory_is_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.lance").write_bytes(b"v")
+    root = tmp_path / "t.lance"
+    root.mkdir()
+    (root / "data").symlink_to(outside, target_is_directory=True)
+    assert list_objects(LocalStorage(root), "data") == []
+
+
+class _LateLease(MemoryStorage):
+    """Takes a lease on ``version`` right after cleanup deletes its first manifest (a
+    reader that checked the version just before the delete)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.version = 0
+        self.armed = False
+
+    def delete(self, path: str) -> None:
+        super().delete(path)
+        if self.armed and path.startswith("_versions/"):
+            self.armed = False
+            self.put(
+                f"{LEASES_DIR}/late.json",
+                json.dumps(
+                    {
+                        "version": self.version,
+                        "created_at_ns": time.time_ns(),
+                        "expires_at_ns": time.time_ns() + 60 * NS,
+                        "owner": "late",
+                    }
+                ).encode(),
+            )
+
+
+def test_a_lease_that_appears_after_manifest_deletes_keeps_its_files() -> None:
+    store = _LateLease()
+    refs = _history(store)
+    store.version, store.armed = 2, True
+    report = cleanup(store, older_than=ZERO, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert report.kept_for_new_leases >= 1
+    assert refs[1] <= _all_files(store)  # version 2's files survive
+
+
+def test_delete_many_prefers_the_storage_batch_method() -> None:
+    calls: list[list[str]] = []
+
+    class Batched(MemoryStorage):
+        def delete_many(self, paths: list[str]) -> list[tuple[str, str]]:
+            calls.append(list(paths))
+            for p in paths:
+                self.delete(p)
+            return []
+
+    store = Batched()
+    for i in range(5):
+        store.put(f"data/{i}", b"")
+    assert delete_many(store, [f"data/{i}" for i in range(5)]) == []
+    assert calls == [[f"data/{i}" for i in range(5)]]
+    assert store.list("data") == []
+
+
+def test_many_orphans_are_deleted_in_concurrent_batches_with_progress() -> None:
+    store = MemoryStorage()
+    commit(store, Transaction(0, Overwrite([_frag(store)], SCHEMA)))
+    for i in range(2500):
+        store.put(f"data/orphan-{i}.lance", b"")
+    seen: list[tuple[int, int]] = []
+    report = cleanup(
+        store,
+        older_than=ZERO,
+        retention_orphans=ZERO,
+        progress=lambda done, total: seen.append((done, total)),
+        workers=4,
+    )
+    assert isinstance(report, CleanupReport)
+    assert report.deleted == 2500
+    assert len(store.list("data")) == 1
+    assert seen[-1] == (2500, 2500)
+    assert len(seen) >= 3  # one report per batch
+
+
+def test_progress_line_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    store = MemoryStorage()
+    _history(store)
+    cleanup(store, older_than=ZERO, progress=True)
+    err = capsys.readouterr().err
+    assert "cleanup: deleting [" in err
+    assert err.endswith("(100.0%)\n")
+
+
+def test_argument_and_dataset_errors() -> None:
+    store = MemoryStorage()
+    with pytest.raises(DatasetNotFoundError):
+        cleanup(store, older_than=ZERO)
+    _history(store)
+    with pytest.raises(InvalidStorageArgumentError):
+        cleanup(store, older_than=ZERO, keep_versions=0)
+    with pytest.raises(InvalidStorageArgumentError):
+        cleanup(store, older_than=timedelta(seconds=-1))
+    with pytest.raises(InvalidStorageArgumentError):
+        cleanup(store, older_than=5)  # type: ignore[arg-type]
+
+
+def test_object_info_from_custom_listing() -> None:
+    class Listed(MemoryStorage):
+        def list_objects(self, prefix: str) -> list[ObjectInfo]:
+            return [ObjectInfo(f"{prefix}/x", 3, 1)]
+
+    assert list_objects(Listed(), "data") == [ObjectInfo("data/x", 3, 1)]

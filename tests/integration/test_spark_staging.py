@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import lance
 import pyarrow as pa
@@ -66,10 +69,13 @@ def test_list_staging_groups_markers_and_records(tmp_path: Path) -> None:
     storage = LocalStorage(str(tmp_path))
     st.write_record(storage, "k1", {"uuid": "u"})
     st.put_markers(storage, "k1", ["a.lance", "b.lance"])
-    st.put_markers(storage, "k2", ["odd name%/x.lance"])
+    st.put_markers(storage, "k2", ["odd name%/x.lance", "c.lance"])
     staged = st.list_staging(storage)
     assert staged["k1"] == st.StagedWrite("k1", True, frozenset({"a.lance", "b.lance"}))
-    assert staged["k2"] == st.StagedWrite("k2", False, frozenset({"odd name%/x.lance"}))
+    # a marker whose name is no data file name claims nothing: it is junk to remove
+    assert staged["k2"] == st.StagedWrite(
+        "k2", False, frozenset({"c.lance"}), frozenset({"k2~odd%20name%25%2Fx.lance"})
+    )
     assert st.read_record(storage, "k1") == {"uuid": "u"}
     assert st.read_record(storage, "missing") is None
 
@@ -111,9 +117,11 @@ def test_finalize_keeps_markers_and_record_when_a_delete_fails(tmp_path: Path) -
 def test_sweep_removes_stragglers_and_dead_writes_only_when_old(tmp_path: Path) -> None:
     uri = _dataset(tmp_path)
     storage = LocalStorage(uri)
-    now = 1_800_000_000.0
+    now = time.time()
     old, young = st.new_write_key(now=now - 2 * DAY), st.new_write_key(now=now - 60)
     straggler, dead, fresh = (_paths(_fragments(uri, 1)) for _ in range(3))
+    _set_mtime(uri, straggler, now - 2 * DAY + 60)  # files written after their plan
+    _set_mtime(uri, dead, now - 3 * DAY + 60)
     st.put_markers(storage, old, straggler)  # no record: written after finalisation
     dead_key = st.new_write_key(now=now - 3 * DAY)  # driver died, never landed
     st.write_record(storage, dead_key, {"uuid": "never", "read_version": 1, "write_id": "w"})
@@ -214,3 +222,215 @@ def test_finalize_second_pass_catches_markers_written_during_finalisation(
     assert (stats.files_removed, stats.failures) == (1, 0)
     assert late[0] not in _data(uri)
     assert _staged(uri) == []
+
+
+# --------------------------------------------------------------------------- issue 11
+# The sweep must never delete a file a kept version references, must treat missing history
+# as "unknown", and markers must not steer deletes (forged, traversing, symlinked paths).
+
+
+def _live(uri: str) -> set[str]:
+    """Data files the latest version references (as pylance reads them)."""
+    return {f.path for frag in lance.dataset(uri).get_fragments() for f in frag.data_files()}
+
+
+def _set_mtime(uri: str, names: list[str], when: float) -> None:
+    for name in names:
+        os.utime(os.path.join(uri, "data", name), (when, when))
+
+
+def _dead_write(
+    storage: LocalStorage, uri: str, planned: float, names: list[str], **rec: object
+) -> str:
+    """The staging trail of a write planned at ``planned`` whose driver died: a record and
+    one marker per file; the files' mtimes put them just after the plan."""
+    key = st.new_write_key(now=planned)
+    st.write_record(storage, key, {"read_version": 1, "write_id": "w", **rec})
+    st.put_markers(storage, key, names)
+    _set_mtime(uri, names, planned + 60)
+    return key
+
+
+def test_sweep_keeps_a_landed_write_whose_version_was_cleaned_up(tmp_path: Path) -> None:
+    """Finding 2: land, driver dies, pylance appends and cleans up (the landed version is
+    gone), the next sweep must keep the files the latest version references."""
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    frags = _fragments(uri, 2)
+    names = _paths(frags)
+    uuid = "6f1c7b8e-0000-4000-8000-000000000011"
+    now = time.time()
+    _dead_write(storage, uri, now - 2 * DAY, names, uuid=uuid, write_id="w-11")
+    assert _land(uri, frags, uuid, "w-11") == 2
+    lance.write_dataset(pa.table({"id": pa.array([99], pa.int64())}), uri, mode="append")
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(0))
+    assert [v["version"] for v in lance.dataset(uri).versions()] == [3]
+    result = st.sweep(storage, older_than_seconds=DAY, write_id_property=WRITE_ID_PROPERTY)
+    assert result.files_removed == 0
+    assert set(names) <= _data(uri)
+    assert lance.dataset(uri).to_table()["id"].to_pylist() == [0, 1, 2, 99]
+
+
+def test_sweep_keeps_files_when_history_since_the_read_version_is_missing(
+    tmp_path: Path,
+) -> None:
+    """Missing history is "unknown": a version between the write's read version and the
+    latest is gone, so whether the write landed cannot be told; nothing is deleted."""
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    names = _paths(_fragments(uri, 2))  # referenced by no version
+    now = time.time()
+    key = _dead_write(
+        storage, uri, now - 2 * DAY, names, uuid="6f1c7b8e-0000-4000-8000-000000000012"
+    )
+    for i in (7, 8):
+        lance.write_dataset(pa.table({"id": pa.array([i], pa.int64())}), uri, mode="append")
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(0))
+    assert [v["version"] for v in lance.dataset(uri).versions()] == [3]
+    result = st.sweep(storage, older_than_seconds=DAY, write_id_property=WRITE_ID_PROPERTY)
+    assert result.files_removed == 0
+    assert set(names) <= _data(uri)
+    # the outcome can never be learnt (missing versions do not come back): the staging
+    # trail is released, the files are left to Lance's own orphan clean-up
+    assert result.files_kept == 2
+    assert not [n for n in _staged(uri) if n.startswith(key)]
+
+
+def test_forged_marker_cannot_delete_a_file_of_the_latest_version(tmp_path: Path) -> None:
+    """Finding 4: an empty marker (no record) named after a live data file."""
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    live = sorted(_live(uri))
+    st.put_markers(storage, st.new_write_key(now=time.time() - 5 * DAY), live)
+    result = sweep_staged_writes(uri, older_than_seconds=0)
+    assert result.files_removed == 0
+    assert set(live) <= _data(uri)
+    assert lance.dataset(uri).count_rows() == 1
+    assert _staged(uri) == []  # the forged marker itself is gone
+
+
+def test_forged_marker_cannot_delete_a_file_of_an_older_kept_version(tmp_path: Path) -> None:
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    old = sorted(_live(uri))
+    lance.write_dataset(pa.table({"id": pa.array([5], pa.int64())}), uri, mode="overwrite")
+    st.put_markers(storage, st.new_write_key(now=time.time() - 5 * DAY), old)
+    assert sweep_staged_writes(uri, older_than_seconds=0).files_removed == 0
+    assert lance.dataset(uri, version=1).to_table()["id"].to_pylist() == [0]
+
+
+def test_forged_marker_cannot_delete_a_tagged_or_branched_file(tmp_path: Path) -> None:
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    lance.write_dataset(pa.table({"id": pa.array([1], pa.int64())}), uri, mode="append")
+    ds = lance.dataset(uri)
+    tagged = sorted(_live(uri))
+    ds.tags.create("keep", 2)
+    branch = ds.create_branch("feat/x", 2)
+    lance.write_dataset(pa.table({"id": pa.array([2], pa.int64())}), branch, mode="append")
+    on_branch = sorted(
+        {f.path for frag in lance.dataset(branch.uri).get_fragments() for f in frag.data_files()}
+    )
+    lance.write_dataset(pa.table({"id": pa.array([9], pa.int64())}), uri, mode="overwrite")
+    st.put_markers(storage, st.new_write_key(now=time.time() - 5 * DAY), tagged + on_branch)
+    assert sweep_staged_writes(uri, older_than_seconds=0).files_removed == 0
+    assert lance.dataset(uri, version="keep").to_table()["id"].to_pylist() == [0, 1]
+    assert sorted(lance.dataset(branch.uri).to_table()["id"].to_pylist()) == [0, 1, 2]
+
+
+def test_forged_marker_cannot_steer_a_commits_clean_up(tmp_path: Path) -> None:
+    """A marker under a live write's key (the key is visible in its record's name) naming
+    a live data file: the write's own finalisation after its commit must keep the file."""
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    live = sorted(_live(uri))
+    mine = _paths(_fragments(uri, 1))
+    st.write_record(storage, "k", {"uuid": "u", "read_version": 1})
+    st.put_markers(storage, "k", mine + live)
+    stats = st.finalize(storage, "k", keep=mine)
+    assert (stats.files_removed, stats.failures) == (0, 0)
+    assert set(live + mine) <= _data(uri)
+    assert lance.dataset(uri).count_rows() == 1
+    assert _staged(uri) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../victim.lance", "sub/x.lance", "/tmp/abs.lance", "s3://bucket/x.lance", "", ".", ".."],
+)
+def test_marker_paths_are_validated(tmp_path: Path, name: str) -> None:
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    victims = [Path(uri) / "victim.lance", Path(uri) / "data" / "sub" / "x.lance"]
+    for victim in victims:
+        victim.parent.mkdir(parents=True, exist_ok=True)
+        victim.write_bytes(b"not yours")
+    key = st.new_write_key(now=time.time() - 5 * DAY)
+    (Path(uri) / STAGING_DIR).mkdir(parents=True, exist_ok=True)
+    marker = Path(uri) / STAGING_DIR / f"{key}~{quote(name, safe='')}"
+    marker.write_bytes(b"")
+    result = sweep_staged_writes(uri, older_than_seconds=0)
+    assert result.files_removed == 0
+    assert all(v.exists() for v in victims)
+    assert not marker.exists()
+
+
+def test_sweep_never_deletes_through_a_symlinked_data_dir(tmp_path: Path) -> None:
+    uri = _dataset(tmp_path)
+    outside = tmp_path / "outside"
+    os.rename(os.path.join(uri, "data"), outside)
+    os.symlink(outside, os.path.join(uri, "data"))
+    (outside / "precious.lance").write_bytes(b"outside the table")
+    st.put_markers(
+        LocalStorage(uri), st.new_write_key(now=time.time() - 5 * DAY), ["precious.lance"]
+    )
+    assert sweep_staged_writes(uri, older_than_seconds=0).files_removed == 0
+    assert (outside / "precious.lance").read_bytes() == b"outside the table"
+
+
+def test_sweep_never_deletes_a_symlinked_data_file(tmp_path: Path) -> None:
+    uri = _dataset(tmp_path)
+    target = tmp_path / "elsewhere.lance"
+    target.write_bytes(b"x")
+    link = Path(uri) / "data" / "link.lance"
+    os.symlink(target, link)
+    st.put_markers(LocalStorage(uri), st.new_write_key(now=time.time() - 5 * DAY), ["link.lance"])
+    assert sweep_staged_writes(uri, older_than_seconds=0).files_removed == 0
+    assert link.is_symlink()
+    assert target.exists()
+
+
+def test_file_claimed_by_two_writes_is_kept(tmp_path: Path) -> None:
+    """A forged old marker naming the file of a write still in flight (young record and its
+    own marker): the old key cannot prove the file is its own."""
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    now = time.time()
+    inflight = _paths(_fragments(uri, 1))
+    young = st.new_write_key(now=now - 60)
+    st.write_record(storage, young, {"uuid": "y", "read_version": 1, "write_id": "y"})
+    st.put_markers(storage, young, inflight)
+    _set_mtime(uri, inflight, now - 2 * DAY)  # even an old-looking file
+    st.put_markers(storage, st.new_write_key(now=now - 3 * DAY), inflight)
+    assert st.sweep(storage, older_than_seconds=DAY).files_removed == 0
+    assert inflight[0] in _data(uri)
+
+
+def test_sweep_keeps_files_younger_than_the_retention_or_older_than_their_write(
+    tmp_path: Path,
+) -> None:
+    """Where the store tells a file's age, an old write can only own files created after
+    it was planned and before the retention cut-off."""
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    now = time.time()
+    young, older, own = (_paths(_fragments(uri, 1)) for _ in range(3))
+    key = st.new_write_key(now=now - 3 * DAY)
+    st.put_markers(storage, key, young + older + own)  # straggler markers, no record
+    _set_mtime(uri, young, now - 60)
+    _set_mtime(uri, older, now - 10 * DAY)
+    _set_mtime(uri, own, now - 3 * DAY + 60)
+    result = st.sweep(storage, older_than_seconds=DAY)
+    assert result.files_removed == 1
+    assert own[0] not in _data(uri)
+    assert {young[0], older[0]} <= _data(uri)

@@ -360,7 +360,6 @@ def test_forged_marker_cannot_steer_a_commits_clean_up(tmp_path: Path) -> None:
 )
 def test_marker_paths_are_validated(tmp_path: Path, name: str) -> None:
     uri = _dataset(tmp_path)
-    storage = LocalStorage(uri)
     victims = [Path(uri) / "victim.lance", Path(uri) / "data" / "sub" / "x.lance"]
     for victim in victims:
         victim.parent.mkdir(parents=True, exist_ok=True)

@@ -487,6 +487,80 @@ register(
 )
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _parse_duration(text: str) -> Any:
+    """``7d``, ``12h``, ``30m``, ``45s``, ``2w`` or plain seconds (``0``) -> timedelta."""
+    from datetime import timedelta
+
+    raw = text.strip().lower()
+    unit = raw[-1:] if raw[-1:] in _DURATION_UNITS else "s"
+    number = raw[:-1] if raw[-1:] in _DURATION_UNITS else raw
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 7d, 12h, 30m)") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"duration must not be negative: {text!r}")
+    return timedelta(seconds=value * _DURATION_UNITS[unit])
+
+
+def _configure_cleanup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("uri", help="dataset URI")
+    p.add_argument(
+        "--older-than",
+        type=_parse_duration,
+        default="14d",
+        help="remove versions older than this (7d, 12h, 30m, 0); default 14d",
+    )
+    p.add_argument(
+        "--keep-versions", type=int, default=1, help="always keep the newest N versions (>= 1)"
+    )
+    p.add_argument(
+        "--orphan-retention",
+        type=_parse_duration,
+        default="7d",
+        help="delete files no version references only once older than this; default 7d",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the plan, delete nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress line even on a terminal")
+    _storage_option_arguments(p)
+    p.add_argument("--json", action="store_true", help="the full plan/report as JSON")
+
+
+def _run_cleanup(args: argparse.Namespace, out: TextIO) -> int:
+    from txn_engine.cleanup import CleanupReport, cleanup
+
+    result = cleanup(
+        args.uri,
+        older_than=args.older_than,
+        keep_versions=args.keep_versions,
+        retention_orphans=args.orphan_retention,
+        dry_run=args.dry_run,
+        storage_options=_parse_options(args.storage_option),
+        progress=False if (args.no_progress or args.json) else None,
+    )
+    if args.json:
+        data = result.to_json()
+        data["dry_run"] = args.dry_run
+        json.dump(data, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(("dry run: nothing deleted\n" if args.dry_run else "") + result.summary() + "\n")
+    return 0 if not isinstance(result, CleanupReport) or result.ok else 1
+
+
+register(
+    Command(
+        "cleanup",
+        "remove old versions and unreferenced files (keeps leased, tagged, young ones)",
+        _configure_cleanup,
+        _run_cleanup,
+    )
+)
+
+
 # --------------------------------------------------------------------------- main
 
 

@@ -375,3 +375,32 @@ def test_object_info_from_custom_listing() -> None:
             return [ObjectInfo(f"{prefix}/x", 3, 1)]
 
     assert list_objects(Listed(), "data") == [ObjectInfo("data/x", 3, 1)]
+
+
+def test_cli_cleanup_dry_run_json_then_real_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from txn_engine.cli import main
+
+    store = LocalStorage(tmp_path / "t.lance", fsync=False)
+    refs = _history(store)
+    uri = str(tmp_path / "t.lance")
+    code = main(
+        ["cleanup", uri, "--older-than", "0", "--keep-versions", "2", "--dry-run", "--json"]
+    )
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["dry_run"] is True
+    assert data["removed_versions"] == [1, 2, 3]
+    assert data["kept_versions"] == [4, 5]
+    assert _versions(store) == [1, 2, 3, 4, 5]
+    code = main(["cleanup", uri, "--older-than", "0s", "--orphan-retention", "1d"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "removing versions 1..4" in out
+    assert "deleted" in out
+    assert _versions(store) == [5]
+    assert refs[4] <= _all_files(store)
+    assert main(["cleanup", uri, "--older-than", "7x"]) == 2
+    assert main(["cleanup", uri, "--older-than", "1d", "--keep-versions", "0"]) == 1
+    assert "keep_versions" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from txn_engine._proto import table_pb2, transaction_pb2
-from txn_engine.errors import DataFileError, TxnEngineError
+from txn_engine.errors import CorruptDeletionFileError, DataFileError, TxnEngineError
 from txn_engine.format.datafile import legacy_row_count
 from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.io import (
@@ -208,6 +208,10 @@ class Dataset:
 
         Unknown counts (0 in old manifests, or any count in a manifest without
         ``writer_version``) are read from the data / deletion files, as Lance does.
+        A deletion file (or recorded ``num_deleted_rows``) claiming more rows than the
+        fragment has, or an offset at or past ``physical_rows``, raises
+        CorruptDeletionFileError / LimitExceededError (pylance 14 fails scans of such a
+        fragment and its ``count_rows`` goes negative or wraps), never a negative count.
         """
         # Like Lance: manifests without writer_version (Lance < 0.8.x) may carry wrong
         # physical_rows, so the count comes from the data file then (and when it is 0).
@@ -229,8 +233,15 @@ class Dataset:
             if frag.HasField("deletion_file"):
                 deleted = frag.deletion_file.num_deleted_rows
                 if deleted == 0:
-                    dv = read_deletion_vector(self._storage, frag.id, frag.deletion_file)
+                    dv = read_deletion_vector(
+                        self._storage, frag.id, frag.deletion_file, physical_rows=physical
+                    )
                     deleted = len(dv)
+                elif deleted > physical:  # pylance 14 wraps below zero here
+                    raise CorruptDeletionFileError(
+                        f"{self.uri}: fragment {frag.id} records {deleted} deleted rows but "
+                        f"has only {physical} physical rows"
+                    )
             out.append((frag.id, physical, deleted))
         return out
 

@@ -41,9 +41,18 @@ from txn_engine.storage import (
     atomicity_of,
     open_storage,
 )
+from txn_engine.storage._probe import PROBE_DIR, forget_probes
 from txn_engine.storage.fsspec_store import _memory_lock
 
 # ---------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(autouse=True)
+def _fresh_probes() -> Iterator[None]:
+    """Every test starts with no store proven (the probe cache is process-wide)."""
+    forget_probes()
+    yield
+    forget_probes()
 
 
 def race(
@@ -415,7 +424,13 @@ def test_conditional_put_uses_pipe_file_create_never_open() -> None:
     assert isinstance(info.value.__cause__, FileExistsError)
     st.put("_transactions/0-a.txn", b"t")
     writes = [(path, kw["mode"]) for name, path, kw in fs.calls if name == "pipe_file"]
-    assert writes == [
+    # the atomicity probe: one object created twice (the second refused), then deleted
+    probe = writes[0][0]
+    assert probe.startswith(f"bucket/ds.lance/{PROBE_DIR}/")
+    assert writes[:2] == [(probe, "create"), (probe, "create")]
+    assert ("rm_file", probe, {}) in fs.calls
+    assert probe not in fs.objects
+    assert writes[2:] == [
         ("bucket/ds.lance/_versions/1.manifest", "create"),
         ("bucket/ds.lance/_versions/1.manifest", "create"),
         ("bucket/ds.lance/_transactions/0-a.txn", "overwrite"),
@@ -458,6 +473,7 @@ def test_object_store_range_past_end_is_empty() -> None:
 def test_fsspec_write_error_mapping(exc: BaseException, expected: type[StorageError]) -> None:
     fs = FakeObjectStore()
     st = FsspecStorage(fs, "s3://bucket/ds")
+    st.put_if_absent("proven", b"")  # runs the atomicity probe before the failures start
     fs.fail = exc
     for write in (st.put_if_absent, st.put):
         with pytest.raises(StorageError) as info:
@@ -652,7 +668,7 @@ def test_open_storage_missing_backend_package_names_the_extra() -> None:
         with pytest.raises(StorageError, match=r"txn_engine\[s3\]"):
             open_storage("s3://bucket/ds")
     else:  # s3fs present: the table trusts its class
-        st = open_storage("s3://bucket/ds", {"anon": True})
+        st = open_storage("s3://bucket/ds", {"anon": True, "txn_engine_backend": "fsspec"})
         assert isinstance(st, FsspecStorage)
         assert st.atomicity is Atomicity.CONDITIONAL_PUT
 

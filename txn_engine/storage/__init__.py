@@ -3,8 +3,11 @@ and ``docs/backends.md`` for each backend's guarantees.
 
 * :class:`LocalStorage`: local disk (plain paths, ``file://``); create-if-absent by hard link.
 * :class:`MemoryStorage`: in-process, thread-safe; ``memory://name`` URIs.
+* :class:`ObstoreStorage`: S3, GCS and Azure through ``obstore`` (Rust ``object_store``,
+  as pylance); the default for ``s3://``, ``gs://``, ``az://``/``abfs://`` when installed.
 * :class:`FsspecStorage`: any fsspec filesystem; atomic only where the capability table
   says so (S3, GCS, Azure, local, memory), otherwise a commit lock or ``unsafe=True``.
+  Chosen for cloud URIs with the storage option ``txn_engine_backend="fsspec"``.
 * :class:`RecordingStorage`: wraps another storage and counts its operations.
 * :class:`ExternalManifestStorage`: commits decided by an external manifest store
   (DynamoDB, as Lance's ``s3+ddb://``) over any storage.
@@ -36,6 +39,15 @@ from txn_engine.storage.fsspec_store import (
 )
 from txn_engine.storage.local import LocalStorage
 from txn_engine.storage.memory import MemoryStorage
+from txn_engine.storage.obstore_store import ObstoreStorage, obstore_available
+from txn_engine.storage.options import (
+    BACKEND_OPTION,
+    UNSAFE_OPTION,
+    StorageOptions,
+    redact,
+    resolve_options,
+    store_kind,
+)
 from txn_engine.storage.recording import RecordingStorage
 
 __all__ = [
@@ -50,11 +62,15 @@ __all__ = [
     "ManifestLocation",
     "ManifestStore",
     "MemoryStorage",
+    "ObstoreStorage",
     "RecordingStorage",
     "Storage",
+    "StorageOptions",
     "atomicity_of",
     "open_dynamodb_storage",
     "open_storage",
+    "redact",
+    "resolve_options",
 ]
 
 _SCHEME = re.compile(r"\A([A-Za-z][A-Za-z0-9+.-]+)://")
@@ -73,20 +89,32 @@ def open_storage(
     * a plain path or ``file://`` URI → :class:`LocalStorage`;
     * ``memory://name`` → ``MemoryStorage.shared(name)``: txn_engine's own process-wide
       named store (not fsspec's global memory filesystem, not pylance's ``memory://``);
-    * any other scheme (``s3://``, ``gs://``, ``az://``, ...) → :class:`FsspecStorage` over
-      ``fsspec.filesystem(scheme, **storage_options)``. ``storage_options`` are fsspec
-      options (s3fs: ``key``, ``secret``, ``endpoint_url``, ...), not Lance's;
+    * ``s3://``, ``s3a://``, ``gs://``, ``gcs://``, ``az://``, ``abfs[s]://`` →
+      :class:`ObstoreStorage` when ``obstore`` is installed, else (or with the option
+      ``txn_engine_backend="fsspec"``) :class:`FsspecStorage` over s3fs / gcsfs / adlfs.
+      ``storage_options`` use **Lance's names** (``aws_access_key_id``, ``aws_endpoint``,
+      ``allow_http``, ``azure_storage_account_name``, ``google_service_account``, ...; the
+      table is :data:`txn_engine.storage.options.OPTIONS`), the same set pylance takes;
+      the older fsspec spellings (``key``, ``secret``, ``endpoint_url``, ``client_kwargs``)
+      are accepted as aliases. Before the first manifest create on such a store, the store
+      is probed once per process for real conditional-write support
+      (AtomicityUnsupportedError if it has none; opt out with
+      ``txn_engine_unsafe_no_atomicity_check="true"`` or ``unsafe=True``);
+    * any other scheme → :class:`FsspecStorage` over
+      ``fsspec.filesystem(scheme, **storage_options)`` (options passed through unchanged);
     * ``s3+ddb://bucket/path?ddbTableName=T`` → :class:`ExternalManifestStorage` over S3
       with DynamoDB table ``T`` deciding commits (:func:`open_dynamodb_storage`; extra
       option ``dynamodb_endpoint``), interoperable with pylance's ``s3+ddb://``.
 
-    ``commit_lock`` and ``unsafe`` only apply to fsspec filesystems without atomic
-    create-if-absent (see :class:`FsspecStorage`); local and memory storage are always
-    atomic, so they are accepted and ignored there.
+    ``commit_lock`` only applies to fsspec filesystems without atomic create-if-absent
+    (see :class:`FsspecStorage`); ``unsafe`` there means check-then-write, and on cloud
+    stores it skips the atomicity probe. Local and memory storage are always atomic, so
+    both are accepted and ignored there.
 
-    Raises :class:`~txn_engine.errors.InvalidStorageArgumentError` for an unknown scheme,
-    :class:`~txn_engine.errors.StorageError` if the scheme's fsspec package is missing or
-    the filesystem cannot be created.
+    Raises :class:`~txn_engine.errors.InvalidStorageArgumentError` for an unknown scheme or
+    an unknown option name (the message lists the accepted ones; secret values are never
+    shown), :class:`~txn_engine.errors.StorageError` if no backend package for the scheme
+    is installed or the filesystem cannot be created.
     """
     if not isinstance(uri, (str, os.PathLike)):
         if not isinstance(uri, Storage):
@@ -120,7 +148,39 @@ def open_storage(
                 "s3+ddb:// commits through DynamoDB; commit_lock and unsafe do not apply"
             )
         return open_dynamodb_storage(text, storage_options)
+    if store_kind(scheme) is not None:
+        return _open_cloud(text, scheme, storage_options, commit_lock=commit_lock, unsafe=unsafe)
     return _open_fsspec(text, scheme, storage_options, commit_lock=commit_lock, unsafe=unsafe)
+
+
+def _open_cloud(
+    uri: str,
+    scheme: str,
+    storage_options: Mapping[str, Any] | None,
+    *,
+    commit_lock: CommitLock | None,
+    unsafe: bool,
+) -> Storage:
+    """S3 / GCS / Azure: Lance-named options, obstore by default, fsspec on request."""
+    options = resolve_options(scheme, storage_options)
+    backend = options.backend
+    if backend is None:
+        backend = "obstore" if obstore_available() and commit_lock is None else "fsspec"
+    if backend == "obstore":
+        if commit_lock is not None:
+            raise InvalidStorageArgumentError(
+                "commit_lock applies to the fsspec backend only (obstore's conditional put "
+                f"is atomic); pass {BACKEND_OPTION}='fsspec' to use a lock"
+            )
+        return ObstoreStorage(uri, options, unsafe=unsafe)
+    return _open_fsspec(
+        uri,
+        scheme,
+        options.fsspec_arguments(),
+        commit_lock=commit_lock,
+        unsafe=unsafe,
+        check_atomicity=not options.unsafe_no_atomicity_check,
+    )
 
 
 def _open_fsspec(
@@ -130,6 +190,7 @@ def _open_fsspec(
     *,
     commit_lock: CommitLock | None,
     unsafe: bool,
+    check_atomicity: bool = True,
 ) -> FsspecStorage:
     import fsspec
 
@@ -140,11 +201,23 @@ def _open_fsspec(
     except ImportError as exc:
         extra = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure"}
         hint = f" (pip install 'txn_engine[{extra[scheme]}]')" if scheme in extra else ""
-        raise StorageError(f"the fsspec backend for {scheme}:// is not installed{hint}") from exc
+        raise StorageError(
+            f"no backend for {scheme}:// is installed{hint}"
+            + (" (or pip install 'txn_engine[obstore]')" if store_kind(scheme) else "")
+        ) from exc
+    options = {k: v for k, v in (storage_options or {}).items() if k != UNSAFE_OPTION}
+    if storage_options and UNSAFE_OPTION in storage_options:
+        check_atomicity = False
     try:
-        fs = cls(**dict(storage_options or {}))
+        fs = cls(**options)
     except TxnEngineError:
         raise
     except Exception as exc:
-        raise StorageError(f"cannot create the {scheme}:// filesystem: {exc!r}") from exc
-    return FsspecStorage(fs, uri, commit_lock=commit_lock, unsafe=unsafe, uri=uri)
+        # the message of a constructor error may quote an option value: show names only
+        raise StorageError(
+            f"cannot create the {scheme}:// filesystem ({type(exc).__name__}) with options "
+            f"{redact(options)}"
+        ) from None
+    return FsspecStorage(
+        fs, uri, commit_lock=commit_lock, unsafe=unsafe, uri=uri, check_atomicity=check_atomicity
+    )

@@ -379,6 +379,10 @@ def _boto3_client(**kwargs: Any) -> Any:
 def default_base_uri(inner: Storage) -> str:
     """The ``base_uri`` Lance uses for a dataset: for bucket stores (S3, GCS, Azure) the path
     inside the bucket (``my/ds`` for ``s3://bucket/my/ds``), otherwise ``inner.uri``."""
+    from txn_engine.storage.obstore_store import ObstoreStorage
+
+    if isinstance(inner, ObstoreStorage):
+        return inner.prefix
     if isinstance(inner, FsspecStorage):
         protocol = inner.fs.protocol
         primary = protocol if isinstance(protocol, str) else protocol[0]
@@ -603,12 +607,16 @@ class ExternalManifestStorage:
 def open_dynamodb_storage(
     uri: str, storage_options: Mapping[str, Any] | None = None
 ) -> ExternalManifestStorage:
-    """Open ``s3+ddb://bucket/path?ddbTableName=TABLE`` as Lance does: S3 (s3fs) for the
-    bytes, DynamoDB table ``TABLE`` for commits.
+    """Open ``s3+ddb://bucket/path?ddbTableName=TABLE`` as Lance does: S3 for the bytes
+    (through :func:`~txn_engine.storage.open_storage`, so obstore by default), DynamoDB
+    table ``TABLE`` for commits.
 
-    ``storage_options`` are s3fs options (``key``, ``secret``, ``endpoint_url``,
-    ``client_kwargs``) plus ``dynamodb_endpoint`` (default: env ``DYNAMODB_ENDPOINT``, else
-    AWS); the DynamoDB client reuses the keys and ``client_kwargs["region_name"]``.
+    ``storage_options`` are Lance's S3 options (``aws_access_key_id``,
+    ``aws_secret_access_key``, ``aws_endpoint``, ``aws_region``, ``allow_http``, ...; the
+    older s3fs spellings ``key``/``secret``/``endpoint_url``/``client_kwargs`` are aliases)
+    plus ``dynamodb_endpoint`` (default: env ``DYNAMODB_ENDPOINT``, else AWS). The DynamoDB
+    client reuses the keys and the region. The S3 store is not probed for conditional
+    writes: manifests are never created on it directly.
     """
     head, _, query = uri.partition("?")
     if not head.startswith("s3+ddb://"):
@@ -618,17 +626,17 @@ def open_dynamodb_storage(
         raise InvalidStorageArgumentError(
             f"{uri!r} needs the DynamoDB table as a query parameter: ?ddbTableName=TABLE"
         )
-    options = dict(storage_options or {})
-    endpoint = options.pop("dynamodb_endpoint", None) or os.environ.get("DYNAMODB_ENDPOINT")
-    client_kwargs = options.get("client_kwargs") or {}
+    from txn_engine.storage import open_storage
+    from txn_engine.storage.options import resolve_options
+
+    options = resolve_options("s3", storage_options)
+    endpoint = options.get("dynamodb_endpoint") or os.environ.get("DYNAMODB_ENDPOINT")
     store = DynamoDBManifestStore(
         tables[0],
         endpoint_url=endpoint,
-        region_name=client_kwargs.get("region_name"),
-        aws_access_key_id=options.get("key"),
-        aws_secret_access_key=options.get("secret"),
+        region_name=options.get("aws_region") or options.get("aws_default_region"),
+        aws_access_key_id=options.get("aws_access_key_id"),
+        aws_secret_access_key=options.get("aws_secret_access_key"),
     )
-    from txn_engine.storage import open_storage
-
     s3_uri = "s3://" + head[len("s3+ddb://") :]
-    return ExternalManifestStorage(open_storage(s3_uri, options), store)
+    return ExternalManifestStorage(open_storage(s3_uri, storage_options, unsafe=True), store)

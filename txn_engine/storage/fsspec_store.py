@@ -44,6 +44,7 @@ from txn_engine.errors import (
 )
 from txn_engine.storage._files import create_exclusive, is_staging_name, replace_atomic
 from txn_engine.storage._paths import check_path, check_prefix, check_range
+from txn_engine.storage._probe import ensure_conditional_create
 
 __all__ = [
     "FSSPEC_CAPABILITIES",
@@ -216,6 +217,13 @@ class FsspecStorage:
     :class:`~txn_engine.errors.AmbiguousWriteError`.
 
     ``uri`` overrides what :attr:`uri` reports (default: ``root`` as given).
+
+    On object stores (:attr:`Atomicity.CONDITIONAL_PUT`) the first ``put_if_absent`` per
+    (filesystem class, endpoint, root) in the process first proves that the server enforces
+    the precondition: it creates one probe object under ``_txn_engine/probe/`` twice and
+    deletes it; if the second create succeeds (a proxy or S3-compatible server that drops
+    ``If-None-Match``), :class:`~txn_engine.errors.AtomicityUnsupportedError` is raised.
+    ``check_atomicity=False`` or ``unsafe=True`` skips the probe.
     """
 
     def __init__(
@@ -226,6 +234,7 @@ class FsspecStorage:
         commit_lock: CommitLock | None = None,
         unsafe: bool = False,
         uri: str | None = None,
+        check_atomicity: bool = True,
     ) -> None:
         self._fs = fs
         self._uri = uri if uri is not None else root
@@ -238,6 +247,9 @@ class FsspecStorage:
         )
         if self._atomicity is Atomicity.CONDITIONAL_PUT:
             _disable_listings_cache(fs)
+        self._probe = (
+            self._atomicity is Atomicity.CONDITIONAL_PUT and check_atomicity and not unsafe
+        )
 
     def __repr__(self) -> str:
         proto = _protocols(self._fs)[:1] or ("?",)
@@ -282,6 +294,13 @@ class FsspecStorage:
                 "listed in txn_engine.storage.fsspec_store.FSSPEC_CAPABILITIES, or pass "
                 "unsafe=True if exactly one writer ever commits to this dataset"
             )
+        if self._probe:
+            ensure_conditional_create(
+                self._probe_key(),
+                f"{type(self._fs).__name__} at {self._root!r}",
+                self._create_conditional,
+                self.delete,
+            )
         lock = self._commit_lock(full) if self._commit_lock is not None else nullcontext()
         with _mapped("put_if_absent", full, write=True), lock:
             if atomicity is Atomicity.LOCAL_LINK:
@@ -295,6 +314,23 @@ class FsspecStorage:
                 if self._exists_full(full):
                     raise ObjectExistsError(f"put_if_absent: object already exists: {full}")
                 self._write_plain(full, data)
+
+    def _probe_key(self) -> tuple[str, ...]:
+        """(class, endpoint, root): one probe per store, bucket and prefix per process."""
+        options = getattr(self._fs, "storage_options", None) or {}
+        client_kwargs = options.get("client_kwargs") or {}
+        endpoint = (
+            options.get("endpoint_url")
+            or client_kwargs.get("endpoint_url")
+            or getattr(self._fs, "account_url", None)
+            or ""
+        )
+        return ("fsspec", type(self._fs).__qualname__, str(endpoint), self._root)
+
+    def _create_conditional(self, path: str, data: bytes) -> None:
+        full = self._full(path)
+        with _mapped("put_if_absent", full, write=True):
+            self._fs.pipe_file(full, data, mode="create")
 
     def _write_plain(self, full: str, data: bytes) -> None:
         parent = self._parent(full)

@@ -29,9 +29,10 @@ import attrs
 from google.protobuf.message import DecodeError
 
 from txn_engine._proto import rowids_pb2
-from txn_engine.errors import FormatError
+from txn_engine.errors import FormatError, LimitExceededError
 
 __all__ = [
+    "MAX_ROW_IDS",
     "ArraySegment",
     "RangeSegment",
     "RangeWithBitmapSegment",
@@ -54,6 +55,8 @@ __all__ = [
     "segment_to_proto",
 ]
 
+#: Most row ids one fragment's sequence may hold (row offsets within a fragment are u32).
+MAX_ROW_IDS = 1 << 32
 _U16_MAX = 0xFFFF
 _U32_MAX = 0xFFFFFFFF
 _U64_MAX = (1 << 64) - 1
@@ -329,10 +332,24 @@ def decode_row_id_segments(data: bytes) -> list[Segment]:
     return [segment_from_proto(s) for s in _parse_sequence(data).segments]
 
 
-def decode_row_id_sequence(data: bytes) -> list[int]:
-    """Decode a serialized ``RowIdSequence`` to the row ids, in row order."""
+def decode_row_id_sequence(data: bytes, *, max_len: int | None = None) -> list[int]:
+    """Decode a serialized ``RowIdSequence`` to the row ids, in row order.
+
+    A range segment of a few bytes can declare billions of ids, so the declared length is
+    checked before anything is expanded: more than ``max_len`` ids (pass the fragment's
+    ``physical_rows``; default :data:`MAX_ROW_IDS`, a fragment's row offsets being u32)
+    raises :class:`~txn_engine.errors.LimitExceededError`.
+    """
+    segments = decode_row_id_segments(data)
+    bound = MAX_ROW_IDS if max_len is None else min(max_len, MAX_ROW_IDS)
+    total = sum(len(s) for s in segments)
+    if total > bound:
+        raise LimitExceededError(
+            f"row-id sequence declares {total} row ids, more than the {bound} allowed",
+            limit="row_ids",
+        )
     out: list[int] = []
-    for segment in decode_row_id_segments(data):
+    for segment in segments:
         out.extend(segment.values())
     return out
 

@@ -3,7 +3,11 @@
 :func:`verify` reads every version of a dataset (any backend) and reports each violated
 invariant as a :class:`Finding`. Nothing is modified. Checked:
 
-* the version chain has no gaps and every manifest decodes (strict reader);
+* the version chain has no gaps and every manifest decodes (strict reader); versions removed
+  by cleanup are told from damage and reported as ``"info"`` ("cleaned-up"): a missing
+  prefix below the oldest listed version, and gaps below which every listed version is
+  pinned by a tag or a branch base (``_refs/``, what txn_engine's and pylance's cleanups
+  keep), are history that was cleaned up; any other gap is an error;
 * every version has a decodable transaction, and no transaction uuid lands twice
   (exactly-once); manifests from before transactions existed (no ``writer_version``) only
   get a warning;
@@ -18,13 +22,15 @@ invariant as a :class:`Finding`. Nothing is modified. Checked:
 * with ``data_files=True``, the data files of the latest version exist (``deep``: every
   version's).
 
-A :class:`Finding` is an ``"error"`` (the invariant is broken: ``ok`` is false) or a
-``"warning"`` (legal but suspicious, or written by an old release).
+A :class:`Finding` is an ``"error"`` (the invariant is broken: ``ok`` is false), a
+``"warning"`` (legal but suspicious, or written by an old release) or an ``"info"`` (a fact
+worth knowing, such as history removed by cleanup).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -46,7 +52,7 @@ __all__ = ["Finding", "VerifyReport", "verify"]
 
 @attrs.frozen
 class Finding:
-    """One violated invariant at one version (``severity`` "error" or "warning")."""
+    """One violated invariant at one version (``severity`` "error", "warning" or "info")."""
 
     version: int
     invariant: str
@@ -54,7 +60,7 @@ class Finding:
     severity: str = "error"
 
     def __str__(self) -> str:
-        prefix = "" if self.severity == "error" else "warning: "
+        prefix = "" if self.severity == "error" else f"{self.severity}: "
         return f"{prefix}v{self.version}: {self.invariant}: {self.detail}"
 
 
@@ -79,7 +85,12 @@ class VerifyReport:
 
     @property
     def warnings(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity != "error")
+        return tuple(f for f in self.findings if f.severity == "warning")
+
+    @property
+    def infos(self) -> tuple[Finding, ...]:
+        """Informational findings (e.g. history removed by cleanup); never failures."""
+        return tuple(f for f in self.findings if f.severity == "info")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +98,7 @@ class VerifyReport:
             "ok": self.ok,
             "errors": len(self.errors),
             "warnings": len(self.warnings),
+            "infos": len(self.infos),
             "versions": self.versions,
             "latest_version": self.latest_version,
             "live_rows": self.live_rows,
@@ -108,9 +120,7 @@ def verify(
     entries = list_versions(storage)
     if not entries:
         return VerifyReport(storage.uri, 0, None, None, (Finding(0, "exists", "no versions"),))
-    for prev, cur in itertools.pairwise(entries):
-        if cur.version != prev.version + 1:
-            findings.append(Finding(cur.version, "no-gaps", f"follows version {prev.version}"))
+    findings += _gaps(storage, [e.version for e in entries])
     seen_uuids: dict[str, int] = {}
     retired: set[int] = set()
     previous_ids: set[int] = set()
@@ -164,6 +174,55 @@ def verify(
             if last:
                 live_rows = rows
     return VerifyReport(storage.uri, len(entries), entries[-1].version, live_rows, tuple(findings))
+
+
+def _pinned_versions(storage: Storage) -> set[int]:
+    """Main-line versions tags and branch bases pin (unreadable refs pin nothing)."""
+    pinned: set[int] = set()
+    for directory, key, parent in (
+        ("_refs/tags", "version", "branch"),
+        ("_refs/branches", "parentVersion", "parentBranch"),
+    ):
+        for name in storage.list(directory):
+            if not name.endswith(".json"):
+                continue
+            try:
+                obj = json.loads(storage.get(f"{directory}/{name}"))
+            except (TxnEngineError, ValueError):
+                continue
+            if isinstance(obj, dict) and obj.get(parent) is None:
+                value = obj.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    pinned.add(value)
+    return pinned
+
+
+def _gaps(storage: Storage, versions: list[int]) -> list[Finding]:
+    """Gaps in the version chain: cleaned-up history (info) or damage (error)."""
+    out: list[Finding] = []
+    if versions[0] > 1:
+        first = versions[0]
+        span = "version 1" if first == 2 else f"versions 1..{first - 1}"
+        out.append(Finding(first, "cleaned-up", f"{span} removed (cleanup)", "info"))
+    pinned: set[int] | None = None
+    for i, (prev, cur) in enumerate(itertools.pairwise(versions)):
+        if cur == prev + 1:
+            continue
+        if pinned is None:
+            pinned = _pinned_versions(storage)
+        if all(v in pinned for v in versions[: i + 1]):
+            out.append(
+                Finding(
+                    cur,
+                    "cleaned-up",
+                    f"versions {prev + 1}..{cur - 1} removed (cleanup; the versions below are "
+                    "pinned by tags/branches)",
+                    "info",
+                )
+            )
+        else:
+            out.append(Finding(cur, "no-gaps", f"follows version {prev}"))
+    return out
 
 
 def _high_water(m: table_pb2.Manifest) -> int | None:

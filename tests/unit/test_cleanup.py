@@ -404,3 +404,33 @@ def test_cli_cleanup_dry_run_json_then_real_run(
     assert main(["cleanup", uri, "--older-than", "7x"]) == 2
     assert main(["cleanup", uri, "--older-than", "1d", "--keep-versions", "0"]) == 1
     assert "keep_versions" in capsys.readouterr().err
+
+
+def test_verify_tells_cleaned_up_history_from_damage() -> None:
+    from txn_engine.verify import verify
+
+    store = MemoryStorage()
+    _history(store)
+    store.put("_refs/tags/t.json", json.dumps({"branch": None, "version": 2}).encode())
+    cleanup(store, older_than=ZERO, keep_versions=2, progress=False)
+    assert _versions(store) == [2, 4, 5]
+    report = verify(store)
+    assert report.ok, report.findings
+    assert [(f.invariant, f.severity) for f in report.findings] == [
+        ("cleaned-up", "info"),
+        ("cleaned-up", "info"),
+    ]
+    assert report.infos == report.findings
+    assert report.warnings == ()
+    assert report.to_json()["infos"] == 2
+    assert str(report.findings[0]).startswith("info: v2: cleaned-up")
+    # a gap above an unpinned version is damage, not cleanup
+    store.delete("_refs/tags/t.json")
+    report = verify(store)
+    assert not report.ok
+    assert [f.invariant for f in report.errors] == ["no-gaps"]
+    # removing a version in the middle of an untouched history is damage too
+    other = MemoryStorage()
+    _history(other)
+    other.delete(resolve_version(other, 3).path)
+    assert [f.invariant for f in verify(other).errors] == ["no-gaps"]

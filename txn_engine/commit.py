@@ -9,8 +9,11 @@
 3. check this transaction against each of them in version order
    (:func:`txn_engine.conflicts.detect.check`); a conflict raises
    :class:`~txn_engine.errors.RetryableConflictError` or
-   :class:`~txn_engine.errors.IncompatibleTransactionError`. A version whose transaction
-   cannot be read or has an unknown operation is an incompatible conflict naming it;
+   :class:`~txn_engine.errors.IncompatibleTransactionError`. Missing history is never "no
+   conflict": when the read version or any version between it and the latest is missing
+   (cleaned up) or its transaction cannot be read, the commit raises
+   :class:`~txn_engine.errors.HistoryUnavailableError` (an incompatible conflict naming the
+   first such version) and writes nothing;
 4. rebase (merge deletion vectors of concurrent Delete/Update), write
    ``_transactions/{read_version}-{uuid}.txn``, build the next manifest on the latest one
    (:mod:`txn_engine.builder`) and create it with ``put_if_absent`` in the dataset's naming
@@ -38,10 +41,16 @@ from typing import Any
 
 import attrs
 
-from txn_engine._proto import transaction_pb2
+from txn_engine._proto import table_pb2, transaction_pb2
 from txn_engine.builder import ManifestState, build_manifest, validate
 from txn_engine.codec import operation_kind_of, transaction_from_proto, transaction_to_proto
-from txn_engine.conflicts.detect import Conflict, check, unreadable_conflict
+from txn_engine.conflicts.detect import (
+    Conflict,
+    check,
+    missing_history_conflict,
+    unreadable_conflict,
+)
+from txn_engine.conflicts.lineage import descends_from
 from txn_engine.conflicts.matrix import MATRIX, Outcome
 from txn_engine.conflicts.rebase import ConflictOptions, derive_affected_rows, find_fragment, rebase
 from txn_engine.dataset import Dataset
@@ -51,6 +60,7 @@ from txn_engine.errors import (
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
     FormatError,
+    HistoryUnavailableError,
     IncompatibleTransactionError,
     InvalidOperationError,
     InvalidStorageArgumentError,
@@ -120,17 +130,48 @@ class CommitResult:
 # ---- helpers ------------------------------------------------------------------------------
 
 
+#: Conflict rules that mean "this version cannot be checked" rather than a real clash.
+_HISTORY_RULES = frozenset({"MISSING", "UNREADABLE"})
+
+_HISTORY_REMEDY = (
+    "re-plan the operation against the latest version (re-read what it depends on) and "
+    "commit the new transaction; keep versions that writers still plan against (leases, "
+    "longer cleanup retention). If an earlier attempt of this very transaction had an "
+    "unknown outcome, check the data before re-planning: it may have landed in a removed version"
+)
+
+
 def _conflict_error(txn: Transaction, conflict: Conflict) -> Exception:
-    cls = RetryableConflictError if conflict.retryable else IncompatibleTransactionError
+    cls: type[Exception]
+    remedy = conflict.remedy
+    if conflict.rule in _HISTORY_RULES:
+        cls, remedy = HistoryUnavailableError, _HISTORY_REMEDY
+    elif conflict.retryable:
+        cls = RetryableConflictError
+    else:
+        cls = IncompatibleTransactionError
     return cls(
         conflict.reason,
         read_version=txn.read_version,
         conflicting_version=conflict.version,
         operation=txn.kind,
         other_operation=conflict.other,
-        remedy=conflict.remedy,
+        remedy=remedy,
         conflicts=(conflict,),
     )
+
+
+def _first_missing(listing: VersionListing, newer: list[VersionEntry], since: int) -> int | None:
+    """The first version in ``(since, latest]`` absent from ``listing`` (None if complete)."""
+    latest = listing.latest
+    if latest is None or len(newer) == latest.version - since:
+        return None  # versions are distinct and ascending: the count proves contiguity
+    expected = since + 1
+    for entry in newer:
+        if entry.version != expected:
+            return expected
+        expected += 1
+    return expected  # pragma: no cover - the count check above already ruled this out
 
 
 @attrs.define
@@ -186,7 +227,7 @@ def _load_transaction(
             else state.manifests.get(entry.version)
         )
         pb, whole = read_transaction_and_manifest(state.storage, entry, cached)
-    except (FormatError, VersionNotFoundError) as exc:
+    except (FormatError, VersionNotFoundError, ObjectNotFoundError) as exc:
         return None, exc
     if whole is not None:
         state.manifests[entry.version] = whole
@@ -214,10 +255,14 @@ def _check_all(
         if pb is not None and _always_compatible(mine.kind, operation_kind_of(pb)):
             continue  # decided by the kinds alone: the other's content is not needed
         if pb is None:
-            raise _conflict_error(
-                mine,
-                unreadable_conflict(mine, entry.version, error or ValueError("?"), other_uuid=None),
+            conflict = (
+                missing_history_conflict(mine, entry.version, error)
+                if isinstance(error, (VersionNotFoundError, ObjectNotFoundError))
+                else unreadable_conflict(
+                    mine, entry.version, error or ValueError("?"), other_uuid=None
+                )
             )
+            raise _conflict_error(mine, conflict)
         try:
             other = transaction_from_proto(pb)
         except Exception as exc:  # undecodable or unknown operation: conservative conflict
@@ -487,6 +532,14 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
                 already_committed=True,
             )
         loaded.append((entry, pb, error))
+    # only now (the uuid check above may have found this transaction already landed):
+    # every version from the read version on must be there to be checked
+    missing = _first_missing(listing, newer, state.checked_up_to)
+    read_version = state.original.read_version
+    if state.checked_up_to == read_version and listing.get(read_version) is None:
+        missing = read_version  # the plan's own snapshot is gone
+    if missing is not None:
+        raise _conflict_error(state.txn, missing_history_conflict(state.txn, missing))
     rebase_ids = _check_all(state, loaded)
     base_file = state.manifest(latest.version)
     check_writer_flags(base_file.manifest)
@@ -525,9 +578,54 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     path = f"_versions/{manifest_name(target, latest.scheme)}"
     found = _create(storage, path, data, txn)
     if _landed(found, data):
+        _check_lineage(state, target, latest.scheme, current.manifest, built.manifest, path)
         return CommitResult(target, txn, budget.attempts, path)
     state.raw[target] = found  # the winner's manifest: the next attempt needs it
     return None
+
+
+def _check_lineage(
+    state: _State,
+    version: int,
+    scheme: NamingScheme,
+    base: table_pb2.Manifest,
+    ours: table_pb2.Manifest,
+    path: str,
+) -> None:
+    """After creating ``version``: if a newer version already exists it must descend from
+    ours. One that does not was built on an earlier manifest at our version number that a
+    cleanup removed while this commit ran (create-if-absent then succeeded in the freed
+    slot): our manifest is withdrawn and HistoryUnavailableError raised (nothing landed).
+
+    Costs one existence check when no newer version is there (the common case).
+    """
+    storage = state.storage
+    above = VersionEntry(version + 1, manifest_name(version + 1, scheme), scheme)
+    if not storage.exists(above.path):
+        return
+    try:
+        newer = read_manifest_entry(storage, above)
+        op = None if newer.transaction is None else transaction_from_proto(newer.transaction)
+    except (FormatError, ObjectNotFoundError, VersionNotFoundError):
+        return  # unreadable or gone again: no proof that ours is off the main line
+    except Exception:  # an operation this library cannot read replaces nothing we can check
+        return
+    if descends_from(base, ours, newer.manifest, op.operation if op is not None else None):
+        return
+    storage.delete(path)
+    conflict = missing_history_conflict(state.txn, version)
+    raise _conflict_error(
+        state.txn,
+        attrs.evolve(
+            conflict,
+            reason=(
+                f"Version {version} was removed by a cleanup while this {state.txn.kind} "
+                f"transaction (read version {state.txn.read_version}) was committing: version "
+                f"{version + 1} descends from the removed manifest, not from the one this "
+                f"commit created in its place, which has been withdrawn. Nothing landed."
+            ),
+        ),
+    )
 
 
 # ---- lookups and re-planning ------------------------------------------------------------------

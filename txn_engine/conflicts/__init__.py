@@ -16,6 +16,7 @@ from __future__ import annotations
 from txn_engine.conflicts.detect import (
     Check,
     Conflict,
+    missing_history_conflict,
     modified_fragment_ids,
     unreadable_conflict,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "Outcome",
     "Rule",
     "derive_affected_rows",
+    "missing_history_conflict",
     "modified_fragment_ids",
     "render_markdown",
     "rule_for",

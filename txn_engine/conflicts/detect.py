@@ -18,6 +18,7 @@ from typing import TypeVar
 import attrs
 
 from txn_engine.conflicts.matrix import MATRIX, Outcome, Rule
+from txn_engine.conflicts.upsert import upsert_conflict
 from txn_engine.model import Fragment, MemWal
 from txn_engine.ops import (
     CreateIndex,
@@ -43,6 +44,7 @@ __all__ = [
     "FragmentLookup",
     "check",
     "detect",
+    "missing_history_conflict",
     "modified_fragment_ids",
     "unreadable_conflict",
 ]
@@ -553,6 +555,12 @@ def _b1(c: _Ctx) -> None:
                 return
 
 
+def _u1(c: _Ctx) -> None:
+    reason = upsert_conflict(c.mine.operation, c.other.operation)
+    if reason is not None:
+        c.retry(reason)
+
+
 _PREDICATES: Mapping[str, Callable[[_Ctx], None]] = MappingProxyType(
     {
         "D1": _d1,
@@ -580,6 +588,7 @@ _PREDICATES: Mapping[str, Callable[[_Ctx], None]] = MappingProxyType(
         "M2": _m2,
         "M3": _m3,
         "B1": _b1,
+        "U1": _u1,
     }
 )
 
@@ -611,6 +620,9 @@ def check(
         ctx.incompatible()
     elif rule.outcome is None:
         _PREDICATES[rule.code](ctx)
+    if not ctx.conflicts and rule.code != "U1" and isinstance(mine.operation, Update):
+        ctx.rule = "U1"  # an upsert also checks the keys it inserts (after D1 etc.)
+        _u1(ctx)
     return Check(tuple(ctx.conflicts), frozenset(ctx.rebase_ids))
 
 
@@ -644,4 +656,27 @@ def unreadable_conflict(
             f"transaction is unreadable or unknown ({type(error).__name__}: {error})."
         ),
         other_uuid=other_uuid,
+    )
+
+
+def missing_history_conflict(
+    mine: Transaction, version: int, error: BaseException | None = None
+) -> Conflict:
+    """The conflict for a version my transaction must be checked against (or its read
+    version) that is missing from the history: cleaned up, deleted, or gone while read.
+
+    Missing history is never "no conflict": the transaction cannot be proved safe.
+    """
+    cause = "" if error is None else f" ({type(error).__name__}: {error})"
+    return Conflict(
+        outcome=Outcome.INCOMPATIBLE,
+        rule="MISSING",
+        version=version,
+        read_version=mine.read_version,
+        mine=mine.kind,
+        other=None,
+        reason=(
+            f"This {mine.kind} transaction (read version {mine.read_version}) cannot be "
+            f"checked: version {version} is missing from the history (cleaned up?){cause}."
+        ),
     )

@@ -1,0 +1,63 @@
+"""Does a newer version descend from ours? (pure; no I/O)
+
+Create-if-absent alone is not enough once versions are cleaned up: a writer lists version
+``N - 1`` as the latest and prepares ``N``; meanwhile another writer creates ``N`` and
+``N + 1`` and a cleanup removes ``N`` (it is no longer the latest). The first writer's
+create of ``N`` then *succeeds*, but ``N + 1`` was built on the removed ``N``, not on it:
+its change is not in the main line although the store accepted it.
+
+Lance manifests record no parent, so the commit loop decides from content: whatever our
+transaction changed relative to its base (fragments added, changed or removed; config
+keys) must still be in ``N + 1`` unless ``N + 1``'s own transaction touched it. An
+Overwrite / Restore / Clone (or an operation this library cannot read) above ours
+replaces the table whatever it was built on, so it counts as descending.
+"""
+
+from __future__ import annotations
+
+from txn_engine._proto import table_pb2
+from txn_engine.conflicts.detect import modified_fragment_ids
+from txn_engine.ops import Clone, Operation, Overwrite, Restore, UpdateConfig
+
+__all__ = ["descends_from"]
+
+_Signature = tuple[tuple[str, ...], str]
+
+
+def _signature(pb: table_pb2.DataFragment) -> _Signature:
+    deletion = ""
+    if pb.HasField("deletion_file"):
+        d = pb.deletion_file
+        deletion = f"{d.file_type}:{d.read_version}:{d.id}:{d.num_deleted_rows}"
+    return tuple(f.path for f in pb.files), deletion
+
+
+def _fragments(m: table_pb2.Manifest) -> dict[int, _Signature]:
+    return {f.id: _signature(f) for f in m.fragments}
+
+
+def descends_from(
+    base: table_pb2.Manifest,
+    ours: table_pb2.Manifest,
+    newer: table_pb2.Manifest,
+    newer_operation: Operation | None,
+) -> bool:
+    """Whether ``newer`` (the version right above ``ours``) carries the change ``ours``
+    made over ``base``. False proves that ``newer`` was built on another manifest at our
+    version number (one removed by cleanup): our version is not in the main line."""
+    if newer_operation is None or isinstance(newer_operation, (Overwrite, Restore, Clone)):
+        return True
+    before, after, then = _fragments(base), _fragments(ours), _fragments(newer)
+    touched = modified_fragment_ids(newer_operation)
+    for fid, sig in after.items():
+        if before.get(fid) != sig and fid not in touched and then.get(fid) != sig:
+            return False  # a fragment we added or changed is not in newer as we left it
+    for fid in before.keys() - after.keys():
+        if fid not in touched and fid in then:
+            return False  # a fragment we removed is back
+    if not isinstance(newer_operation, UpdateConfig):
+        for key in set(base.config) | set(ours.config):
+            mine = ours.config.get(key)
+            if base.config.get(key) != mine and newer.config.get(key) != mine:
+                return False
+    return True

@@ -692,6 +692,7 @@ class _State:
     entries: list[VersionEntry]
     refs: dict[int, _Refs]
     timestamps: dict[int, int]
+    sizes: dict[int, int]
     pinned: set[int]
     branch_files: set[str]
     branch_dirs: set[str]
@@ -705,12 +706,14 @@ def _read_state(storage: Storage, aliases: set[str]) -> _State:
         raise DatasetNotFoundError(f"no Lance dataset at {storage.uri} (no manifests)")
     refs: dict[int, _Refs] = {}
     timestamps: dict[int, int] = {}
+    sizes: dict[int, int] = {}
     for entry in entries:
         mf = _read_or_abort(storage, entry)
         f, d = referenced_files(mf.manifest, mf.indices, aliases=aliases, what=entry.path)
         refs[entry.version] = _Refs(f, d)
         ts = mf.manifest.timestamp
         timestamps[entry.version] = ts.seconds * _NS + ts.nanos
+        sizes[entry.version] = mf.size
     pinned, branch_files, branch_dirs = _pinned_by_refs(storage, aliases)
     listing: list[ObjectInfo] = []
     for directory in FILE_DIRS:
@@ -723,7 +726,7 @@ def _read_state(storage: Storage, aliases: set[str]) -> _State:
             for obj in list_objects(storage, index_dir):
                 if obj.path not in seen:
                     listing.append(obj)
-    return _State(entries, refs, timestamps, pinned, branch_files, branch_dirs, listing)
+    return _State(entries, refs, timestamps, sizes, pinned, branch_files, branch_dirs, listing)
 
 
 def _lists_recursively(storage: Storage) -> bool:
@@ -771,7 +774,7 @@ def _build_plan(
     deletes: list[PlannedDelete] = []
     by_version = {e.version: e for e in state.entries}
     for v in removed:
-        deletes.append(PlannedDelete(by_version[v].path, "manifest"))
+        deletes.append(PlannedDelete(by_version[v].path, "manifest", state.sizes[v]))
     kept_count = 0
     for obj in state.listing:
         p = obj.path

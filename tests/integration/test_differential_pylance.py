@@ -746,7 +746,8 @@ def test_alternating_writers(tmp_path: Path) -> None:
             if "c" in ref.column_names:
                 t = t.append_column("c", pc.multiply(t["a"], 2))
             t = t.select(ref.column_names)
-            writers.append_fragments(uri, frags(t))
+            planned_at = lance.dataset(str(uri)).version  # pinned before writing the data
+            writers.append_fragments(uri, frags(t), read_version=planned_at)
             ref = pa.concat_tables([ref, t])
 
         return run

@@ -58,8 +58,9 @@ class Rule:
     """One cell rule. ``outcome`` is set for constant rules and ``None`` for predicates,
     whose outcome depends on the two operations (see :mod:`txn_engine.conflicts.detect`).
 
-    ``source`` is ``"lance"`` (Lance's resolver, ``lance-format.md`` §7.2) or
-    ``"pylance14"`` (a correction measured against pylance 14.0.2).
+    ``source`` is ``"lance"`` (Lance's resolver, ``lance-format.md`` §7.2),
+    ``"pylance14"`` (a correction measured against pylance 14.0.2) or ``"txn_engine"``
+    (stricter than Lance on purpose: rule U1, concurrent upserts of one new key).
     """
 
     code: str
@@ -205,6 +206,15 @@ B1 = Rule(
     "UpdateBases vs UpdateBases: X if two new bases share a non-zero id, a name or a path; else ✓.",
 )
 
+U1 = Rule(
+    "U1",
+    "Update vs Append (and after D1, Update vs Update): ✓, unless my Update is an upsert "
+    "that records the keys it inserts (txn_engine's merge_insert); then R if the other "
+    "may hold one of those keys: an Append adding rows, an Update adding rows without an "
+    "inserted-keys filter, or one whose filter may contain one of my keys.",
+    source="txn_engine",
+)
+
 #: Every named predicate, by code.
 PREDICATES: Mapping[str, Rule] = MappingProxyType(
     {
@@ -235,6 +245,7 @@ PREDICATES: Mapping[str, Rule] = MappingProxyType(
             M2,
             M3,
             B1,
+            U1,
         )
     }
 )
@@ -276,7 +287,7 @@ _ROWS: dict[str, tuple[Rule, ...]] = {
     "Merge":            (_R, _R, _X, _Y, _R, _R, _X, _Y, _R, _X, C5, _R, _X, _Y, _Y),
     "Restore":          (_Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, C6, _Y, _X, _Y, _Y),
     "ReserveFragments": (_Y, _Y, _X, _Y, _Y, _Y, _X, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y),
-    "Update":           (_Y, D1, _X, _Y, O1, _R, _X, _Y, D1, N1, _Y, O1, M1, _Y, _Y),
+    "Update":           (U1, D1, _X, _Y, O1, _R, _X, _Y, D1, N1, _Y, O1, M1, _Y, _Y),
     "Project":          (N2, _Y, _X, _Y, _Y, _R, _X, _Y, N2, _R, _Y, N2, _X, _Y, _Y),
     "UpdateConfig":     (_Y, _Y, C1, _Y, _Y, C3, C4, _Y, _Y, _Y, C2, _Y, _Y, _Y, _Y),
     "DataReplacement":  (_Y, E1, _X, I2, O1, _R, _X, _Y, E2, E3, _Y, P1, _X, _Y, _Y),
@@ -336,7 +347,10 @@ def render_markdown() -> str:
         "|---|---|---|",
     ]
     for rule in (COMPATIBLE, RETRYABLE, INCOMPATIBLE, *PREDICATES.values()):
-        source = "pylance 14.0.2 (measured)" if rule.source == "pylance14" else "Lance resolver"
+        source = {
+            "pylance14": "pylance 14.0.2 (measured)",
+            "txn_engine": "txn_engine (stricter than Lance: no duplicate upserted keys)",
+        }.get(rule.source, "Lance resolver")
         lines.append(f"| {rule.code} | {rule.summary} | {source} |")
     return "\n".join(lines) + "\n"
 

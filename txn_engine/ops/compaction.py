@@ -6,13 +6,14 @@ from collections.abc import Iterable
 
 import attrs
 
+from txn_engine.interop import as_fragments
 from txn_engine.model import Fragment, IndexDetails, IndexFile
 
 __all__ = ["ReserveFragments", "Rewrite", "RewriteGroup", "RewrittenIndex"]
 
 
 def _tuple_of_Fragment(value: Iterable[Fragment]) -> tuple[Fragment, ...]:
-    return tuple(value)
+    return as_fragments(value)  # pylance FragmentMetadata accepted, anything else refused
 
 
 def _tuple_of_IndexFile(value: Iterable[IndexFile]) -> tuple[IndexFile, ...]:

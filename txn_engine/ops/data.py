@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from txn_engine.interop import as_data_file, as_fields, as_fragments
 from txn_engine.model import BasePath, DataFile, Fragment, LanceField, frozen_map
 
 __all__ = ["Append", "DataReplacement", "DataReplacementGroup", "Merge", "Overwrite", "Project"]
@@ -23,11 +24,11 @@ def _tuple_of_DataReplacementGroup(
 
 
 def _tuple_of_Fragment(value: Iterable[Fragment]) -> tuple[Fragment, ...]:
-    return tuple(value)
+    return as_fragments(value)  # pylance FragmentMetadata accepted, anything else refused
 
 
 def _tuple_of_LanceField(value: Iterable[LanceField]) -> tuple[LanceField, ...]:
-    return tuple(value)
+    return as_fields(value)  # a pylance LanceSchema or pyarrow.Schema is accepted too
 
 
 def _opt_config(value: Mapping[str, str] | None) -> tuple[tuple[str, str], ...] | None:
@@ -87,7 +88,7 @@ class DataReplacementGroup:
     """Replace, in fragment ``fragment_id``, the data file holding ``new_file.fields``."""
 
     fragment_id: int
-    new_file: DataFile
+    new_file: DataFile = attrs.field(converter=as_data_file)
 
 
 @attrs.frozen

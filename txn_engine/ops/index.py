@@ -6,13 +6,14 @@ from collections.abc import Iterable
 
 import attrs
 
+from txn_engine.interop import as_indices
 from txn_engine.model import IndexMetadata, MemWal
 
 __all__ = ["CreateIndex", "UpdateMemWalState"]
 
 
 def _tuple_of_IndexMetadata(value: Iterable[IndexMetadata]) -> tuple[IndexMetadata, ...]:
-    return tuple(value)
+    return as_indices(value)  # a pylance Index is accepted too
 
 
 def _tuple_of_MemWal(value: Iterable[MemWal]) -> tuple[MemWal, ...]:

@@ -8,13 +8,14 @@ from collections.abc import Iterable, Mapping
 import attrs
 from pyroaring import BitMap64
 
+from txn_engine.interop import as_fragments
 from txn_engine.model import Fragment, MemWal
 
 __all__ = ["CompactedSsTable", "Delete", "Update", "UpdateMode"]
 
 
 def _tuple_of_Fragment(value: Iterable[Fragment]) -> tuple[Fragment, ...]:
-    return tuple(value)
+    return as_fragments(value)  # pylance FragmentMetadata accepted, anything else refused
 
 
 def _ids(value: object) -> tuple[int, ...]:
@@ -99,4 +100,10 @@ class Update:
     )
     affected_rows: BitMap64 | None = attrs.field(
         default=None, converter=_rows, eq=False, hash=False, repr=False
+    )
+    #: hashes of the keys this upsert inserts (:mod:`txn_engine.conflicts.upsert`); in
+    #: memory only, like ``affected_rows``: lets the commit test them against a concurrent
+    #: upsert's ``inserted_rows`` filter exactly
+    inserted_key_hashes: frozenset[int] | None = attrs.field(
+        default=None, eq=False, hash=False, repr=False
     )

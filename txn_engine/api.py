@@ -1,0 +1,683 @@
+"""One call per operation: plan with pylance, commit with txn_engine.
+
+::
+
+    import txn_engine as te
+
+    table = te.open("/data/events.lance")
+    table.append(pyarrow_table)
+    table.delete("id < 10")
+    table.update({"status": "'done'"}, where="id = 7")
+    table.merge_insert(new_rows, on="id")          # upsert
+    table.compact()
+
+Every call
+
+1. opens the latest version (the **read version**, pinned when planning starts) and opens
+   pylance's dataset at that same version;
+2. plans the operation with pylance (``write_fragments``, ``merge_insert(...)
+   .execute_uncommitted``, ``LanceFragment.delete`` / ``merge_columns``,
+   ``Compaction.plan``, ``create_index_uncommitted``): data files are written, nothing is
+   committed by pylance;
+3. commits the resulting :class:`~txn_engine.Transaction` (read version = the pinned one)
+   with :func:`txn_engine.commit`, so a concurrent commit that conflicts is detected;
+4. on :class:`~txn_engine.errors.RetryableConflictError` re-plans from a fresh read
+   (:func:`txn_engine.replan_and_commit`) within the table's re-planning ``retry_policy``.
+
+Each returns the :class:`~txn_engine.CommitResult`. Errors are txn_engine's: what pylance
+raises while planning becomes :class:`~txn_engine.errors.InvalidOperationError` (a bad
+predicate, an unknown column, ...) or :class:`~txn_engine.errors.StorageError`.
+
+pylance (``pip install 'txn_engine[lance]'``) is needed for the calls that plan with it
+(all but :meth:`Table.restore` and :meth:`Table.update_config`); the rest of txn_engine
+imports without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from pyroaring import BitMap64
+
+from txn_engine.commit import CommitResult, commit, replan_and_commit
+from txn_engine.conflicts.rebase import ConflictOptions
+from txn_engine.dataset import Dataset
+from txn_engine.errors import (
+    DatasetNotFoundError,
+    InvalidOperationError,
+    StorageError,
+    TxnEngineError,
+)
+from txn_engine.interop import as_fragments, as_index, as_transaction
+from txn_engine.model import Fragment, LanceField
+from txn_engine.ops import (
+    CreateIndex,
+    Delete,
+    Operation,
+    Project,
+    Restore,
+    Rewrite,
+    RewriteGroup,
+    Update,
+    UpdateConfig,
+    UpdateMap,
+)
+from txn_engine.retry import RetryPolicy
+from txn_engine.schema_check import conform
+from txn_engine.storage import open_storage
+from txn_engine.storage.base import Storage
+from txn_engine.transaction import Transaction
+
+__all__ = ["Table", "open"]
+
+_Uri = str | os.PathLike[str]
+
+
+@contextlib.contextmanager
+def _planning(what: str) -> Iterator[None]:
+    """Turn what pylance raises while planning into txn_engine errors."""
+    try:
+        yield
+    except TxnEngineError:
+        raise
+    except OSError as exc:
+        raise StorageError(f"{what}: pylance failed while planning: {exc}") from exc
+    except Exception as exc:
+        raise InvalidOperationError(f"{what}: pylance refused the plan: {exc}") from exc
+
+
+def _lance(module: str = "lance") -> Any:
+    """A pylance module (untyped on purpose: planning code passes pylance objects along)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - the package extra is documented
+        raise InvalidOperationError(
+            "this call plans with pylance: install it (pip install 'txn_engine[lance]')"
+        ) from exc
+
+
+class Table:
+    """A writer handle on one Lance dataset (see the module docstring). Create with
+    :func:`txn_engine.open`.
+
+    ``retry_policy`` is the re-planning budget (default
+    :meth:`RetryPolicy.replanning`), ``commit_retry_policy`` the budget of each commit
+    (default :class:`RetryPolicy`), ``conflict_options`` opt-in permissive rules.
+    ``lance_storage_options`` are given to pylance (default: ``storage_options``).
+    """
+
+    def __init__(
+        self,
+        uri: _Uri,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        lance_storage_options: Mapping[str, str] | None = None,
+        retry_policy: RetryPolicy | None = None,
+        commit_retry_policy: RetryPolicy | None = None,
+        conflict_options: ConflictOptions | None = None,
+    ) -> None:
+        self._uri = os.fspath(uri)
+        self._storage: Storage = open_storage(self._uri, storage_options)
+        if lance_storage_options is None and storage_options is not None:
+            lance_storage_options = {str(k): str(v) for k, v in storage_options.items()}
+        self._lance_options = dict(lance_storage_options) if lance_storage_options else None
+        self.retry_policy = retry_policy
+        self.commit_retry_policy = commit_retry_policy
+        self.conflict_options = conflict_options
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def uri(self) -> str:
+        """The dataset URI."""
+        return self._uri
+
+    def dataset(self, version: int | None = None) -> Dataset:
+        """The txn_engine :class:`Dataset` at ``version`` (default: latest)."""
+        return Dataset.open(self._storage, version=version)
+
+    @property
+    def version(self) -> int:
+        """The latest version now in storage."""
+        return self.dataset().latest_version()
+
+    def to_lance(self, version: int | None = None) -> Any:
+        """pylance's ``LanceDataset`` at ``version`` (default: latest), for reading."""
+        lance = _lance()
+        with _planning("open"):
+            return lance.dataset(self._uri, version=version, storage_options=self._lance_options)
+
+    def to_table(self, **scan: Any) -> Any:
+        """The latest version read by pylance as a ``pyarrow.Table`` (``scan``: pylance's
+        ``to_table`` arguments, e.g. ``filter="id < 10"``)."""
+        with _planning("read"):
+            return self.to_lance().to_table(**scan)
+
+    def __repr__(self) -> str:
+        return f"Table({self._uri!r})"
+
+    # ------------------------------------------------------------------ machinery
+
+    def _exists(self) -> bool:
+        try:
+            Dataset.open(self._storage)
+        except DatasetNotFoundError:
+            return False
+        return True
+
+    def _run(
+        self,
+        what: str,
+        plan: Callable[[Dataset, Any], Operation | Transaction],
+        *,
+        with_lance: bool = True,
+        properties: Mapping[str, str] | None = None,
+    ) -> CommitResult:
+        """Plan at the pinned latest version (pylance opened at that version too),
+        commit, re-plan on a retryable conflict."""
+
+        def planned(snapshot: Dataset) -> Transaction:
+            lds = self.to_lance(snapshot.version) if with_lance else None
+            with _planning(what):
+                out = plan(snapshot, lds)
+            if isinstance(out, Transaction):
+                return out
+            return Transaction(snapshot.version, out, properties=properties or {})
+
+        return replan_and_commit(
+            self._storage,
+            planned,
+            retry_policy=self.retry_policy,
+            commit_retry_policy=self.commit_retry_policy,
+            conflict_options=self.conflict_options,
+        )
+
+    def _create(self, data: Any, schema: Any, what: str) -> CommitResult:
+        """Create the dataset (read version 0) from ``data``."""
+        write_fragments = _lance("lance.fragment").write_fragments
+
+        with _planning(what):
+            txn = write_fragments(
+                data,
+                self._uri,
+                schema=schema,
+                mode="overwrite",
+                return_transaction=True,
+                storage_options=self._lance_options,
+            )
+        op = as_transaction(txn).operation
+        return commit(self._storage, Transaction(0, op), retry_policy=self.commit_retry_policy)
+
+    # ------------------------------------------------------------------ data
+
+    def append(
+        self,
+        data: Any,
+        *,
+        allow_lossy_cast: bool = False,
+        properties: Mapping[str, str] | None = None,
+    ) -> CommitResult:
+        """Append rows (a ``pyarrow.Table``, ``RecordBatch`` or anything with
+        ``to_arrow``/``__arrow_c_stream__``); creates the dataset if there is none.
+
+        The data is conformed to the table schema first: columns are matched by name and
+        reordered, missing nullable columns become nulls, and a type is converted only when
+        no value can change (``int32`` -> ``int64``, ``float`` -> ``double``, ``string`` ->
+        ``large_string``, ...). Any other type difference raises
+        :class:`~txn_engine.errors.SchemaMismatchError` naming the column and both types;
+        with ``allow_lossy_cast=True`` such columns are cast value by value and the call
+        still fails if a value does not fit.
+        """
+        table = _to_arrow(data)
+        if not self._exists():
+            return self._create(table, None, "append")
+        write_fragments = _lance("lance.fragment").write_fragments
+
+        def plan(snapshot: Dataset, lds: Any) -> Operation:
+            conformed = conform(table, snapshot.schema, allow_lossy_cast=allow_lossy_cast)
+            txn = write_fragments(
+                conformed, lds, return_transaction=True, storage_options=self._lance_options
+            )
+            return as_transaction(txn).operation
+
+        return self._run("append", plan, properties=properties)
+
+    def overwrite(
+        self,
+        data: Any,
+        *,
+        schema: Any = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> CommitResult:
+        """Replace the table's rows and schema with ``data`` (creates the dataset if there
+        is none). Indices are dropped; the config is kept. Columns whose name exists keep
+        their field id, as pylance does."""
+        table = _to_arrow(data)
+        if not self._exists():
+            return self._create(table, schema, "overwrite")
+        write_fragments = _lance("lance.fragment").write_fragments
+
+        def plan(snapshot: Dataset, lds: Any) -> Operation:
+            txn = write_fragments(
+                table,
+                lds,
+                schema=schema,
+                mode="overwrite",
+                return_transaction=True,
+                storage_options=self._lance_options,
+            )
+            return as_transaction(txn).operation
+
+        return self._run("overwrite", plan, properties=properties)
+
+    def delete(
+        self, predicate: str, *, properties: Mapping[str, str] | None = None
+    ) -> CommitResult:
+        """Delete the rows matching the SQL ``predicate`` (e.g. ``"id < 10"``).
+
+        Only fragments holding matching rows get a new deletion file; a fragment whose
+        rows all go is removed. The deleted rows travel as ``affected_rows``, so a
+        concurrent delete of other rows of the same fragment is rebased, not a conflict.
+        A predicate matching nothing still commits a version, as pylance does.
+        """
+
+        def plan(snapshot: Dataset, lds: Any) -> Operation:
+            updated, removed, affected = _delete_plan(lds, predicate)
+            return Delete(
+                updated_fragments=updated,
+                deleted_fragment_ids=removed,
+                predicate=predicate,
+                affected_rows=affected,
+            )
+
+        return self._run("delete", plan, properties=properties)
+
+    def update(
+        self,
+        values: Mapping[str, str],
+        where: str | None = None,
+        *,
+        properties: Mapping[str, str] | None = None,
+    ) -> CommitResult:
+        """Set columns to SQL expressions (``{"price": "price * 2", "tag": "'sale'"}``)
+        on the rows matching ``where`` (default: every row).
+
+        Planned like pylance's ``update``: the matching rows are deleted from their
+        fragments and rewritten, with the new values, into new fragments (one ``Update``).
+        Raises InvalidOperationError for an unknown column or a bad expression.
+        """
+        if not values:
+            raise InvalidOperationError("update: give at least one column to set")
+
+        def plan(snapshot: Dataset, lds: Any) -> Operation:
+            return _update_plan(lds, snapshot, values, where, self._lance_options)
+
+        return self._run("update", plan, properties=properties)
+
+    def merge_insert(
+        self,
+        data: Any,
+        on: str | Sequence[str],
+        *,
+        when_matched_update_all: bool | str = True,
+        when_not_matched_insert_all: bool = True,
+        when_matched_delete: bool = False,
+        when_not_matched_by_source_delete: bool | str = False,
+        properties: Mapping[str, str] | None = None,
+    ) -> CommitResult:
+        """Upsert ``data`` on the key column(s) ``on`` with pylance's merge-insert.
+
+        * ``when_matched_update_all``: replace matched target rows (a SQL string: only
+          where that condition holds, e.g. ``"target.ts < source.ts"``);
+        * ``when_not_matched_insert_all``: insert source rows whose key is new;
+        * ``when_matched_delete``: delete matched target rows instead;
+        * ``when_not_matched_by_source_delete``: delete target rows absent from the source
+          (a SQL string: only those matching it).
+
+        The keys this upsert inserts are recorded in its transaction (a bloom filter in
+        ``inserted_rows``, which pylance 14 reads and ignores), so two upserts planned at
+        the same version that insert the same new key cannot both land: the second one is
+        re-planned and updates the row the first inserted.
+        """
+        keys = [on] if isinstance(on, str) else list(on)
+        table = _to_arrow(data)
+
+        def plan(snapshot: Dataset, lds: Any) -> Transaction:
+            from txn_engine.conflicts.upsert import inserted_rows_filter
+
+            builder = lds.merge_insert(keys)
+            if when_matched_delete:
+                builder = builder.when_matched_delete()
+            elif when_matched_update_all:
+                cond = when_matched_update_all
+                builder = builder.when_matched_update_all(
+                    condition=None if cond is True else str(cond)
+                )
+            if when_not_matched_insert_all:
+                builder = builder.when_not_matched_insert_all()
+            if when_not_matched_by_source_delete:
+                cond = when_not_matched_by_source_delete
+                builder = builder.when_not_matched_by_source_delete(
+                    expr=None if cond is True else str(cond)
+                )
+            ptxn, _stats = builder.execute_uncommitted(table)
+            txn = as_transaction(ptxn)
+            op = txn.operation
+            if when_not_matched_insert_all and isinstance(op, Update):
+                record, hashes = inserted_rows_filter(lds, snapshot, table, keys)
+                op = _with_inserted(op, record, hashes)
+            return Transaction(snapshot.version, op, properties=properties or {})
+
+        return self._run("merge_insert", plan)
+
+    # ------------------------------------------------------------------ layout
+
+    def compact(
+        self,
+        *,
+        target_rows_per_fragment: int = 1024 * 1024,
+        materialize_deletions: bool = True,
+        materialize_deletions_threshold: float = 0.1,
+        num_threads: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> CommitResult | None:
+        """Compact small fragments and materialize deletions (pylance's
+        ``Compaction.plan`` / ``CompactionTask.execute``, options as pylance's).
+
+        Returns None when there is nothing to compact (nothing is committed then).
+        Indices over rewritten fragments are not remapped: they stop covering them (the
+        rows are still found by scanning); rebuild with :meth:`create_index`.
+        """
+        options: dict[str, Any] = {
+            "target_rows_per_fragment": target_rows_per_fragment,
+            "materialize_deletions": materialize_deletions,
+            "materialize_deletions_threshold": materialize_deletions_threshold,
+        }
+        if num_threads is not None:
+            options["num_threads"] = num_threads
+        if not self._exists():
+            raise DatasetNotFoundError(f"no Lance dataset at {self._uri}")
+        empty: list[bool] = []
+
+        def plan(snapshot: Dataset, lds: Any) -> Operation:
+            Compaction = _lance("lance.optimize").Compaction
+
+            tasks = Compaction.plan(lds, options).tasks
+            groups = []
+            for task in tasks:
+                result = task.execute(lds)
+                groups.append(
+                    RewriteGroup(
+                        as_fragments(result.original_fragments),
+                        as_fragments(result.new_fragments),
+                    )
+                )
+            if not groups:
+                empty.append(True)
+            return Rewrite(groups)
+
+        # nothing to compact: answer without committing an empty Rewrite
+        probe = self.dataset()
+        lds = self.to_lance(probe.version)
+        Compaction = _lance("lance.optimize").Compaction
+
+        with _planning("compact"):
+            if not Compaction.plan(lds, options).tasks:
+                return None
+        return self._run("compact", plan, properties=properties)
+
+    def add_columns(
+        self,
+        transforms: Mapping[str, str] | Callable[[Any], Any],
+        read_columns: Sequence[str] | None = None,
+        *,
+        properties: Mapping[str, str] | None = None,
+    ) -> CommitResult:
+        """Add columns computed per fragment: ``{"name": "SQL expression"}`` or a
+        function from a ``pyarrow.RecordBatch`` (of ``read_columns``) to a RecordBatch of
+        the new columns (pylance's ``LanceFragment.merge_columns``). One ``Merge``."""
+        from txn_engine.ops import Merge
+
+        def plan(snapshot: Dataset, lds: Any) -> Operation:
+            frags: list[Fragment] = []
+            schema: Any = None
+            cols = list(read_columns) if read_columns is not None else None
+            for frag in lds.get_fragments():
+                meta, schema = frag.merge_columns(
+                    dict(transforms) if isinstance(transforms, Mapping) else transforms,
+                    columns=cols,
+                )
+                frags.append(as_fragments([meta])[0])
+            if schema is None:
+                raise InvalidOperationError("add_columns: the table has no fragments")
+            return Merge(frags, schema)
+
+        return self._run("add_columns", plan, properties=properties)
+
+    def drop_columns(
+        self, columns: Sequence[str], *, properties: Mapping[str, str] | None = None
+    ) -> CommitResult:
+        """Drop columns (top-level names or dotted nested paths) from the schema (a
+        ``Project``; the data files are untouched, as with pylance)."""
+        drop = {columns} if isinstance(columns, str) else set(columns)
+
+        def plan(snapshot: Dataset, _lds: Any) -> Operation:
+            fields = snapshot.manifest.fields
+            paths = _paths(fields)
+            missing = sorted(c for c in drop if c not in paths.values())
+            if missing:
+                raise InvalidOperationError(f"drop_columns: no column(s) {missing} in the table")
+            kept = [LanceField.from_proto(f) for f in fields if not _dropped(paths[f.id], drop)]
+            if not any(f.parent_id == -1 for f in kept):
+                raise InvalidOperationError("drop_columns: cannot drop every column")
+            return Project(tuple(kept))
+
+        return self._run("drop_columns", plan, with_lance=False, properties=properties)
+
+    def create_index(
+        self,
+        column: str | Sequence[str],
+        index_type: str,
+        *,
+        name: str | None = None,
+        replace: bool = True,
+        properties: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> CommitResult:
+        """Build an index with pylance's ``create_index_uncommitted`` over every fragment
+        of the pinned version (``index_type`` e.g. ``"BTREE"``, ``"BITMAP"``,
+        ``"IVF_PQ"``; ``options`` as pylance's) and commit it. An index of the same name is
+        replaced (``replace=False``: refused instead)."""
+
+        def plan(snapshot: Dataset, lds: Any) -> Operation:
+            frag_ids = [f.id for f in snapshot.fragments]
+            index = as_index(
+                lds.create_index_uncommitted(
+                    column,
+                    index_type,
+                    name=name,
+                    replace=replace,
+                    fragment_ids=frag_ids,
+                    **options,
+                )
+            )
+            removed = [as_index_meta(pb) for pb in snapshot.indices if pb.name == index.name]
+            if removed and not replace:
+                raise InvalidOperationError(f"create_index: index {index.name!r} exists")
+            return CreateIndex(new_indices=[index], removed_indices=removed)
+
+        return self._run("create_index", plan, properties=properties)
+
+    # ------------------------------------------------------------------ versions and config
+
+    def restore(self, version: int, *, properties: Mapping[str, str] | None = None) -> CommitResult:
+        """Make the content of ``version`` the newest version (later versions stay)."""
+
+        def plan(snapshot: Dataset, _lds: Any) -> Operation:
+            snapshot.checkout(version)  # VersionNotFoundError before anything is written
+            return Restore(version)
+
+        return self._run("restore", plan, with_lance=False, properties=properties)
+
+    def update_config(
+        self,
+        upserts: Mapping[str, str | None] | None = None,
+        *,
+        replace: bool = False,
+        table_metadata: Mapping[str, str | None] | None = None,
+        schema_metadata: Mapping[str, str | None] | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> CommitResult:
+        """Edit the config (key -> value; None deletes the key; ``replace`` clears it
+        first), and optionally the table metadata and schema metadata."""
+        config = (
+            UpdateMap(upserts or {}, replace=replace) if upserts is not None or replace else None
+        )
+
+        def plan(_snapshot: Dataset, _lds: Any) -> Operation:
+            return UpdateConfig(
+                config_updates=config,
+                table_metadata_updates=None
+                if table_metadata is None
+                else UpdateMap(table_metadata),
+                schema_metadata_updates=None
+                if schema_metadata is None
+                else UpdateMap(schema_metadata),
+            )
+
+        return self._run("update_config", plan, with_lance=False, properties=properties)
+
+
+def open(
+    uri: _Uri,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    lance_storage_options: Mapping[str, str] | None = None,
+    retry_policy: RetryPolicy | None = None,
+    commit_retry_policy: RetryPolicy | None = None,
+    conflict_options: ConflictOptions | None = None,
+) -> Table:
+    """A :class:`Table` writer handle on the dataset at ``uri`` (which need not exist yet:
+    ``append`` / ``overwrite`` create it)."""
+    return Table(
+        uri,
+        storage_options=storage_options,
+        lance_storage_options=lance_storage_options,
+        retry_policy=retry_policy,
+        commit_retry_policy=commit_retry_policy,
+        conflict_options=conflict_options,
+    )
+
+
+# ---- planning helpers ---------------------------------------------------------------------
+
+
+def _to_arrow(data: Any) -> Any:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if hasattr(data, "to_arrow"):
+        return data.to_arrow()
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.table(data)
+    if isinstance(data, Mapping):
+        return pa.table(dict(data))
+    raise InvalidOperationError(
+        f"expected a pyarrow.Table, RecordBatch or a dict of columns, got {type(data).__name__}"
+    )
+
+
+def as_index_meta(pb: Any) -> Any:
+    from txn_engine.model import IndexMetadata
+
+    return IndexMetadata.from_proto(pb)
+
+
+def _matching_rows(lds: Any, predicate: str | None) -> BitMap64:
+    """Row addresses of the live rows matching ``predicate`` (all rows when None)."""
+    table = lds.to_table(columns=[], filter=predicate, with_row_address=True)
+    return BitMap64(table.column("_rowaddr").to_pylist())
+
+
+def _delete_plan(
+    lds: Any, predicate: str | None
+) -> tuple[tuple[Fragment, ...], tuple[int, ...], BitMap64]:
+    """(updated fragments, removed fragment ids, affected row addresses) of deleting the
+    rows matching ``predicate`` from the fragments that hold some."""
+    affected = _matching_rows(lds, predicate)
+    touched = sorted({addr >> 32 for addr in affected})
+    updated: list[Fragment] = []
+    removed: list[int] = []
+    for fid in touched:
+        frag = lds.get_fragment(fid)
+        meta = frag.delete(predicate) if predicate is not None else None
+        if meta is None:
+            removed.append(fid)
+        else:
+            updated.append(as_fragments([meta])[0])
+    return tuple(updated), tuple(removed), affected
+
+
+def _update_plan(
+    lds: Any,
+    snapshot: Dataset,
+    values: Mapping[str, str],
+    where: str | None,
+    storage_options: Mapping[str, str] | None,
+) -> Update:
+    import pyarrow as pa
+
+    write_fragments = _lance("lance.fragment").write_fragments
+
+    schema = snapshot.schema
+    unknown = [c for c in values if c not in schema.names]
+    if unknown:
+        raise InvalidOperationError(f"update: no column(s) {unknown} in the table")
+    exprs = {name: values.get(name, _quote(name)) for name in schema.names}
+    rows = lds.to_table(columns=exprs, filter=where)
+    rows = pa.Table.from_arrays(
+        [rows.column(n).cast(schema.field(n).type) for n in schema.names], schema=schema
+    )
+    updated, removed, affected = _delete_plan(lds, where if where is not None else "true")
+    new: tuple[Fragment, ...] = ()
+    if rows.num_rows:
+        txn = write_fragments(rows, lds, return_transaction=True, storage_options=storage_options)
+        op = as_transaction(txn).operation
+        new = op.fragments  # type: ignore[union-attr]
+    ids = {f.name: f.id for f in snapshot.manifest.fields if f.parent_id == -1}
+    return Update(
+        removed_fragment_ids=removed,
+        updated_fragments=updated,
+        new_fragments=new,
+        fields_modified=sorted(ids[c] for c in values),
+        affected_rows=affected,
+    )
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"' if not name.isidentifier() else name
+
+
+def _with_inserted(op: Update, record: bytes | None, hashes: frozenset[int]) -> Update:
+    import attrs
+
+    return attrs.evolve(op, inserted_rows=record, inserted_key_hashes=hashes)
+
+
+def _paths(fields: Any) -> dict[int, str]:
+    """Field id -> dotted name path."""
+    out: dict[int, str] = {}
+    for f in fields:
+        out[f.id] = f.name if f.parent_id == -1 else f"{out[f.parent_id]}.{f.name}"
+    return out
+
+
+def _dropped(path: str, drop: set[str]) -> bool:
+    return any(path == d or path.startswith(d + ".") for d in drop)

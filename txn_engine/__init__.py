@@ -18,14 +18,20 @@ Layers (each only imports the ones above it)::
 from __future__ import annotations
 
 from txn_engine import errors as errors
+from txn_engine import interop as interop
 from txn_engine import writers as writers
+from txn_engine.api import Table as Table
+from txn_engine.api import open as open
 from txn_engine.codec import transaction_from_proto as transaction_from_proto
 from txn_engine.codec import transaction_to_proto as transaction_to_proto
 from txn_engine.commit import CommitResult as CommitResult
 from txn_engine.commit import commit as commit
 from txn_engine.commit import find_transaction as find_transaction
 from txn_engine.commit import replan_and_commit as replan_and_commit
+from txn_engine.conflicts.rebase import ConflictOptions as ConflictOptions
 from txn_engine.dataset import Dataset as Dataset
+from txn_engine.errors import SchemaMismatchError as SchemaMismatchError
+from txn_engine.format.naming import NamingScheme as NamingScheme
 from txn_engine.lease import Lease as Lease
 from txn_engine.lease import lease as lease
 from txn_engine.model import BasePath as BasePath
@@ -75,6 +81,7 @@ __all__ = [
     "BasePath",
     "Clone",
     "CommitResult",
+    "ConflictOptions",
     "CreateIndex",
     "DataFile",
     "DataReplacement",
@@ -95,6 +102,7 @@ __all__ = [
     "MemWalId",
     "MemWalState",
     "Merge",
+    "NamingScheme",
     "Operation",
     "Overwrite",
     "Project",
@@ -104,6 +112,8 @@ __all__ = [
     "Rewrite",
     "RewriteGroup",
     "RewrittenIndex",
+    "SchemaMismatchError",
+    "Table",
     "Transaction",
     "Update",
     "UpdateBases",
@@ -115,6 +125,8 @@ __all__ = [
     "commit",
     "errors",
     "find_transaction",
+    "interop",
+    "open",
     "lease",
     "open_storage",
     "operation_kind",

@@ -53,6 +53,7 @@ from txn_engine.errors import (
     TxnEngineError,
 )
 from txn_engine.interop import as_fragments, as_index, as_transaction
+from txn_engine.lease import Lease
 from txn_engine.model import Fragment, LanceField
 from txn_engine.ops import (
     CreateIndex,
@@ -75,6 +76,9 @@ from txn_engine.transaction import Transaction
 __all__ = ["Table", "open"]
 
 _Uri = str | os.PathLike[str]
+
+#: who holds the leases the writer handle takes (shown by cleanup tools)
+_OWNER = f"txn_engine.api:{os.getpid()}"
 
 
 @contextlib.contextmanager
@@ -178,9 +182,15 @@ class Table:
         properties: Mapping[str, str] | None = None,
     ) -> CommitResult:
         """Plan at the pinned latest version (pylance opened at that version too),
-        commit, re-plan on a retryable conflict."""
+        commit, re-plan on a retryable conflict. A lease pins the read version against
+        cleanup from the start of planning until the commit is decided."""
+        held: list[Lease] = []
 
         def planned(snapshot: Dataset) -> Transaction:
+            for old in held:  # re-planning: the previous read version is no longer needed
+                old.release()
+            held.clear()
+            held.append(Lease(self._storage, snapshot.version, ttl=600.0, owner=_OWNER))
             lds = self.to_lance(snapshot.version) if with_lance else None
             with _planning(what):
                 out = plan(snapshot, lds)
@@ -188,13 +198,17 @@ class Table:
                 return out
             return Transaction(snapshot.version, out, properties=properties or {})
 
-        return replan_and_commit(
-            self._storage,
-            planned,
-            retry_policy=self.retry_policy,
-            commit_retry_policy=self.commit_retry_policy,
-            conflict_options=self.conflict_options,
-        )
+        try:
+            return replan_and_commit(
+                self._storage,
+                planned,
+                retry_policy=self.retry_policy,
+                commit_retry_policy=self.commit_retry_policy,
+                conflict_options=self.conflict_options,
+            )
+        finally:
+            for old in held:
+                old.release()
 
     def _create(self, data: Any, schema: Any, what: str) -> CommitResult:
         """Create the dataset (read version 0) from ``data``."""

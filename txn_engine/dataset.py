@@ -37,6 +37,8 @@ from txn_engine.storage.base import Storage
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
 
+    from txn_engine.transaction import Transaction
+
 __all__ = ["Dataset", "VersionInfo", "operation_name"]
 
 
@@ -251,12 +253,20 @@ class Dataset:
 
     # ------------------------------------------------------------------ history
 
-    def transaction(self, version: int | None = None) -> transaction_pb2.Transaction:
-        """The ``Transaction`` protobuf that created ``version`` (default: this one).
+    def transaction(self, version: int | None = None) -> Transaction:
+        """The :class:`~txn_engine.Transaction` that created ``version`` (default: this
+        one), as attrs values.
 
-        Inline copy first, then ``_transactions/``; TransactionNotFoundError if neither.
-        Convert with :func:`txn_engine.codec.transaction_from_proto` for attrs values.
+        Inline copy first, then ``_transactions/``; TransactionNotFoundError if neither,
+        UnknownOperationError for an operation this library does not know
+        (:meth:`transaction_proto` still returns it then).
         """
+        from txn_engine.codec import transaction_from_proto
+
+        return transaction_from_proto(self.transaction_proto(version))
+
+    def transaction_proto(self, version: int | None = None) -> transaction_pb2.Transaction:
+        """The raw ``Transaction`` protobuf that created ``version`` (default: this one)."""
         if version is None or version == self.version:
             return read_transaction(self._storage, self._entry, self._file)
         return read_transaction(self._storage, version)

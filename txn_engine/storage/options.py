@@ -373,6 +373,10 @@ class StorageOptions:
                 client[spec.client_key] = _truthy(value) if name in _BOOL_CLIENT else value
             elif spec.target == "retry":
                 retry[name] = value
+        endpoint = config.get("aws_endpoint") or config.get("azure_storage_endpoint") or ""
+        if endpoint.lower().startswith("http://") and "allow_http" not in self.values:
+            # an explicit http:// endpoint is consent enough (s3fs/adlfs never asked more)
+            client["allow_http"] = True
         if self.kind == "azure" and _truthy(config.get("azure_storage_use_emulator")):
             config.setdefault("azure_storage_account_name", _EMULATOR_ACCOUNT)
             config.setdefault("azure_storage_account_key", _EMULATOR_KEY)

@@ -38,8 +38,8 @@ from txn_engine.format.deletion import (
 )
 from txn_engine.format.naming import NamingScheme
 from txn_engine.format.schema import arrow_to_lance_fields, assign_new_field_ids, max_field_id
+from txn_engine.interop import as_fields, as_transaction, is_pylance
 from txn_engine.interop import as_fragment as _as_fragment
-from txn_engine.interop import as_transaction, is_pylance
 from txn_engine.model import Fragment, LanceField
 from txn_engine.ops import Append, Delete, Merge, Overwrite, Restore, UpdateConfig, UpdateMap
 from txn_engine.retry import RetryPolicy
@@ -69,10 +69,11 @@ def as_fragment(value: FragmentLike) -> Fragment:
     return _as_fragment(value)
 
 
-def _schema(schema: pa.Schema | Sequence[LanceField]) -> tuple[LanceField, ...]:
+def _schema(schema: pa.Schema | Sequence[LanceField] | Any) -> tuple[LanceField, ...]:
+    """Lance fields from a pyarrow.Schema, Lance fields or a pylance ``LanceSchema``."""
     if isinstance(schema, pa.Schema):
         return arrow_to_lance_fields(schema)
-    return tuple(schema)
+    return as_fields(schema)
 
 
 def _open(
@@ -320,7 +321,7 @@ def update_config(
 def add_columns(
     uri: _Uri,
     fragments: Iterable[FragmentLike],
-    schema: pa.Schema | Sequence[LanceField],
+    schema: pa.Schema | Sequence[LanceField] | Any,
     *,
     read_version: int,
     storage_options: Mapping[str, Any] | None = None,
@@ -330,8 +331,9 @@ def add_columns(
 ) -> CommitResult:
     """Publish new columns: ``fragments`` is the *complete* fragment list of
     ``read_version``, each with its new data files (for example what pylance's
-    ``LanceFragment.merge_columns`` returns), and ``schema`` the new schema (Lance fields,
-    or a ``pyarrow.Schema`` whose pre-order ids must then match the data files).
+    ``LanceFragment.merge_columns`` returns), and ``schema`` the new schema (the
+    ``LanceSchema`` ``merge_columns`` returns, Lance fields, or a ``pyarrow.Schema`` whose
+    pre-order ids must then match the data files).
 
     Raises InvalidOperationError if a fragment is missing or its row count changed.
     """

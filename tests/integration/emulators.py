@@ -433,7 +433,7 @@ class LoopbackProxy:
 
     * ``strip_headers``: request headers removed before forwarding (lower-case names), e.g.
       ``{"if-none-match"}`` to emulate a store or gateway that ignores conditional writes;
-    * ``drop_response(method, path)``: when it returns True the request is forwarded and
+    * ``drop_response(method, path, body)``: when it returns True the request is forwarded and
       answered by the server, then the client connection is closed without a response
       (a lost response: the write landed, the client cannot know);
     * ``gcs_xml_uploads``: ``PUT /bucket/object`` (object_store's GCS XML-API upload,
@@ -450,7 +450,7 @@ class LoopbackProxy:
         upstream: str,
         *,
         strip_headers: frozenset[str] = frozenset(),
-        drop_response: Callable[[str, str], bool] | None = None,
+        drop_response: Callable[[str, str, bytes], bool] | None = None,
         gcs_xml_uploads: bool = False,
     ) -> None:
         parsed = urllib.parse.urlsplit(upstream)
@@ -498,7 +498,7 @@ class LoopbackProxy:
         self._thread.start()
 
     def _forward(self, handler: Any) -> None:
-        body = handler._body()
+        body = original_body = handler._body()
         method = handler.command
         path = handler.path
         headers = {
@@ -554,7 +554,9 @@ class LoopbackProxy:
             if meta.get("generation") is not None:
                 out_headers.append(("x-goog-generation", str(meta["generation"])))
             data = b""
-        if self.drop_response is not None and self.drop_response(handler.command, handler.path):
+        if self.drop_response is not None and self.drop_response(
+            handler.command, handler.path, original_body
+        ):
             with self._lock:
                 self.dropped += 1
             handler.close_connection = True

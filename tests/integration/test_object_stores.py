@@ -21,6 +21,7 @@ import importlib.util
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     AmbiguousWriteError,
+    AtomicityUnsupportedError,
     InvalidStorageArgumentError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -76,6 +78,7 @@ emu = _load_emulators()
 moto_server = emu.moto_server
 azurite_server = emu.azurite_server
 fake_gcs_server = emu.fake_gcs_server
+loopback_proxy = emu.loopback_proxy
 
 THREADS = 8
 FAST_RETRY = RetryPolicy(max_attempts=60, initial_unit=0.01, max_delay=0.2)
@@ -812,3 +815,104 @@ def test_dynamodb_concurrent_writers_txn_engine_and_pylance(
     assert ds.count_rows() == 10 + rounds + 10 * THREADS
     names = open_storage(moto_server.uri(name), moto_server.fsspec_options()).list("_versions")
     assert len(names) == total  # every version finalized, no staging objects left
+
+
+# ---- lost responses, on every store and backend -------------------------------------------------
+
+
+def _manifest_write(method: str, path: str, body: bytes) -> bool:
+    """Whether a proxied request creates a main-line manifest: the name is in the URL (S3,
+    Azure, GCS XML API) or in the upload's metadata part (gcsfs's multipart upload)."""
+    if method not in {"PUT", "POST"}:
+        return False
+    return "/_versions/" in urllib.parse.unquote(path) or b'/_versions/' in body[:4096]
+
+
+def test_lost_manifest_create_response_commits_exactly_once(
+    backend: Backend, tmp_path: Path, loopback_proxy: Callable[..., Any]
+) -> None:
+    """The server creates the manifest, the response never arrives: the commit must land
+    exactly once (the backend's retry sees its own object, or the write is ambiguous and the
+    commit loop reads it back), never twice and never as a false conflict."""
+    uri = backend.uri("lost")
+    first = _fragments(backend, uri, _table(0, 10), tmp_path)
+    writers.overwrite(uri, first, _table(0, 1).schema, storage_options=backend.options())
+    drops: list[str] = []
+
+    def drop(method: str, path: str, body: bytes) -> bool:
+        if _manifest_write(method, path, body) and not drops:
+            drops.append(path)
+            return True
+        return False
+
+    proxy = loopback_proxy(
+        backend.upstream, drop_response=drop, gcs_xml_uploads=backend.name == "gcs"
+    )
+    options = backend.options(endpoint=proxy.endpoint, fresh=True)
+    frags = [writers.as_fragment(f) for f in _fragments(backend, uri, _table(10, 5), tmp_path)]
+    result = commit(
+        uri, Transaction(1, Append(frags)), storage_options=options, retry_policy=FAST_RETRY
+    )
+    assert proxy.dropped == 1
+    assert result.version == 2
+    assert [e.version for e in list_versions(backend.storage(uri))] == [1, 2]
+    ds = Dataset.open(uri, storage_options=backend.options())
+    assert ds.version == 2
+    assert ds.count_rows() == 15
+    assert ds.transaction().uuid == result.transaction.uuid
+
+
+# ---- stores that ignore conditional writes (issue 11, finding 3) --------------------------------
+
+
+@pytest.mark.parametrize("impl", ["obstore", "fsspec"])
+def test_store_ignoring_if_none_match_is_refused(
+    impl: str, moto_server: Any, tmp_path: Path, loopback_proxy: Callable[..., Any]
+) -> None:
+    """A proxy in front of moto drops ``If-None-Match``: without the probe, two writers both
+    "create" one manifest and one acknowledged commit vanishes. With it, the first manifest
+    create through that store raises AtomicityUnsupportedError naming the way out, nothing
+    is committed and the probe leaves nothing behind."""
+    info = moto_server
+    strip = loopback_proxy(info.endpoint, strip_headers=frozenset({"if-none-match"}))
+    direct = {**info.lance_options(), "txn_engine_backend": impl}
+    stripped = {**direct, "aws_endpoint": strip.endpoint}
+    uri = info.uri(emu.unique_name("ignores-inm"))
+    frags = list(write_fragments(_table(0, 10), uri, storage_options=info.lance_options()))
+    writers.overwrite(uri, frags, _table(0, 1).schema, storage_options=direct)  # probe passes
+
+    more = [writers.as_fragment(f) for f in frags]
+    with pytest.raises(AtomicityUnsupportedError) as refused:
+        commit(uri, Transaction(1, Append(more)), storage_options=stripped)
+    message = str(refused.value)
+    assert "s3+ddb://" in message
+    assert "txn_engine_unsafe_no_atomicity_check" in message
+    assert emu.S3_SECRET not in message.replace("txn-engine-tests", "")
+    store = open_storage(uri, direct)
+    assert [e.version for e in list_versions(store)] == [1]  # nothing committed
+    assert store.list("_txn_engine/probe") == []  # the probe cleaned up
+    assert any("if-none-match" not in {k.lower() for k in h} for m, _, h in strip.requests)
+
+    # what the probe prevents: with the check switched off, two writers both "win" v2
+    unsafe = {**stripped, "txn_engine_unsafe_no_atomicity_check": "true"}
+    a, b = open_storage(uri, unsafe), open_storage(uri, unsafe)
+    a.put_if_absent("_versions/x.manifest", b"writer a")
+    b.put_if_absent("_versions/x.manifest", b"writer b")  # no ObjectExistsError: a is lost
+    assert store.get("_versions/x.manifest") == b"writer b"
+    store.delete("_versions/x.manifest")
+
+    # the probe runs once per process per store, bucket and prefix
+    def probe_puts() -> int:
+        return sum(1 for m, p, _ in strip.requests if m == "PUT" and "/_txn_engine/probe/" in p)
+
+    before = probe_puts()
+    for _ in range(2):
+        with pytest.raises(AtomicityUnsupportedError):
+            open_storage(uri, stripped).put_if_absent("_versions/y.manifest", b"y")
+    # a refused store is probed again (it may be fixed); a proven one is not
+    assert probe_puts() == before + 4
+    counting = loopback_proxy(info.endpoint)
+    proven = {**direct, "aws_endpoint": counting.endpoint}
+    open_storage(uri, proven).put_if_absent("_versions/z1.manifest", b"1")
+    open_storage(uri, proven).put_if_absent("_versions/z2.manifest", b"2")
+    assert sum(1 for m, p, _ in counting.requests if "/_txn_engine/probe/" in p and m == "PUT") == 2

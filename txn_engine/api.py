@@ -52,6 +52,7 @@ from txn_engine.errors import (
     StorageError,
     TxnEngineError,
 )
+from txn_engine.format.refs import Tag, create_tag, delete_tag, list_tags
 from txn_engine.interop import as_fragments, as_index, as_transaction
 from txn_engine.lease import Lease
 from txn_engine.model import Fragment, LanceField
@@ -564,6 +565,25 @@ class Table:
             )
 
         return self._run("update_config", plan, with_lance=False, properties=properties)
+
+    # ------------------------------------------------------------------ tags
+
+    def tags(self) -> list[Tag]:
+        """Every tag (``_refs/tags/``, pylance's too), sorted by name."""
+        return list_tags(self._storage)
+
+    def create_tag(
+        self, name: str, version: int | None = None, *, metadata: Mapping[str, str] | None = None
+    ) -> Tag:
+        """Tag ``version`` (default: the latest) as ``name``; pylance reads it
+        (``lance.dataset(uri, version=name)``) and cleanup keeps the version. Raises
+        InvalidOperationError for a bad or existing name, VersionNotFoundError."""
+        target = self.version if version is None else version
+        return create_tag(self._storage, name, target, metadata=metadata)
+
+    def delete_tag(self, name: str) -> None:
+        """Delete tag ``name`` (the version stays). VersionNotFoundError if none."""
+        delete_tag(self._storage, name)
 
 
 def open(

@@ -75,6 +75,20 @@ def _open(args: argparse.Namespace) -> Dataset:
     return Dataset.open(args.uri, version=getattr(args, "version", None))
 
 
+def _tags_by_version(ds: Dataset) -> dict[int, list[str]]:
+    """Main-line version -> names of the tags (``_refs/tags/``) pointing at it."""
+    out: dict[int, list[str]] = {}
+    for tag in ds.tags():
+        if tag.branch is None:
+            out.setdefault(tag.version, []).append(tag.name)
+    return out
+
+
+def _version_or_tag(text: str) -> int | str:
+    """``--version`` of show: a number, or a tag name."""
+    return int(text) if text.isdigit() else text
+
+
 # --------------------------------------------------------------------------- log
 
 
@@ -86,8 +100,11 @@ def _configure_log(p: argparse.ArgumentParser) -> None:
 def _run_log(args: argparse.Namespace, out: TextIO) -> int:
     ds = _open(args)
     versions = ds.versions()
+    tags = _tags_by_version(ds)
+    branches = ds.branches()
     if args.json:
-        json.dump([v.to_json() for v in versions], out, indent=2)
+        records = [{**v.to_json(), "tags": tags.get(v.version, [])} for v in versions]
+        json.dump(records, out, indent=2)
         out.write("\n")
         return 0
     rows = [
@@ -98,11 +115,15 @@ def _run_log(args: argparse.Namespace, out: TextIO) -> int:
             _dash(v.read_version),
             _dash(v.writer),
             _dash(v.uuid),
+            ", ".join(tags.get(v.version, [])) or "-",
         ]
         for v in versions
     ]
-    out.write(_table(rows, ["VERSION", "TIMESTAMP", "OPERATION", "READ", "WRITER", "UUID"]))
+    out.write(_table(rows, ["VERSION", "TIMESTAMP", "OPERATION", "READ", "WRITER", "UUID", "TAGS"]))
     out.write("\n")
+    for b in branches:
+        parent = b.parent_branch or "main"
+        out.write(f"branch {b.name}: from {parent} version {b.parent_version}\n")
     return 0
 
 
@@ -114,7 +135,12 @@ register(Command("log", "list the versions of a dataset", _configure_log, _run_l
 
 def _configure_show(p: argparse.ArgumentParser) -> None:
     p.add_argument("uri", help="dataset URI or path")
-    p.add_argument("--version", type=int, default=None, help="version to show (default latest)")
+    p.add_argument(
+        "--version",
+        type=_version_or_tag,
+        default=None,
+        help="version number or tag name to show (default latest)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable JSON output")
 
 
@@ -200,6 +226,7 @@ def _summary(ds: Dataset) -> dict[str, Any]:
         "transaction_file": m.transaction_file or None,
         "inline_transaction": ds.manifest_file.transaction is not None,
         "tag": m.tag or None,
+        "tags": ds.tags_of(),
     }
 
 
@@ -210,6 +237,7 @@ def _render_show(s: dict[str, Any]) -> str:
     head = [
         ("uri", s["uri"]),
         ("version", str(s["version"])),
+        ("tags", ", ".join(s["tags"]) or "-"),
         ("manifest", s["manifest"]),
         ("naming scheme", s["naming_scheme"]),
         ("data format", _dash(s["data_format"])),
@@ -564,11 +592,18 @@ register(
 # --------------------------------------------------------------------------- main
 
 
+def _package_version() -> str:
+    from txn_engine import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser with every registered subcommand."""
     parser = argparse.ArgumentParser(
         prog="txn-engine", description="Inspect and operate on Lance datasets."
     )
+    parser.add_argument("--version", action="version", version=f"txn-engine {_package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS.values():
         p = sub.add_parser(command.name, help=command.help, description=command.help)

@@ -37,6 +37,7 @@ from txn_engine.storage.base import Storage
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
 
+    from txn_engine.format.refs import Branch, Tag
     from txn_engine.transaction import Transaction
 
 __all__ = ["Dataset", "VersionInfo", "operation_name"]
@@ -49,6 +50,20 @@ def operation_name(txn: transaction_pb2.Transaction) -> str | None:
     if field is None:
         return None
     return "".join(part.capitalize() for part in field.split("_"))
+
+
+def _tagged_version(storage: Storage, tag: str) -> int:
+    """The main-line version tag ``tag`` names (VersionNotFoundError if none)."""
+    from txn_engine.errors import InvalidOperationError
+    from txn_engine.format.refs import read_tag
+
+    found = read_tag(storage, tag)
+    if found.branch is not None:
+        raise InvalidOperationError(
+            f"tag {tag!r} points at branch {found.branch!r}; txn_engine opens main-line "
+            "versions only"
+        )
+    return found.version
 
 
 def _timestamp(manifest: table_pb2.Manifest) -> _dt.datetime | None:
@@ -124,14 +139,36 @@ class Dataset:
         cls,
         uri: str | os.PathLike[str] | Storage,
         *,
-        version: int | None = None,
+        version: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> Dataset:
         """Open the dataset at ``uri`` (path, ``file://``, ``memory://``, fsspec URI, or a
-        ready :class:`~txn_engine.storage.Storage`) at ``version`` (default: latest)."""
+        ready :class:`~txn_engine.storage.Storage`) at ``version`` (default: latest; a
+        string is a tag name, as in pylance)."""
         storage = open_storage(uri, storage_options)
+        if isinstance(version, str):
+            version = _tagged_version(storage, version)
         entry, manifest_file = read_manifest(storage, version)
         return cls(storage, entry, manifest_file)
+
+    # ------------------------------------------------------------------ refs
+
+    def tags(self) -> list[Tag]:
+        """Every tag of the dataset (``_refs/tags/``), sorted by name."""
+        from txn_engine.format.refs import list_tags
+
+        return list_tags(self._storage)
+
+    def tags_of(self, version: int | None = None) -> list[str]:
+        """Names of the main-line tags pointing at ``version`` (default: this one)."""
+        target = self.version if version is None else version
+        return [t.name for t in self.tags() if t.branch is None and t.version == target]
+
+    def branches(self) -> list[Branch]:
+        """Every branch of the dataset (``_refs/branches/``), sorted by name (read-only)."""
+        from txn_engine.format.refs import list_branches
+
+        return list_branches(self._storage)
 
     # ------------------------------------------------------------------ identity
 
@@ -308,8 +345,11 @@ class Dataset:
         """The newest main-line version now in storage (may be newer than ``version``)."""
         return latest_version(self._storage).version
 
-    def checkout(self, version: int | None = None) -> Dataset:
-        """A snapshot of ``version`` (default: the latest) of the same dataset."""
+    def checkout(self, version: int | str | None = None) -> Dataset:
+        """A snapshot of ``version`` (default: the latest; a string: a tag) of the same
+        dataset."""
+        if isinstance(version, str):
+            version = _tagged_version(self._storage, version)
         entry, mf = read_manifest(self._storage, version)
         return Dataset(self._storage, entry, mf)
 

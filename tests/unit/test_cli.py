@@ -33,7 +33,15 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_log_table(dataset: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["log", str(dataset)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["VERSION", "TIMESTAMP", "OPERATION", "READ", "WRITER", "UUID"]
+    assert lines[0].split() == [
+        "VERSION",
+        "TIMESTAMP",
+        "OPERATION",
+        "READ",
+        "WRITER",
+        "UUID",
+        "TAGS",
+    ]
     ops = [line.split()[4] for line in lines[1:]]  # timestamp is "date time UTC"
     assert ops == ["Overwrite", "Delete", "CreateIndex", "UpdateConfig"]
     assert all("lance 14.0.2" in line for line in lines[1:])

@@ -571,22 +571,32 @@ class FragmentCollector:
         """Delete every data file this write produced (driver side, after a failed job).
 
         If the write's transaction turns out to be in the history (a commit whose outcome
-        was reported as unknown), the files it references are kept. If the history cannot
-        be read, nothing is deleted (a later :func:`sweep_staged_writes` finishes the job).
-        Returns the number of data files deleted.
+        was reported as unknown), the files it references are kept. If the history since
+        the read version cannot be read, or is incomplete (versions cleaned up), nothing is
+        deleted (a later :func:`sweep_staged_writes` decides). A file that any kept version
+        references is never deleted. Returns the number of data files deleted.
         """
         extra = {name for f in fragments for name in _file_names(_fragment_json(f))}
         storage = self.open_storage()
         try:
-            landed = self._landed(storage)
+            outcome = _staging.settle(
+                storage,
+                self.uuid,
+                read_version=self.read_version,
+                write_id=self.write_id,
+                write_id_property=WRITE_ID_PROPERTY,
+            )
         except Exception as exc:
+            outcome = _staging.Outcome(None, False, f"cannot read the history: {exc!r}")
+        if not outcome.known:
             _log.warning(
-                "abort of write %s: cannot read the history (%r); keeping its files for "
-                "sweep_staged_writes",
+                "abort of write %s: whether it landed cannot be told (%s); keeping its files "
+                "for sweep_staged_writes",
                 self.write_id,
-                exc,
+                outcome.reason,
             )
             return 0
+        landed = outcome.landed
         keep = set() if landed is None else _staging.transaction_data_files(landed.transaction)
         stats = _staging.finalize(storage, self.write_key, keep, extra_files=extra)
         _log.info(

@@ -58,11 +58,19 @@ __all__ = [
 DATA_SOURCE_NAME = "txn_lance"
 
 
-def register(spark: Any) -> None:
-    """Register the ``txn_lance`` data source with a SparkSession (once per session)."""
+def register(spark: Any, *, filter_pushdown: bool = True) -> None:
+    """Register the ``txn_lance`` data source with a SparkSession (once per session).
+
+    With ``filter_pushdown`` (the default) this also sets the session conf
+    ``spark.sql.python.filterPushdown.enabled=true``, without which Spark hands Python data
+    sources no filters (and refuses readers that accept them); reads then push comparisons,
+    IN, IS NULL, ... on primitive columns into pylance's scan.
+    """
     from txn_engine.spark._datasource import TxnLanceDataSource
 
     spark.dataSource.register(TxnLanceDataSource)
+    if filter_pushdown:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
 
 def activate(spark: Any) -> None:
@@ -82,7 +90,13 @@ def activate(spark: Any) -> None:
 
 def __getattr__(name: str) -> Any:
     # the data source classes import pyspark; load them only when asked for
-    if name in ("TxnLanceDataSource", "TxnLanceWriter", "TxnLanceCommitMessage"):
+    if name in (
+        "TxnLanceDataSource",
+        "TxnLanceWriter",
+        "TxnLanceCommitMessage",
+        "TxnLanceReader",
+        "TxnLanceFilteringReader",
+    ):
         from txn_engine.spark import _datasource
 
         return getattr(_datasource, name)

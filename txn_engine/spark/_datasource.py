@@ -1,9 +1,14 @@
-"""The ``txn_lance`` PySpark data source (batch writes).
+"""The ``txn_lance`` PySpark data source (batch reads and writes).
 
 ``register(spark)`` once per session, then::
 
     df.write.format("txn_lance").mode("append").save(uri)
     df.write.format("txn_lance").mode("overwrite").option("max_rows_per_file", 100_000).save(uri)
+    spark.read.format("txn_lance").option("version", 3).load(uri)
+
+Reads: :meth:`TxnLanceDataSource.schema` pins the version when the DataFrame is created
+(``load()``), :meth:`TxnLanceDataSource.reader` reads that version's manifest once and
+makes the partitions; :meth:`TxnLanceReader.read` scans on the executors.
 
 Spark calls :meth:`TxnLanceDataSource.writer` on the driver when it plans the write (the
 read version is pinned there), :meth:`TxnLanceWriter.write` in every task, and
@@ -21,13 +26,36 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 
 from txn_engine.errors import InvalidOperationError
-from txn_engine.spark._options import parse_write_options
+from txn_engine.spark import _filters
+from txn_engine.spark._options import ReadOptions, parse_read_options, parse_write_options
+from txn_engine.spark._read import (
+    ReadPlan,
+    arrow_to_spark_schema,
+    group_fragments,
+    plan_read,
+    scan_fragments,
+    spark_arrow_schema,
+)
 from txn_engine.spark._write import FragmentCollector
 
-__all__ = ["DATA_SOURCE_NAME", "TxnLanceCommitMessage", "TxnLanceDataSource", "TxnLanceWriter"]
+__all__ = [
+    "DATA_SOURCE_NAME",
+    "TxnLanceCommitMessage",
+    "TxnLanceDataSource",
+    "TxnLanceFilteringReader",
+    "TxnLanceInputPartition",
+    "TxnLanceReader",
+    "TxnLanceWriter",
+]
 
 DATA_SOURCE_NAME = "txn_lance"
 _log = logging.getLogger("txn_engine.spark")
@@ -51,15 +79,47 @@ def _spark_to_arrow(schema: Any) -> pa.Schema:
 
 
 class TxnLanceDataSource(DataSource):
-    """Writes a DataFrame into a Lance dataset through txn_engine (see ``docs/spark.md``).
+    """Reads a Lance dataset into a DataFrame, and writes a DataFrame into one through
+    txn_engine (see ``docs/spark.md``).
 
-    The dataset URI is the ``save()`` path. Options are parsed by
-    :func:`txn_engine.spark._options.parse_write_options`; unknown options are rejected.
+    The dataset URI is the ``load()`` / ``save()`` path. Options are parsed by
+    :func:`txn_engine.spark._options.parse_read_options` /
+    :func:`~txn_engine.spark._options.parse_write_options`; unknown options are rejected.
     """
+
+    #: The version :meth:`schema` pinned (Spark pickles the data source after calling it,
+    #: so :meth:`reader` sees it); None until then.
+    pinned_version: int | None = None
 
     @classmethod
     def name(cls) -> str:
         return DATA_SOURCE_NAME
+
+    def _read_args(self) -> tuple[str, ReadOptions]:
+        options = dict(self.options)
+        uri = options.pop("path", None)
+        if not uri:
+            raise InvalidOperationError(
+                'txn_lance needs the dataset URI: spark.read.format("txn_lance").load(uri)'
+            )
+        return uri, parse_read_options(options)
+
+    def schema(self) -> Any:
+        """The Spark schema of the version to read (pinned here, when ``load()`` runs):
+        the table schema, or the ``columns`` option's columns of it."""
+        uri, options = self._read_args()
+        plan = plan_read(uri, options)
+        self.pinned_version = plan.version
+        return arrow_to_spark_schema(_selected(plan, options))
+
+    def reader(self, schema: Any) -> TxnLanceReader:
+        """The reader of the pinned version (or, with a user-given schema, of the version
+        the options name, resolved now): one manifest read; the partitions are fixed."""
+        uri, options = self._read_args()
+        plan = plan_read(uri, options, version=self.pinned_version)
+        _check_requested(plan, schema)
+        cls = TxnLanceFilteringReader if options.filter_pushdown else TxnLanceReader
+        return cls(plan, schema, options)
 
     def writer(self, schema: Any, overwrite: bool) -> TxnLanceWriter:
         options = dict(self.options)
@@ -76,6 +136,86 @@ class TxnLanceDataSource(DataSource):
             options=parsed,
         )
         return TxnLanceWriter(collector)
+
+
+def _selected(plan: ReadPlan, options: ReadOptions) -> pa.Schema:
+    if options.columns is None:
+        return plan.schema
+    missing = [c for c in options.columns if plan.schema.get_field_index(c) < 0]
+    if missing:
+        raise InvalidOperationError(
+            f"option 'columns': {missing} not in the table at version {plan.version} "
+            f"(columns: {plan.schema.names})"
+        )
+    return pa.schema([plan.schema.field(c) for c in options.columns])
+
+
+def _check_requested(plan: ReadPlan, schema: Any) -> None:
+    """Every column Spark asks for exists at the pinned version with the same type."""
+    for field in schema.fields:
+        index = plan.schema.get_field_index(field.name)
+        if index < 0:
+            raise InvalidOperationError(
+                f"column {field.name!r} is not in {plan.uri} at version {plan.version} "
+                f"(columns: {plan.schema.names})"
+            )
+        ours = arrow_to_spark_schema(pa.schema([plan.schema.field(index)])).fields[0].dataType
+        if ours != field.dataType:
+            raise InvalidOperationError(
+                f"column {field.name!r} is {ours.simpleString()} in {plan.uri} at version "
+                f"{plan.version}, but the schema asks for {field.dataType.simpleString()}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class TxnLanceInputPartition(InputPartition):
+    """One Spark input partition: fragment ids of the pinned version."""
+
+    fragment_ids: tuple[int, ...]
+
+
+class TxnLanceReader(DataSourceReader):
+    """Scans one pinned version; pickled to the executors with its plan."""
+
+    def __init__(self, plan: ReadPlan, schema: Any, options: ReadOptions) -> None:
+        self.plan = plan
+        self.options = options
+        self.columns = tuple(schema.fieldNames())
+        self.spark_schema = schema
+        self.filter: str | None = None
+
+    def partitions(self) -> list[TxnLanceInputPartition]:
+        groups = group_fragments(self.plan.fragments, self.options.rows_per_partition)
+        # Spark replaces an empty list with one partition of its own; return ours instead
+        return [TxnLanceInputPartition(ids) for ids in groups] or [TxnLanceInputPartition(())]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TxnLanceInputPartition)
+        yield from scan_fragments(
+            self.plan.uri,
+            self.plan.version,
+            partition.fragment_ids,
+            target=spark_arrow_schema(self.spark_schema),
+            filter=self.filter,
+            batch_size=self.options.batch_size,
+            lance_storage_options=self.options.lance_storage_options
+            or {k: str(v) for k, v in self.options.storage_options.items()},
+        )
+
+
+class TxnLanceFilteringReader(TxnLanceReader):
+    """A :class:`TxnLanceReader` that takes Spark's filters (pushed to pylance's scan).
+
+    Spark calls :meth:`pushFilters` only when ``spark.sql.python.filterPushdown.enabled``
+    is true (``register`` sets it) and refuses a reader with it otherwise; the
+    ``filter_pushdown=false`` read option selects the plain reader."""
+
+    def pushFilters(self, filters: list[Any]) -> list[Any]:
+        """Keep the filters Lance evaluates identically (see ``txn_engine.spark._filters``)
+        for the scan; return the others for Spark to apply."""
+        expression, rest = _filters.translate(filters, self.plan.schema)
+        self.filter = expression
+        return rest
 
 
 def _ensure_log_output() -> None:

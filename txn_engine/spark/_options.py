@@ -20,7 +20,7 @@ import attrs
 
 from txn_engine.errors import InvalidOperationError
 
-__all__ = ["WriteOptions", "parse_write_options"]
+__all__ = ["ReadOptions", "WriteOptions", "parse_read_options", "parse_write_options"]
 
 #: Default upper bound on rows per data file (pylance's own default).
 DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
@@ -195,3 +195,109 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         if name in lowered and lowered[name] != "":
             kwargs[name] = lowered[name]
     return WriteOptions(**kwargs)
+
+
+# --------------------------------------------------------------------------- reads
+
+_READ_SCALAR_OPTIONS = {
+    "path",
+    "version",
+    "timestamp",
+    "tag",
+    "columns",
+    "rows_per_partition",
+    "batch_size",
+    "filter_pushdown",
+}
+_READ_MAP_OPTIONS = {
+    "storage_options": "storage.",
+    "lance_storage_options": "lance_storage.",
+}
+
+
+def _masked(value: Mapping[str, Any]) -> str:
+    """Storage options shown without their values (they may hold secrets)."""
+    return "{" + ", ".join(f"{k!r}: '***'" for k in sorted(value)) + "}"
+
+
+@attrs.frozen
+class ReadOptions:
+    """Everything ``spark.read.format("txn_lance")`` can be configured with.
+
+    At most one of ``version`` / ``timestamp`` / ``tag`` (time travel; default: the
+    latest version when the DataFrame is created). ``timestamp`` is ISO 8601 (without an
+    offset it is UTC) or seconds since the epoch: the latest version committed at or
+    before it. ``columns`` restricts the DataFrame to those columns (the only way to prune
+    columns: Spark 4.3 does not tell Python data sources which columns a query uses).
+    ``rows_per_partition``: fragments with fewer live rows are grouped into one Spark
+    partition up to about this many rows; a larger fragment is a partition of its own.
+    ``storage_options`` are for txn_engine's manifest reads (driver),
+    ``lance_storage_options`` for pylance's data-file reads (executors); both take Lance's
+    option names, and when only one set is given it is used for both.
+    """
+
+    version: int | None = None
+    timestamp: str | None = None
+    tag: str | None = None
+    columns: tuple[str, ...] | None = None
+    rows_per_partition: int = DEFAULT_MAX_ROWS_PER_FILE
+    batch_size: int | None = None
+    filter_pushdown: bool = True
+    storage_options: Mapping[str, Any] = attrs.field(factory=dict, repr=_masked)
+    lance_storage_options: Mapping[str, str] = attrs.field(factory=dict, repr=_masked)
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Turn a Spark read option map into :class:`ReadOptions`.
+
+    Unknown option names are rejected, as for writes. Raises
+    :class:`~txn_engine.errors.InvalidOperationError` naming the offending option (also
+    when more than one of ``version``, ``timestamp`` and ``tag`` is given).
+    """
+    lowered = {str(k).lower(): str(v) for k, v in options.items()}
+    maps: dict[str, dict[str, Any]] = {name: {} for name in _READ_MAP_OPTIONS}
+    for name in _READ_MAP_OPTIONS:
+        if name in lowered:
+            maps[name].update(_json_object(name, lowered[name]))
+    for key, value in lowered.items():
+        if key in _READ_MAP_OPTIONS or key in _READ_SCALAR_OPTIONS:
+            continue
+        for name, prefix in _READ_MAP_OPTIONS.items():
+            if key.startswith(prefix) and len(key) > len(prefix):
+                maps[name][key[len(prefix) :]] = value
+                break
+        else:
+            known = sorted(_READ_SCALAR_OPTIONS | set(_READ_MAP_OPTIONS))
+            prefixes = sorted(_READ_MAP_OPTIONS.values())
+            raise InvalidOperationError(
+                f"unknown txn_lance read option {key!r}; known options: {', '.join(known)}; "
+                f"per-key prefixes: {', '.join(p + '<key>' for p in prefixes)}"
+            )
+    travel = [name for name in ("version", "timestamp", "tag") if lowered.get(name, "") != ""]
+    if len(travel) > 1:
+        raise InvalidOperationError(
+            f"give at most one of the read options version, timestamp and tag; got {travel}"
+        )
+    kwargs: dict[str, Any] = {
+        "storage_options": maps["storage_options"],
+        "lance_storage_options": {k: str(v) for k, v in maps["lance_storage_options"].items()},
+    }
+    if lowered.get("version", "") != "":
+        kwargs["version"] = _int("version", lowered["version"], minimum=1)
+    for name in ("timestamp", "tag"):
+        if lowered.get(name, "") != "":
+            kwargs[name] = lowered[name]
+    if "columns" in lowered:
+        names = tuple(c.strip() for c in lowered["columns"].split(",") if c.strip())
+        if not names:
+            raise InvalidOperationError("option 'columns' must name at least one column")
+        kwargs["columns"] = names
+    if "rows_per_partition" in lowered:
+        kwargs["rows_per_partition"] = _int(
+            "rows_per_partition", lowered["rows_per_partition"], minimum=1
+        )
+    if "batch_size" in lowered:
+        kwargs["batch_size"] = _int("batch_size", lowered["batch_size"], minimum=1)
+    if "filter_pushdown" in lowered:
+        kwargs["filter_pushdown"] = _bool("filter_pushdown", lowered["filter_pushdown"])
+    return ReadOptions(**kwargs)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -29,7 +28,6 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from txn_engine.errors import (
     InvalidOperationError,
-    ObjectNotFoundError,
     VersionNotFoundError,
 )
 from txn_engine.spark._options import ReadOptions
@@ -47,8 +45,6 @@ __all__ = [
     "scan_fragments",
     "spark_arrow_schema",
 ]
-
-_TAG_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 @attrs.frozen
@@ -96,41 +92,16 @@ def read_tag(storage: Storage, tag: str) -> int:
     """The version a pylance tag (``_refs/tags/<tag>.json``) points at.
 
     Raises VersionNotFoundError when the tag does not exist, InvalidOperationError for an
-    invalid tag name or a tag of a branch (branches are not supported)."""
-    if not _TAG_NAME.match(tag) or tag.startswith(".") or tag.endswith(".") or ".." in tag:
-        raise InvalidOperationError(f"{tag!r} is not a valid Lance tag name")
-    try:
-        from txn_engine.format import refs  # type: ignore[attr-defined]
-    except ImportError:
-        refs = None
-    reader = getattr(refs, "read_tag", None) if refs is not None else None
-    if reader is not None:
-        try:
-            found = reader(storage, tag)
-        except ObjectNotFoundError as exc:
-            raise VersionNotFoundError(f"{storage.uri}: no tag {tag!r}") from exc
-        version = getattr(found, "version", found)
-        branch = getattr(found, "branch", None)
-    else:
-        try:
-            data = storage.get(f"_refs/tags/{tag}.json")
-        except ObjectNotFoundError as exc:
-            raise VersionNotFoundError(f"{storage.uri}: no tag {tag!r}") from exc
-        try:
-            content = json.loads(data)
-            version, branch = content["version"], content.get("branch")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidOperationError(
-                f"{storage.uri}: tag file _refs/tags/{tag}.json is not a Lance tag: {exc}"
-            ) from exc
-    if branch not in (None, "", "main"):
+    invalid tag name or a tag of a branch (reads are of the main branch)."""
+    from txn_engine.format.refs import read_tag as read_ref
+
+    found = read_ref(storage, tag)
+    if found.branch not in (None, "", "main"):
         raise InvalidOperationError(
-            f"tag {tag!r} points at version {version} of branch {branch!r}; txn_lance reads "
-            "the main branch only"
+            f"tag {tag!r} points at version {found.version} of branch {found.branch!r}; "
+            "txn_lance reads the main branch only"
         )
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise InvalidOperationError(f"tag {tag!r} holds an invalid version {version!r}")
-    return version
+    return found.version
 
 
 def _manifest_nanos(manifest: Any) -> int | None:

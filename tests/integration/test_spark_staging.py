@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -433,3 +433,93 @@ def test_sweep_keeps_files_younger_than_the_retention_or_older_than_their_write(
     assert result.files_removed == 1
     assert own[0] not in _data(uri)
     assert {young[0], older[0]} <= _data(uri)
+
+
+def test_an_unreadable_kept_version_stops_every_delete(tmp_path: Path) -> None:
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    orphan = _paths(_fragments(uri, 1))
+    key = st.new_write_key(now=time.time() - 5 * DAY)
+    st.put_markers(storage, key, orphan)  # straggler markers: the file is unreferenced
+    detached = Path(uri) / "_versions" / "d9223372036854775809.manifest"
+    detached.write_bytes(b"not a manifest")
+    result = sweep_staged_writes(uri, older_than_seconds=0)
+    assert (result.files_removed, result.skipped) == (0, 1)
+    assert orphan[0] in _data(uri)
+    assert _staged(uri)  # the trail stays for a later sweep
+    detached.unlink()
+    assert sweep_staged_writes(uri, older_than_seconds=0).files_removed == 1
+    assert orphan[0] not in _data(uri)
+
+
+def test_a_tag_naming_a_missing_version_stops_every_delete(tmp_path: Path) -> None:
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    orphan = _paths(_fragments(uri, 1))
+    st.put_markers(storage, st.new_write_key(now=time.time() - 5 * DAY), orphan)
+    storage.put("_refs/tags/gone.json", json.dumps({"branch": None, "version": 7}).encode())
+    result = sweep_staged_writes(uri, older_than_seconds=0)
+    assert (result.files_removed, result.skipped) == (0, 1)
+    assert orphan[0] in _data(uri)
+
+
+def test_a_branch_without_its_reference_still_protects_its_files(tmp_path: Path) -> None:
+    """A branch dataset under ``tree/`` is found on local disk even before (or without)
+    its ``_refs/branches`` JSON; the files its manifests reference are kept."""
+    uri = _dataset(tmp_path)
+    storage = LocalStorage(uri)
+    ds = lance.dataset(uri)
+    source = sorted(_live(uri))
+    branch = ds.create_branch("b1", 1)
+    lance.write_dataset(pa.table({"id": pa.array([5], pa.int64())}), uri, mode="overwrite")
+    # only the branch still references the version-1 files of the main line
+    for name in os.listdir(os.path.join(uri, "_versions")):
+        if name == "18446744073709551614.manifest":
+            os.unlink(os.path.join(uri, "_versions", name))
+    for name in os.listdir(os.path.join(uri, "_refs", "branches")):
+        os.unlink(os.path.join(uri, "_refs", "branches", name))
+    st.put_markers(storage, st.new_write_key(now=time.time() - 5 * DAY), source)
+    assert sweep_staged_writes(uri, older_than_seconds=0).files_removed == 0
+    assert lance.dataset(branch.uri).to_table()["id"].to_pylist() == [0]
+
+
+def test_fsspec_local_storage_follows_the_same_rules(tmp_path: Path) -> None:
+    import fsspec
+
+    from txn_engine.storage.fsspec_store import FsspecStorage
+
+    uri = _dataset(tmp_path)
+    storage = FsspecStorage(fsspec.filesystem("file"), uri)
+    now = time.time()
+    live = sorted(_live(uri))
+    dead = _paths(_fragments(uri, 1))
+    _dead_write(storage, uri, now - 2 * DAY, dead, uuid="6f1c7b8e-0000-4000-8000-000000000013")
+    st.put_markers(storage, st.new_write_key(now=now - 2 * DAY), live)  # forged
+    outside = tmp_path / "outside.lance"
+    outside.write_bytes(b"x")
+    os.utime(outside, (now - 2 * DAY + 60, now - 2 * DAY + 60))  # old enough to sweep
+    os.symlink(outside, os.path.join(uri, "data", "link.lance"))
+    st.put_markers(storage, st.new_write_key(now=now - 2 * DAY), ["link.lance"])
+    result = st.sweep(storage, older_than_seconds=DAY)
+    assert result.files_removed == 1
+    assert dead[0] not in _data(uri)
+    assert set(live) <= _data(uri)
+    assert outside.exists()
+    assert os.path.islink(os.path.join(uri, "data", "link.lance"))
+    assert lance.dataset(uri).count_rows() == 1
+
+
+@pytest.mark.parametrize(
+    ("info", "expected"),
+    [
+        ({"mtime": 1_700_000_000.5}, 1_700_000_000.5),
+        ({"LastModified": datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)}, 1_700_000_000.0),
+        ({"last_modified": datetime(2023, 11, 14, 22, 13, 20)}, 1_700_000_000.0),
+        ({"updated": "2023-11-14T22:13:20.000Z"}, 1_700_000_000.0),
+        ({"size": 3}, None),
+    ],
+)
+def test_modification_times_from_fsspec_info(
+    info: dict[str, object], expected: float | None
+) -> None:
+    assert st._mtime_from_info(info) == expected

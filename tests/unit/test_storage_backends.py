@@ -782,7 +782,9 @@ def test_fsspec_spellings_are_aliases() -> None:
     }
     config, client, _ = resolved.obstore_arguments()
     assert config["aws_access_key_id"] == "AKIDEXAMPLE"
-    assert client == {}
+    assert client == {"allow_http": True}  # an explicit http:// endpoint allows http
+    https = resolve_options("s3", {"endpoint_url": "https://s3.example"}).obstore_arguments()
+    assert https[1] == {}
     # two spellings of one option must agree; the secret is not echoed
     with pytest.raises(InvalidStorageArgumentError) as info:
         resolve_options("s3", {"secret": "aaaa-1", "aws_secret_access_key": "bbbb-2"})
@@ -865,8 +867,16 @@ def test_default_backend_is_obstore_and_secrets_stay_hidden() -> None:
         open_storage(
             "s3://bucket/ds", {**LANCE_S3, "txn_engine_backend": "obstore"}, commit_lock=lock
         )
+    # an fsspec-only spelling keeps an existing fsspec configuration on fsspec ...
+    kept = open_storage("s3://bucket/ds", {**LANCE_S3, "config_kwargs": {}})
+    assert isinstance(kept, FsspecStorage)
+    gcs = open_storage("gs://bucket/ds", {"token": "anon", "endpoint_url": "http://127.0.0.1:9"})
+    assert isinstance(gcs, FsspecStorage)
+    # ... and is refused, naming the Lance spellings, when obstore is asked for explicitly
     with pytest.raises(InvalidStorageArgumentError, match="only for the fsspec backend"):
-        open_storage("s3://bucket/ds", {**LANCE_S3, "config_kwargs": {}})
+        open_storage(
+            "s3://bucket/ds", {**LANCE_S3, "config_kwargs": {}, "txn_engine_backend": "obstore"}
+        )
 
 
 def test_obstore_error_mapping_without_a_server() -> None:

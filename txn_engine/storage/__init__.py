@@ -165,7 +165,11 @@ def _open_cloud(
     options = resolve_options(scheme, storage_options)
     backend = options.backend
     if backend is None:
-        backend = "obstore" if obstore_available() and commit_lock is None else "fsspec"
+        # an fsspec-only spelling (client_kwargs extras, connection_string, gcsfs token...)
+        # or a commit lock keeps an existing fsspec configuration on fsspec
+        fsspec_only = options.fsspec_only_names()
+        use_fsspec = commit_lock is not None or bool(fsspec_only) or not obstore_available()
+        backend = "fsspec" if use_fsspec else "obstore"
     if backend == "obstore":
         if commit_lock is not None:
             raise InvalidStorageArgumentError(

@@ -348,6 +348,10 @@ class StorageOptions:
         """The value of canonical option ``name``, else None."""
         return self.values.get(name)
 
+    def fsspec_only_names(self) -> list[str]:
+        """The fsspec-only spellings given (cache switches aside), sorted."""
+        return sorted(set(self.fsspec_extra) - _CACHE_KNOBS)
+
     # -- obstore -----------------------------------------------------------------------------
 
     def obstore_arguments(self) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
@@ -355,7 +359,7 @@ class StorageOptions:
 
         Raises InvalidStorageArgumentError if an fsspec-only option was given.
         """
-        fsspec_only = sorted(set(self.fsspec_extra) - _CACHE_KNOBS)
+        fsspec_only = self.fsspec_only_names()
         if fsspec_only:
             raise InvalidStorageArgumentError(
                 f"options {fsspec_only} exist only for the fsspec backend; "

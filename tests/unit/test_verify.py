@@ -1,82 +1,26 @@
-"""txn_engine.verify: passes on good histories (pylance-written, txn_engine-written, old
-releases), and every invariant it checks is caught when deliberately broken."""
+"""txn_engine.verify: passes on good histories written by txn_engine, and every invariant it
+checks is caught when deliberately broken (pylance-written and old-release histories:
+``tests/integration/test_verify_pylance.py`` and ``test_historical_fixtures.py``)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import attrs
-import lance
-import pyarrow as pa
-import pytest
 from pyroaring import BitMap
 
 from txn_engine._proto import table_pb2
-from txn_engine.cli import main
 from txn_engine.commit import commit
 from txn_engine.format.deletion import write_deletion_vector
 from txn_engine.format.io import read_manifest, read_transaction
 from txn_engine.format.manifest_file import encode_manifest_file
-from txn_engine.format.naming import list_versions, manifest_path
+from txn_engine.format.naming import manifest_path
 from txn_engine.model import DeletionFile, Fragment
 from txn_engine.ops import Append, Delete, Overwrite
-from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 from txn_engine.storage.memory import MemoryStorage
 from txn_engine.testing.machine import SCHEMA
 from txn_engine.testing.model import SyntheticRows
 from txn_engine.transaction import Transaction
 from txn_engine.verify import verify
-
-HISTORICAL = Path(
-    os.environ.get(
-        "TXN_ENGINE_HISTORICAL_FIXTURES",
-        Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "lance-historical",
-    )
-)
-
-
-def _pylance_dataset(path: Path) -> str:
-    uri = str(path)
-    lance.write_dataset(pa.table({"a": list(range(10))}), uri)
-    lance.write_dataset(pa.table({"a": list(range(10))}), uri, mode="append")
-    lance.dataset(uri).delete("a < 3")
-    return uri
-
-
-def test_passes_on_a_pylance_history(tmp_path: Path) -> None:
-    report = verify(_pylance_dataset(tmp_path / "ds"), deep=True, data_files=True)
-    assert report.ok, report.findings
-    assert report.findings == ()
-    assert report.versions == 3
-    assert report.live_rows == 14
-
-
-def test_finds_a_gap_and_a_duplicated_transaction(tmp_path: Path) -> None:
-    uri = _pylance_dataset(tmp_path / "ds")
-    entries = list_versions(open_storage(uri))
-    # copy version 3's manifest to version 5: a gap (no 4) and a uuid landing twice
-    v5 = entries[-1].name.replace(
-        str((1 << 64) - 1 - 3).zfill(20), str((1 << 64) - 1 - 5).zfill(20)
-    )
-    shutil.copy(Path(uri) / "_versions" / entries[-1].name, Path(uri) / "_versions" / v5)
-    report = verify(uri)
-    invariants = {f.invariant for f in report.findings}
-    assert {"no-gaps", "exactly-once", "version-field"} <= invariants
-    assert not report.ok
-    assert main(["verify", uri]) == 1
-
-
-def test_finds_a_corrupt_manifest(tmp_path: Path) -> None:
-    uri = _pylance_dataset(tmp_path / "ds")
-    entries = list_versions(open_storage(uri))
-    path = Path(uri) / "_versions" / entries[1].name
-    path.write_bytes(path.read_bytes()[:-7])
-    report = verify(uri)
-    assert [f.invariant for f in report.findings] == ["manifest-decodes"]
-    assert report.findings[0].version == 2
 
 
 def _synthetic(storage: Storage) -> SyntheticRows:
@@ -165,16 +109,3 @@ def test_a_fully_deleted_fragment_is_a_warning() -> None:
     report = verify(storage)
     assert report.ok
     assert [f.severity for f in report.findings] == ["warning"]
-
-
-def test_old_releases_without_transactions_only_warn() -> None:
-    report = verify(HISTORICAL / "v0.5.9" / "no_fragments")
-    assert report.ok
-    assert [f.invariant for f in report.warnings] == ["transaction-present"]
-
-
-def test_cli_json_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    uri = _pylance_dataset(tmp_path / "ds")
-    assert main(["verify", uri, "--json", "--deep", "--data-files"]) == 0
-    assert '"ok": true' in capsys.readouterr().out
-    assert main(["verify", str(tmp_path / "nothing")]) == 1

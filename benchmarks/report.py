@@ -5,6 +5,7 @@ python -m benchmarks.report [benchmarks/results/results.json]
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -75,9 +76,19 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0] if args else "benchmarks/results/results.json")
-    sys.stdout.write(render(json.loads(path.read_text())))
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.report",
+        description="Render a benchmarks results.json as the Markdown tables of "
+        "docs/performance.md (printed to stdout).",
+    )
+    parser.add_argument(
+        "results",
+        nargs="?",
+        default="benchmarks/results/results.json",
+        help="the results file written by python -m benchmarks.run",
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    sys.stdout.write(render(json.loads(Path(args.results).read_text())))
     return 0
 
 

@@ -1,0 +1,59 @@
+"""Every ```python block of README.md and docs/*.md runs as written (each in a fresh
+namespace, from a temporary working directory).
+
+Two documents are not covered yet, each named here with the reason: their blocks are
+fragments that need outside context. Their owners make them runnable and delete the entry
+(a test fails once an entry names a document that no longer has such blocks).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOT_YET_RUNNABLE = {
+    "docs/spark.md": "uses a DataFrame `df` defined elsewhere and s3:// buckets",
+    "docs/testing.md": "blocks elide their setup (`...`, `journal_paths`, `my_delete_planner`)",
+}
+DOCS = [
+    path
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    if str(path.relative_to(ROOT)) not in NOT_YET_RUNNABLE
+]
+_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
+
+
+def _blocks() -> list[tuple[str, int, str]]:
+    out = []
+    for path in DOCS:
+        for i, match in enumerate(_BLOCK.finditer(path.read_text(encoding="utf-8"))):
+            out.append((str(path.relative_to(ROOT)), i, match.group(1)))
+    return out
+
+
+BLOCKS = _blocks()
+
+
+def test_the_writer_docs_have_blocks() -> None:
+    names = {name for name, _, _ in BLOCKS}
+    assert {"README.md", "docs/writing.md"} <= names
+
+
+def test_uncovered_documents_still_need_the_exception() -> None:
+    for name in NOT_YET_RUNNABLE:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        assert _BLOCK.search(text), f"{name} has no python block: drop it from NOT_YET_RUNNABLE"
+
+
+@pytest.mark.parametrize(("name", "index", "code"), BLOCKS, ids=[f"{n}[{i}]" for n, i, _ in BLOCKS])
+def test_block_runs(
+    name: str, index: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": f"docs_snippet_{index}"}
+    exec(compile(code, f"{name}[{index}]", "exec"), namespace)
+    assert os.getcwd() == str(tmp_path)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import attrs
-import lance
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -35,7 +34,6 @@ from txn_engine.testing.model import (
     EffectError,
     HistoryModel,
     IntentModel,
-    LanceFileRows,
     NoRowChange,
     RemoveRows,
     ReplaceTable,
@@ -139,18 +137,6 @@ def test_history_model_finds_a_rewrite_that_changes_rows() -> None:
     commit(storage, Transaction(4, Rewrite((RewriteGroup((frag1,), (bad,)),))))
     findings = HistoryModel(storage, rows).advance()
     assert any("does not preserve" in f for f in findings), findings
-
-
-def test_lance_file_rows_reads_pylance_data_files(tmp_path: Path) -> None:
-    uri = str(tmp_path / "ds")
-    schema = pa.schema([pa.field("rid", pa.int64()), pa.field("val", pa.int64())])
-    (meta,) = lance.fragment.write_fragments(
-        pa.table({"rid": [7, 8], "val": [1, 2]}, schema=schema), uri, schema=schema
-    )
-    frag = Fragment.from_lance_json(meta.to_json())
-    assert list(LanceFileRows(uri).rows(frag)) == [(7, 1), (8, 2)]
-    with pytest.raises(KeyError):
-        LanceFileRows(uri).rows(attrs.evolve(frag, files=()))
 
 
 # ---- journals -------------------------------------------------------------------------------

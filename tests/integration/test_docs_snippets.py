@@ -57,3 +57,39 @@ def test_block_runs(
     namespace: dict[str, object] = {"__name__": f"docs_snippet_{index}"}
     exec(compile(code, f"{name}[{index}]", "exec"), namespace)
     assert os.getcwd() == str(tmp_path)
+
+
+ENTRY_POINTS = [
+    "benchmarks.run",
+    "benchmarks.report",
+    "benchmarks.cleanup",
+    "txn_engine.conflicts",
+    "txn_engine.cli",
+]
+
+
+@pytest.mark.parametrize("module", ENTRY_POINTS)
+def test_every_python_m_entry_point_has_help(module: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage:")
+
+
+def test_the_entry_point_list_is_complete() -> None:
+    found = {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for path in [*(ROOT / "benchmarks").glob("*.py"), *(ROOT / "txn_engine").rglob("*.py")]
+        if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+    }
+    modules = {m.removesuffix(".__main__") for m in found}
+    assert modules == set(ENTRY_POINTS)

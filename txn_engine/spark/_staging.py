@@ -429,6 +429,17 @@ def _file_facts(storage: Storage, path: str) -> _FileFacts:
         except Exception:
             return _FileFacts(True, True, None)
         return _FileFacts(True, True, _mtime_from_info(info))
+    store = getattr(storage, "store", None)
+    if store is not None:  # obstore: head() gives the object's ``last_modified``
+        try:
+            import obstore
+
+            meta = obstore.head(store, path)
+        except FileNotFoundError:
+            return _FileFacts(False, True, None)
+        except Exception:
+            return _FileFacts(True, True, None)
+        return _FileFacts(True, True, _mtime_from_info(meta))
     return _FileFacts(True, True, None)
 
 

@@ -380,7 +380,7 @@ def test_pylance_and_txn_engine_append_concurrently(
             barrier.wait()
             for r in range(rounds):
                 lance.write_dataset(
-                    _table(-1000 * (r + 1), 10), uri, mode="append", storage_options=lance_opts
+                    _table(-1000 * (r + 1), 10), uri, mode="append", storage_options=engine_opts
                 )
         except BaseException as exc:
             errors.append(exc)
@@ -916,3 +916,27 @@ def test_store_ignoring_if_none_match_is_refused(
     open_storage(uri, proven).put_if_absent("_versions/z1.manifest", b"1")
     open_storage(uri, proven).put_if_absent("_versions/z2.manifest", b"2")
     assert sum(1 for m, p, _ in counting.requests if "/_txn_engine/probe/" in p and m == "PUT") == 2
+
+
+@pytest.mark.parametrize("impl", ["obstore", "fsspec"])
+def test_environment_credentials_as_for_pylance(
+    impl: str, moto_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No credentials in the options: both backends take them (and object_store's
+    ``AWS_ENDPOINT``/``AWS_ALLOW_HTTP``) from the environment, as pylance does."""
+    info = moto_server
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": emu.S3_KEY,
+        "AWS_SECRET_ACCESS_KEY": emu.S3_SECRET,
+        "AWS_REGION": emu.S3_REGION,
+        "AWS_ENDPOINT": info.endpoint,
+        "AWS_ALLOW_HTTP": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    uri = info.uri(emu.unique_name("env"))
+    lance.write_dataset(_table(0, 5), uri)  # pylance, environment only
+    storage = open_storage(uri, {"txn_engine_backend": impl})
+    assert isinstance(storage, ObstoreStorage if impl == "obstore" else FsspecStorage)
+    assert Dataset.open(storage).count_rows() == 5
+    storage.put_if_absent("_versions/probe-env.manifest", b"x")
+    assert open_storage(uri, info.lance_options()).get("_versions/probe-env.manifest") == b"x"

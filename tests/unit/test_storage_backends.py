@@ -879,6 +879,23 @@ def test_default_backend_is_obstore_and_secrets_stay_hidden() -> None:
         )
 
 
+def test_without_obstore_cloud_uris_fall_back_to_fsspec(monkeypatch: pytest.MonkeyPatch) -> None:
+    import txn_engine.storage as storage_module
+
+    monkeypatch.setattr(storage_module, "obstore_available", lambda: False)
+    st = open_storage("s3://bucket/ds", LANCE_S3)
+    assert isinstance(st, FsspecStorage)
+    assert st.fs.key == "AKIDEXAMPLE"
+
+    def missing(protocol: str) -> Any:
+        raise ImportError(f"no {protocol} package")
+
+    monkeypatch.setattr(fsspec, "get_filesystem_class", missing)
+    with pytest.raises(StorageError, match=r"txn_engine\[s3\]") as info:
+        open_storage("s3://bucket/ds", LANCE_S3)
+    assert "txn_engine[obstore]" in str(info.value)
+
+
 def test_obstore_error_mapping_without_a_server() -> None:
     with socket.socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -116,7 +117,12 @@ class ObstoreStorage:
         _obstore()  # a clear StorageError when the package is missing
         store_module = importlib.import_module("obstore.store")
         cls = {"s3": "S3Store", "gcs": "GCSStore", "azure": "AzureStore"}[kind]
-        kwargs: dict[str, Any] = {"config": config, "client_options": client}
+        kwargs: dict[str, Any] = {"config": config}
+        if client:  # an empty dict would replace the environment's (AWS_ALLOW_HTTP, ...)
+            env = {"s3": "AWS", "gcs": "GOOGLE", "azure": "AZURE"}[kind] + "_ALLOW_HTTP"
+            if "allow_http" not in client and os.environ.get(env):
+                client["allow_http"] = os.environ[env].strip().lower() in {"1", "true", "yes"}
+            kwargs["client_options"] = client
         if retry:
             kwargs["retry_config"] = retry
         try:

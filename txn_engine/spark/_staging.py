@@ -262,7 +262,11 @@ def _versions_and_files(storage: Storage, into: set[str]) -> set[int]:
         parsed = parse_manifest_name(name)
         detached = re.fullmatch(r"d([0-9]{1,20})\.manifest", name)
         path = f"_versions/{name}"
-        if parsed is None and detached is None:
+        if parsed is not None:
+            version: int | None = parsed[0]
+        else:
+            version = int(detached.group(1)) if detached is not None else None
+        if version is None:
             if ".manifest" not in name:
                 continue  # latest_version_hint.json and the like
             # a staged manifest (``N.manifest-{uuid}``, ``N.manifest#k``) may be about to
@@ -278,7 +282,7 @@ def _versions_and_files(storage: Storage, into: set[str]) -> set[int]:
         except ObjectNotFoundError:
             continue  # removed since the listing: no longer a kept version
         into.update(_manifest_files(decode_manifest_file(data, what=path).manifest))
-        versions.add(parsed[0] if parsed is not None else int(detached.group(1)))  # type: ignore[union-attr]
+        versions.add(version)
     return versions
 
 
@@ -330,8 +334,10 @@ def referenced_data_files(storage: Storage) -> frozenset[str]:
                 f"tag {tag!r} names version {version!r} of branch {branch!r}, which is not "
                 "there: the files it needs cannot be told"
             )
+    # on local disk, also branch datasets whose reference is not (yet) written
+    known = {f"tree/{name}" for name in branches}
     for tree in _local_branch_dirs(storage):
-        if tree not in {_branch_prefix(urllib.parse.quote(b, safe="")) for b in branches}:
+        if tree not in known:
             _versions_and_files(_Prefixed(storage, tree), paths)
     return frozenset(paths)
 

@@ -42,6 +42,17 @@ and pylance's (``lance.bfloat16``, ``lance.blob.v2``) once ``lance`` is imported
 Otherwise the storage type is kept with its ``ARROW:extension:*`` metadata. Map entries
 are named ``key`` / ``value``.
 
+Depth: both directions refuse a schema nested more than :data:`MAX_SCHEMA_DEPTH` (256)
+levels deep with :class:`~txn_engine.errors.LimitExceededError` (``limit="schema depth"``),
+checked in one linear pass before anything is converted. A top-level field is level 1;
+each struct member, list item, map entry (and its key / value), fixed-size-list item and
+dictionary value is one level deeper. pyarrow imports at most 64 levels through the C
+data interface, so ``lance.dataset(uri).schema`` in pylance 14.0.2 fails from 63 levels
+on: every schema pylance's Python API can show is well inside the limit. Datasets with
+deeper schemas still open, count, log, verify and commit; only the Arrow conversion is
+refused. The conversions walk the fields with explicit stacks (no recursion), so memory
+and time stay linear in the number of fields.
+
 Ids: :func:`arrow_to_fields` numbers a new schema. :func:`assign_new_field_ids` keeps the
 ids of known columns and numbers new ones above :func:`max_field_id`.
 :func:`project_fields` keeps a subset with its ids.
@@ -58,12 +69,13 @@ from itertools import chain
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from txn_engine._proto import file_pb2, table_pb2
-from txn_engine.errors import FormatError, InvalidOperationError
+from txn_engine.errors import FormatError, InvalidOperationError, LimitExceededError
 from txn_engine.model import LanceField
 
 __all__ = [
     "EXTENSION_METADATA_KEY",
     "EXTENSION_NAME_KEY",
+    "MAX_SCHEMA_DEPTH",
     "PRIMARY_KEY_METADATA_KEY",
     "PRIMARY_KEY_POSITION_METADATA_KEY",
     "arrow_to_fields",
@@ -124,6 +136,46 @@ _UNITS = frozenset({"s", "ms", "us", "ns"})
 _U32 = re.compile(r"\+?[0-9]+")
 _json_type: Callable[[pa.DataType], pa.DataType] | None = getattr(pa, "json_", None)
 
+#: The deepest schema nesting txn_engine converts (see the module docstring for how levels
+#: are counted). Deeper schemas raise LimitExceededError(limit="schema depth").
+MAX_SCHEMA_DEPTH = 256
+
+
+def _too_deep(what: str) -> LimitExceededError:
+    return LimitExceededError(
+        f"{what} is nested more than {MAX_SCHEMA_DEPTH} levels deep, the most txn_engine "
+        "converts (pyarrow, and so pylance's Python API, reads at most 64 levels); "
+        "flatten the schema",
+        limit="schema depth",
+    )
+
+
+def _type_nesting(logical: str) -> int:
+    """Levels a Lance logical type nests inside its own field (fixed-size-list items and
+    dictionary values that are not fields of their own)."""
+    nested = logical.count("fixed_size_list:") + logical.count("dict:")
+    return nested - 1 if logical.startswith("fixed_size_list:struct:") else nested
+
+
+def _check_arrow_depth(schema: pa.Schema, blob_v2: bool) -> None:
+    """Refuse ``schema`` if it nests deeper than MAX_SCHEMA_DEPTH; one iterative pass."""
+    stack: list[tuple[pa.DataType, int, pa.Field]] = []
+    for field in schema:
+        stack.append((field.type, 1, field))
+    while stack:
+        dtype, level, field = stack.pop()
+        if blob_v2 and _BLOB_KEY.encode() in (field.metadata or {}):
+            level += 1  # stored as a struct {data, uri}
+        if level > MAX_SCHEMA_DEPTH:
+            raise _too_deep(f"Arrow field {field.name!r}")
+        storage = _storage(dtype)
+        if pa.types.is_dictionary(storage):
+            stack.append((storage.value_type, level + 1, field))
+        elif pa.types.is_fixed_size_list(storage):
+            stack.append((storage.value_type, level + 1, storage.value_field))
+        else:
+            stack.extend((child.type, level + 1, child) for child in _children(storage))
+
 
 def _unsupported(dtype: pa.DataType, why: str = "") -> InvalidOperationError:
     return InvalidOperationError(
@@ -154,7 +206,9 @@ def logical_type_of(dtype: pa.DataType) -> str:
         if dtype.extension_name == _ARROW_JSON and _is_string(dtype.storage_type):
             return "json"
         dtype = dtype.storage_type
-    name = _PRIMITIVE_NAMES.get(dtype)
+    # hashing a nested type costs time and memory proportional to its depth: only the
+    # childless ones can be primitives
+    name = _PRIMITIVE_NAMES.get(dtype) if dtype.num_fields == 0 else None
     if name is not None:
         return name
     if pa.types.is_struct(dtype):
@@ -301,7 +355,7 @@ def _exported_metadata(field: pa.Field) -> dict[bytes, bytes]:
     return out
 
 
-def _text_metadata(field: pa.Field, where: str) -> dict[str, bytes]:
+def _text_metadata(field: pa.Field, where: Callable[[], str]) -> dict[str, bytes]:
     if isinstance(field.type, pa.BaseExtensionType):
         raw: Mapping[bytes, bytes] = _exported_metadata(field)
     else:
@@ -314,7 +368,7 @@ def _text_metadata(field: pa.Field, where: str) -> dict[str, bytes]:
             value.decode()
         except UnicodeDecodeError:
             raise InvalidOperationError(
-                f"field {where!r}: metadata key {key!r} or its value is not UTF-8 text "
+                f"field {where()!r}: metadata key {key!r} or its value is not UTF-8 text "
                 "(Lance stores field metadata as text)"
             ) from None
         out[text_key] = value
@@ -361,6 +415,7 @@ def arrow_to_fields(
     nullable, or sits under a nullable or list parent.
     """
     blob_v2 = _version_tuple(data_storage_version) >= (2, 2)
+    _check_arrow_depth(schema, blob_v2)
     out: list[file_pb2.Field] = []
     seen: set[str] = set()
     for field in schema:
@@ -372,8 +427,24 @@ def arrow_to_fields(
         if field.name in seen:
             raise InvalidOperationError(f"duplicate top-level field name {field.name!r}")
         seen.add(field.name)
-        _convert(field, -1, first_id, out, field.name, blob_v2, ())
+        # pre-order with an explicit stack: children pushed in reverse come out in order
+        stack: list[tuple[pa.Field, int]] = [(field, -1)]
+        while stack:
+            current, parent_id = stack.pop()
+            children = _convert(current, parent_id, first_id, out, blob_v2)
+            stack.extend((child, out[-1].id) for child in reversed(children))
     return out
+
+
+def _lineage(out: Sequence[file_pb2.Field], first_id: int, parent_id: int) -> list[file_pb2.Field]:
+    """The already converted ancestors of a field whose parent is ``parent_id``, top first."""
+    chain_: list[file_pb2.Field] = []
+    while parent_id != -1:
+        node = out[parent_id - first_id]
+        chain_.append(node)
+        parent_id = node.parent_id
+    chain_.reverse()
+    return chain_
 
 
 def _convert(
@@ -381,10 +452,13 @@ def _convert(
     parent_id: int,
     first_id: int,
     out: list[file_pb2.Field],
-    where: str,
     blob_v2: bool,
-    ancestors: tuple[file_pb2.Field, ...],
-) -> None:
+) -> list[pa.Field]:
+    """Append the Lance field of ``field`` to ``out``; return its children to convert."""
+
+    def where() -> str:  # the dotted path, only built for an error message
+        return ".".join([*(a.name for a in _lineage(out, first_id, parent_id)), field.name])
+
     metadata = _text_metadata(field, where)
     storage = _storage(field.type)
     ext_name = metadata.get(EXTENSION_NAME_KEY)
@@ -404,7 +478,7 @@ def _convert(
         try:
             logical = logical_type_of(storage)
         except InvalidOperationError as exc:
-            raise InvalidOperationError(f"field {where!r}: {exc}") from None
+            raise InvalidOperationError(f"field {where()!r}: {exc}") from None
         children = _children(storage)
     pb = file_pb2.Field(
         id=first_id + len(out),
@@ -420,17 +494,16 @@ def _convert(
         pb.extension_name = extension.decode()
     is_key, position = _primary_key(metadata)
     if is_key:
-        _check_primary_key(pb, bool(children), ancestors, where)
+        _check_primary_key(pb, bool(children), _lineage(out, first_id, parent_id), where())
         pb.unenforced_primary_key = True
         if position:
             pb.unenforced_primary_key_position = position
     out.append(pb)
-    for child in children:
-        _convert(child, pb.id, first_id, out, f"{where}.{child.name}", blob_v2, (*ancestors, pb))
+    return children
 
 
 def _check_primary_key(
-    pb: file_pb2.Field, has_children: bool, ancestors: tuple[file_pb2.Field, ...], where: str
+    pb: file_pb2.Field, has_children: bool, ancestors: Sequence[file_pb2.Field], where: str
 ) -> None:
     if has_children:
         raise InvalidOperationError(f"primary key column {where!r} must be a leaf field")
@@ -558,49 +631,37 @@ def fields_to_arrow(
     Raises FormatError, naming the field and the type string, for a logical type this
     library does not know (written by a newer Lance, or corrupt). It also raises
     FormatError for a field listed before its parent, a repeated field id, or children
-    that do not fit their parent's type.
+    that do not fit their parent's type, and LimitExceededError (``limit="schema depth"``)
+    for a schema nested deeper than :data:`MAX_SCHEMA_DEPTH`, before converting anything.
     """
-    by_parent: dict[int, list[_AnyField]] = {}
-    known: set[int] = {-1}
-    for f in fields:
-        if f.parent_id not in known:
+    items: list[_AnyField] = list(fields)
+    level: dict[int, int] = {-1: 0}  # a field's nesting level (top-level fields: 1)
+    for f in items:
+        parent_level = level.get(f.parent_id)
+        if parent_level is None:
             raise FormatError(f"field {f.name!r} (id {f.id}) comes before its parent {f.parent_id}")
-        if f.id in known:
+        if f.id in level:
             raise FormatError(f"field {f.name!r}: field id {f.id} is used twice")
-        known.add(f.id)
-        by_parent.setdefault(f.parent_id, []).append(f)
+        level[f.id] = parent_level + 1
+        if parent_level + 1 + _type_nesting(f.logical_type) > MAX_SCHEMA_DEPTH:
+            raise _too_deep(f"Lance field {f.name!r} (id {f.id})")
 
-    def build(f: _AnyField) -> pa.Field:
-        children = [build(c) for c in by_parent.get(f.id, ())]
-        metadata = _field_metadata(f)
-        if f.logical_type == "json":
-            if children:
-                raise FormatError(f"field {f.name!r} of type 'json' cannot have child fields")
-            metadata.pop(EXTENSION_NAME_KEY.encode(), None)
-            metadata.pop(EXTENSION_METADATA_KEY.encode(), None)
-            if _json_type is not None:
-                dtype = _json_type(pa.string())
-            else:  # pyarrow < 19 has no JSON type; the name keeps the meaning
-                dtype = pa.string()
-                metadata[EXTENSION_NAME_KEY.encode()] = _ARROW_JSON.encode()
-        else:
-            try:
-                if children and not _takes_children(f.logical_type):
-                    raise ValueError("a field of this type cannot have child fields")
-                dtype = _parse(f.logical_type, children)
-            except (ValueError, TypeError, pa.ArrowException) as exc:
-                raise FormatError(
-                    f"field {f.name!r} of Lance logical type {f.logical_type!r}: {exc}"
-                ) from exc
-        return pa.field(f.name, dtype, nullable=f.nullable, metadata=metadata or None)
-
-    top = [build(f) for f in by_parent.get(-1, ())]
+    # bottom-up without recursion: in reverse pre-order every child is built before its
+    # parent; siblings are collected backwards and reversed once
+    built: dict[int, list[pa.Field]] = {}
+    for f in reversed(items):
+        children = built.pop(f.id, [])
+        children.reverse()
+        built.setdefault(f.parent_id, []).append(_build_field(f, children))
+    top = built.get(-1, [])
+    top.reverse()
     schema = pa.schema(top, metadata=dict(schema_metadata) if schema_metadata else None)
     try:
         return through_c_data_interface(schema)
     except (pa.ArrowException, ValueError, TypeError):
         # an extension type rejects its storage type (pylance fails to read such a
-        # schema): keep the storage type for the columns where that happens
+        # schema), or the schema is deeper than pyarrow's C data import takes (64
+        # levels): keep the fields as built for the columns where that happens
         kept = []
         for field in top:
             try:
@@ -608,6 +669,31 @@ def fields_to_arrow(
             except (pa.ArrowException, ValueError, TypeError):
                 kept.append(field)
         return pa.schema(kept, metadata=schema.metadata)
+
+
+def _build_field(f: _AnyField, children: list[pa.Field]) -> pa.Field:
+    """The Arrow field of one Lance field whose children are already built."""
+    metadata = _field_metadata(f)
+    if f.logical_type == "json":
+        if children:
+            raise FormatError(f"field {f.name!r} of type 'json' cannot have child fields")
+        metadata.pop(EXTENSION_NAME_KEY.encode(), None)
+        metadata.pop(EXTENSION_METADATA_KEY.encode(), None)
+        if _json_type is not None:
+            dtype = _json_type(pa.string())
+        else:  # pyarrow < 19 has no JSON type; the name keeps the meaning
+            dtype = pa.string()
+            metadata[EXTENSION_NAME_KEY.encode()] = _ARROW_JSON.encode()
+    else:
+        try:
+            if children and not _takes_children(f.logical_type):
+                raise ValueError("a field of this type cannot have child fields")
+            dtype = _parse(f.logical_type, children)
+        except (ValueError, TypeError, pa.ArrowException) as exc:
+            raise FormatError(
+                f"field {f.name!r} of Lance logical type {f.logical_type!r}: {exc}"
+            ) from exc
+    return pa.field(f.name, dtype, nullable=f.nullable, metadata=metadata or None)
 
 
 class _CSchemaHolder:  # an object exposing only __arrow_c_schema__
@@ -661,7 +747,8 @@ def field_paths(
 
     Map entries and list items are named as Lance names them (``entries``, ``item``).
     Where struct members share a name (Lance allows it below the top level), the first
-    one has the path. Raises FormatError for a field listed before its parent.
+    one has the path. Raises FormatError for a field listed before its parent and
+    LimitExceededError for a schema deeper than :data:`MAX_SCHEMA_DEPTH`.
     """
     items: list[_AnyField] = list(fields)
     out: dict[tuple[str, ...], int] = {}
@@ -683,6 +770,8 @@ def _keyed_paths(fields: Iterable[_AnyField]) -> list[_KeyedPath]:
         parent = path_of_id.get(f.parent_id)
         if parent is None:
             raise FormatError(f"field {f.name!r} (id {f.id}) comes before its parent {f.parent_id}")
+        if len(parent) >= MAX_SCHEMA_DEPTH:  # paths are tuples: bound their length
+            raise _too_deep(f"Lance field {f.name!r} (id {f.id})")
         occurrence = seen.get((f.parent_id, f.name), 0)
         seen[(f.parent_id, f.name)] = occurrence + 1
         path = (*parent, (f.name, occurrence))

@@ -1,0 +1,187 @@
+"""Deep and hostile schemas: a documented depth limit, typed errors, no recursion.
+
+Before the limit, a 5,000-level struct raised RecursionError from ``Dataset.schema`` and
+``arrow_to_fields`` (and a 40,000-level one took gigabytes in ``writers.overwrite``).
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from txn_engine import writers
+from txn_engine._proto import file_pb2
+from txn_engine.dataset import Dataset
+from txn_engine.errors import LimitExceededError
+from txn_engine.format.schema import (
+    MAX_SCHEMA_DEPTH,
+    arrow_to_fields,
+    assign_new_field_ids,
+    field_paths,
+    fields_to_arrow,
+    project_fields,
+)
+from txn_engine.model import LanceField
+
+
+def _deep_arrow(levels: int, leaf: pa.DataType | None = None) -> pa.Schema:
+    """One top-level column nested ``levels`` levels deep (structs down to an int32)."""
+    dtype = pa.int32() if leaf is None else leaf
+    for _ in range(levels - 1):
+        dtype = pa.struct([pa.field("a", dtype)])
+    return pa.schema([pa.field("c", dtype), pa.field("x", pa.int64())])
+
+
+def _deep_fields(levels: int) -> list[file_pb2.Field]:
+    """A Lance field chain ``levels`` levels deep, then a flat column."""
+    out = [
+        file_pb2.Field(
+            id=i,
+            parent_id=i - 1,
+            name="a",
+            logical_type="struct" if i < levels - 1 else "int32",
+            nullable=True,
+        )
+        for i in range(levels)
+    ]
+    out.append(file_pb2.Field(id=levels, parent_id=-1, name="x", logical_type="int64"))
+    return out
+
+
+def _assert_depth_error(exc: pytest.ExceptionInfo[LimitExceededError]) -> None:
+    assert exc.value.limit == "schema depth"
+    assert str(MAX_SCHEMA_DEPTH) in str(exc.value)
+
+
+def test_the_limit_is_documented_and_well_above_what_pyarrow_imports() -> None:
+    # pyarrow's C data interface (how pylance hands schemas to Python) stops at 64
+    assert MAX_SCHEMA_DEPTH >= 64
+    import txn_engine.format.schema as schema_module
+
+    assert "MAX_SCHEMA_DEPTH" in (schema_module.__doc__ or "")
+
+
+@pytest.mark.parametrize("levels", [MAX_SCHEMA_DEPTH + 1, 5_000, 100_000])
+def test_fields_to_arrow_refuses_deep_schemas_with_a_typed_error(levels: int) -> None:
+    fields = _deep_fields(levels)
+    started = time.perf_counter()
+    with pytest.raises(LimitExceededError) as exc:
+        fields_to_arrow(fields)
+    _assert_depth_error(exc)
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize("levels", [MAX_SCHEMA_DEPTH + 1, 5_000])
+def test_arrow_to_fields_refuses_deep_schemas_with_a_typed_error(levels: int) -> None:
+    with pytest.raises(LimitExceededError) as exc:
+        arrow_to_fields(_deep_arrow(levels))
+    _assert_depth_error(exc)
+
+
+def test_the_deepest_allowed_schema_round_trips_both_ways() -> None:
+    schema = _deep_arrow(MAX_SCHEMA_DEPTH)
+    fields = arrow_to_fields(schema)
+    assert len(fields) == MAX_SCHEMA_DEPTH + 1
+    assert fields[MAX_SCHEMA_DEPTH - 1].parent_id == MAX_SCHEMA_DEPTH - 2
+    back = fields_to_arrow(fields)
+    assert back.names == ["c", "x"]
+    assert back.field("c").type.equals(schema.field("c").type)
+    assert arrow_to_fields(back) == fields
+    assert field_paths(fields)[("c",) + ("a",) * (MAX_SCHEMA_DEPTH - 1)] == MAX_SCHEMA_DEPTH - 1
+
+
+def test_deep_fixed_size_lists_count_towards_the_limit_both_ways() -> None:
+    inner = pa.int32()
+    for _ in range(MAX_SCHEMA_DEPTH):  # the items are levels too
+        inner = pa.list_(inner, 2)
+    with pytest.raises(LimitExceededError):
+        arrow_to_fields(pa.schema([pa.field("v", inner)]))
+    # a hostile logical type string nesting fixed-size lists 100,000 times
+    logical = "fixed_size_list:" * 100_000 + "int32" + ":2" * 100_000
+    with pytest.raises(LimitExceededError) as exc:
+        fields_to_arrow([file_pb2.Field(id=0, parent_id=-1, name="v", logical_type=logical)])
+    _assert_depth_error(exc)
+    # one level below the limit converts, and the same schema comes back
+    ok = pa.int32()
+    for _ in range(MAX_SCHEMA_DEPTH - 1):
+        ok = pa.list_(ok, 2)
+    fields = arrow_to_fields(pa.schema([pa.field("v", ok)]))
+    assert fields_to_arrow(fields).field("v").type.equals(ok)
+
+
+def test_blob_columns_count_their_struct_level() -> None:
+    blob = pa.field("b", pa.large_binary(), metadata={"lance-encoding:blob": "true"})
+    dtype = pa.struct([blob])
+    for _ in range(MAX_SCHEMA_DEPTH - 2):
+        dtype = pa.struct([pa.field("s", dtype)])
+    schema = pa.schema([pa.field("c", dtype)])  # blob at the limit: its {data, uri} below
+    with pytest.raises(LimitExceededError):
+        arrow_to_fields(schema)
+    fields = arrow_to_fields(schema, data_storage_version="2.1")  # kept as written
+    assert fields_to_arrow(fields).names == ["c"]
+
+
+def test_field_paths_and_field_id_helpers_refuse_deep_schemas() -> None:
+    fields = _deep_fields(50_000)
+    for call in (
+        lambda: field_paths(fields),
+        lambda: project_fields(fields, ["x"]),
+        lambda: assign_new_field_ids(fields, pa.schema([pa.field("x", pa.int64())])),
+    ):
+        with pytest.raises(LimitExceededError) as exc:
+            call()
+        _assert_depth_error(exc)
+
+
+def test_conversion_memory_is_linear_in_the_number_of_fields() -> None:
+    """A wide schema of chains at the limit: peak Python memory per field stays flat."""
+
+    def peak(chains: int) -> int:
+        fields: list[file_pb2.Field] = []
+        for c in range(chains):
+            base = len(fields)
+            for i in range(MAX_SCHEMA_DEPTH):
+                fields.append(
+                    file_pb2.Field(
+                        id=base + i,
+                        parent_id=-1 if i == 0 else base + i - 1,
+                        name=f"c{c}" if i == 0 else "a",
+                        logical_type="struct" if i < MAX_SCHEMA_DEPTH - 1 else "int32",
+                    )
+                )
+        tracemalloc.start()
+        try:
+            fields_to_arrow(fields)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    small, large = peak(2), peak(16)
+    assert large < small * 8 * 1.5 + 1_000_000
+
+
+def test_dataset_with_a_deep_schema_opens_counts_and_logs(tmp_path: Path) -> None:
+    """Only the Arrow conversion is refused: everything else works on such a dataset."""
+    uri = str(tmp_path / "deep.lance")
+    fields = tuple(LanceField.from_proto(f) for f in _deep_fields(5_000))
+    writers.overwrite(uri, [], fields)
+    ds = Dataset.open(uri)
+    assert ds.count_rows() == 0
+    assert [v.operation for v in ds.versions()] == ["Overwrite"]
+    assert len(ds.manifest.fields) == 5_001
+    with pytest.raises(LimitExceededError) as exc:
+        _ = ds.schema
+    _assert_depth_error(exc)
+
+
+def test_overwrite_with_a_40000_level_arrow_schema_is_refused_fast(tmp_path: Path) -> None:
+    schema = _deep_arrow(40_000)
+    started = time.perf_counter()
+    with pytest.raises(LimitExceededError):
+        writers.overwrite(str(tmp_path / "t.lance"), [], schema)
+    assert time.perf_counter() - started < 5
+    assert not (tmp_path / "t.lance" / "_versions").exists()

@@ -896,6 +896,25 @@ def test_without_obstore_cloud_uris_fall_back_to_fsspec(monkeypatch: pytest.Monk
     assert "txn_engine[obstore]" in str(info.value)
 
 
+class _FailingFS(DirFileSystem):  # type: ignore[misc]
+    """A filesystem whose constructor quotes its password in the error (as some do)."""
+
+    protocol = "txntestfailfs"
+    cachable = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise ValueError(f"login refused for user {kwargs['username']} / {kwargs['password']}")
+
+
+def test_filesystem_construction_errors_hide_secrets() -> None:
+    fsspec.register_implementation("txntestfailfs", _FailingFS, clobber=True)
+    with pytest.raises(StorageError) as info:
+        open_storage("txntestfailfs://x/ds", {"username": "alice", "password": "hunter2-pw"})
+    assert "hunter2-pw" not in str(info.value)
+    assert "alice" in str(info.value)  # the rest of the message stays useful
+    assert info.value.__cause__ is None
+
+
 def test_obstore_error_mapping_without_a_server() -> None:
     with socket.socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))

@@ -44,6 +44,7 @@ from txn_engine.storage.options import (
     BACKEND_OPTION,
     UNSAFE_OPTION,
     StorageOptions,
+    is_secret,
     redact,
     resolve_options,
     store_kind,
@@ -217,10 +218,14 @@ def _open_fsspec(
     except TxnEngineError:
         raise
     except Exception as exc:
-        # the message of a constructor error may quote an option value: show names only
+        # the message of a constructor error may quote an option value: mask the secrets
+        text = str(exc)
+        for name, value in options.items():
+            if is_secret(str(name)) and isinstance(value, str) and len(value) >= 4:
+                text = text.replace(value, "***")
         raise StorageError(
-            f"cannot create the {scheme}:// filesystem ({type(exc).__name__}) with options "
-            f"{redact(options)}"
+            f"cannot create the {scheme}:// filesystem ({type(exc).__name__}: {text}) with "
+            f"options {redact(options)}"
         ) from None
     return FsspecStorage(
         fs, uri, commit_lock=commit_lock, unsafe=unsafe, uri=uri, check_atomicity=check_atomicity

@@ -52,7 +52,7 @@ import urllib.parse
 import uuid as uuid_mod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -458,7 +458,7 @@ class DeleteGuard:
     docstring for the rules). One guard reads the kept versions at most once.
 
     ``listing`` is the whole of ``_txn_engine/spark/`` (to see other writes' claims);
-    ``cutoff``/``planned`` (seconds since the epoch) enable the age rules of a sweep.
+    ``cutoff`` (seconds since the epoch: a sweep's retention cut-off) enables the age rules.
     """
 
     storage: Storage
@@ -466,9 +466,15 @@ class DeleteGuard:
     cutoff: float | None = None
     _referenced: frozenset[str] | None = None
     _referenced_error: BaseException | None = None
+    _claims: dict[str, set[str]] | None = None
 
     def _claimed_elsewhere(self, key: str, name: str) -> bool:
-        return any(k != key and name in w.data_files for k, w in self.listing.items())
+        if self._claims is None:
+            self._claims = {}
+            for k, staged in self.listing.items():
+                for data_file in staged.data_files:
+                    self._claims.setdefault(data_file, set()).add(k)
+        return bool(self._claims.get(name, set()) - {key})
 
     def referenced(self) -> frozenset[str] | None:
         """Every data file a kept version references (None when that cannot be read)."""
@@ -486,7 +492,7 @@ class DeleteGuard:
                 self._referenced = frozenset(paths | {p.rpartition("/")[2] for p in paths})
         return self._referenced
 
-    def verdict(self, key: str, name: str) -> str:
+    def verdict(self, key: str, name: str) -> Literal["delete", "keep", "retry"]:
         """``"delete"``, ``"keep"`` (never this write's to delete: release the marker) or
         ``"retry"`` (cannot be decided now: keep the marker and the record)."""
         if not is_data_file_name(name) or self._claimed_elsewhere(key, name):
@@ -630,7 +636,7 @@ def finalize(
     late = listing.get(key)
     if late is not None and late.data_files:
         late_marked = set(late.data_files)
-        guard = attrs.evolve(guard, listing=listing)
+        guard = attrs.evolve(guard, listing=listing, claims=None)
         stats = _plus(stats, _remove(guard, key, late_marked - keep_set, late_marked, data=True))
     return stats
 

@@ -180,12 +180,15 @@ class FragmentCollector:
 
         ``schema`` is the schema of the data to write. For an append to an existing
         dataset the data is written with the dataset's schema (columns matched by name and
-        cast, e.g. ``large_string`` to ``string``); the column names must be the same set.
+        cast, e.g. ``large_string`` to ``string``); the column names must be the same set,
+        and every cast must be lossless (:func:`check_lossless`: no string into int64, no
+        narrowing).
         For ``mode="overwrite"``, and for an append that creates the dataset, ``schema``
         becomes the table schema. Options come as ``options=WriteOptions(...)`` or as its
         field names (``max_rows_per_file=...``, ``commit_message=...``, ...).
 
-        Raises InvalidOperationError when the columns do not match the dataset.
+        Raises InvalidOperationError when the columns do not match the dataset, naming
+        the column and both types when a cast would lose data.
         """
         if mode not in ("append", "overwrite"):
             raise InvalidOperationError(f"mode must be 'append' or 'overwrite', got {mode!r}")
@@ -653,7 +656,115 @@ def _pin(
             f"cannot append to {uri}: the data's columns do not match the dataset's "
             f"(missing: {sorted(theirs - ours)}, unexpected: {sorted(ours - theirs)})"
         )
+    check_lossless(schema, target, what=f"cannot append to {uri}")
     return entry.version, target
+
+
+def check_lossless(data: pa.Schema, table: pa.Schema, *, what: str = "cannot write") -> None:
+    """Refuse data whose columns cannot be cast to the table's types without loss.
+
+    Allowed: equal types; the string, binary and list families in either width; integer
+    widening (and unsigned into a wider signed type); ``float`` to ``double``; integers
+    into floats that hold them exactly (8/16-bit into ``float``, up to 32-bit into
+    ``double``); decimals that keep every digit; finer timestamp units with the same
+    time-zone presence; a ``list`` into a ``fixed_size_list`` (a wrong length fails the
+    task, it is never padded or cut); values into a dictionary of that value type; structs
+    field by field (by name, same names). Raises InvalidOperationError naming the column
+    and both types, e.g. a string column appended to an int64 one.
+    """
+    for field in table:
+        index = data.get_field_index(field.name)
+        if index < 0:
+            continue
+        source = data.field(index).type
+        if not _lossless(source, field.type):
+            raise InvalidOperationError(
+                f"{what}: column {field.name!r} is {source} in the data but {field.type} in "
+                "the table, and casting would lose or reinterpret values; cast the column "
+                "in the DataFrame first (or overwrite the table to change its type)"
+            )
+
+
+_INT_BITS = {
+    pa.int8(): (True, 8),
+    pa.int16(): (True, 16),
+    pa.int32(): (True, 32),
+    pa.int64(): (True, 64),
+    pa.uint8(): (False, 8),
+    pa.uint16(): (False, 16),
+    pa.uint32(): (False, 32),
+    pa.uint64(): (False, 64),
+}
+_FLOAT_MANTISSA = {pa.float16(): 11, pa.float32(): 24, pa.float64(): 53}
+_TIME_UNITS = {"s": 0, "ms": 1, "us": 2, "ns": 3}
+
+
+def _family(t: pa.DataType) -> str | None:
+    name = str(t)
+    if name in ("string", "large_string", "string_view", "utf8", "large_utf8"):
+        return "string"
+    if name in ("binary", "large_binary", "binary_view"):
+        return "binary"
+    return None
+
+
+def _lossless(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether every value of ``source`` casts to ``target`` unchanged (see
+    :func:`check_lossless`)."""
+    if source.equals(target):
+        return True
+    if pa.types.is_dictionary(target):
+        value = target.value_type
+        source_value = source.value_type if pa.types.is_dictionary(source) else source
+        return _lossless(source_value, value)
+    if pa.types.is_dictionary(source):
+        return _lossless(source.value_type, target)
+    family = _family(source)
+    if family is not None:
+        return family == _family(target)
+    if source in _INT_BITS:
+        signed, bits = _INT_BITS[source]
+        if target in _INT_BITS:
+            target_signed, target_bits = _INT_BITS[target]
+            if signed == target_signed:
+                return target_bits >= bits
+            return target_signed and target_bits > bits
+        if target in _FLOAT_MANTISSA:
+            return _FLOAT_MANTISSA[target] >= bits
+        return False
+    if source in _FLOAT_MANTISSA:
+        return target in _FLOAT_MANTISSA and _FLOAT_MANTISSA[target] >= _FLOAT_MANTISSA[source]
+    if pa.types.is_decimal(source) and pa.types.is_decimal(target):
+        return bool(
+            target.scale >= source.scale
+            and target.precision - target.scale >= source.precision - source.scale
+        )
+    if pa.types.is_timestamp(source) and pa.types.is_timestamp(target):
+        return (source.tz is None) == (target.tz is None) and (
+            _TIME_UNITS[target.unit] >= _TIME_UNITS[source.unit]
+        )
+    if pa.types.is_date(source) and pa.types.is_date(target):
+        return True
+    source_list = pa.types.is_list(source) or pa.types.is_large_list(source)
+    source_list = source_list or pa.types.is_fixed_size_list(source)
+    if source_list and (
+        pa.types.is_list(target)
+        or pa.types.is_large_list(target)
+        or pa.types.is_fixed_size_list(target)
+    ):
+        both_fixed = pa.types.is_fixed_size_list(source) and pa.types.is_fixed_size_list(target)
+        if both_fixed and source.list_size != target.list_size:
+            return False
+        return _lossless(source.value_type, target.value_type)
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        names = [source.field(i).name for i in range(source.num_fields)]
+        target_names = [target.field(i).name for i in range(target.num_fields)]
+        if sorted(names) != sorted(target_names):
+            return False
+        return all(
+            _lossless(source.field(name).type, target.field(name).type) for name in target_names
+        )
+    return False
 
 
 def _write_report(path: str, report: Mapping[str, Any]) -> None:

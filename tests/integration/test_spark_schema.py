@@ -1,0 +1,205 @@
+"""Schema safety of ``txn_lance`` appends: no silent lossy casts.
+
+An append whose DataFrame column cannot be cast to the table's type without loss (a string
+into int64, a double into bigint, a narrowing, a time zone dropped) is refused when the
+write is planned, naming the column and both types, before any task writes a file. Lossless
+widenings (int into bigint, array into a fixed-size vector column) still land, and pylance
+14.0.2 reads the values back unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pytest
+
+from txn_engine.errors import InvalidOperationError
+from txn_engine.spark import FragmentCollector, register
+from txn_engine.spark._write import check_lossless
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+pytestmark = [
+    pytest.mark.pylance,
+    pytest.mark.filterwarnings("ignore:lance is not fork-safe:UserWarning"),
+]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    paths = [HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from pyspark.sql import SparkSession
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "lance is not fork-safe", UserWarning)
+        session = (
+            SparkSession.builder.master("local[2,3]")
+            .appName("txn_engine-spark-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.memory", "1g")
+            .getOrCreate()
+        )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+def _table(tmp_path: Path) -> str:
+    """A pylance-written table: id int64, name string, small int32, vec float32[2],
+    at (UTC timestamp), local (timestamp without zone), s struct<a int64, b string>."""
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(
+        pa.table(
+            {
+                "id": pa.array([1, 2], pa.int64()),
+                "name": pa.array(["a", "b"], pa.string()),
+                "small": pa.array([1, 2], pa.int32()),
+                "vec": pa.array([[0.5, 1.5], [2.5, 3.5]], pa.list_(pa.float32(), 2)),
+                "at": pa.array([0, 1], pa.timestamp("us", tz="UTC")),
+                "local": pa.array([0, 1], pa.timestamp("us")),
+                "s": pa.array([{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]),
+            }
+        ),
+        uri,
+    )
+    return uri
+
+
+GOOD = [
+    "cast(id as bigint) as id",
+    "cast(id as string) as name",
+    "cast(id as int) as small",
+    "array(cast(id as float), cast(id as float)) as vec",
+    "timestamp_seconds(id) as at",
+    "cast(timestamp_seconds(id) as timestamp_ntz) as local",
+    "named_struct('a', id, 'b', cast(id as string)) as s",
+]
+
+
+def _frame(spark: Any, replace: dict[int, str] | None = None) -> Any:
+    exprs = list(GOOD)
+    for index, expr in (replace or {}).items():
+        exprs[index] = expr
+    return spark.range(10, 13, numPartitions=1).selectExpr(*exprs)
+
+
+@pytest.mark.parametrize(
+    ("index", "expr", "column", "data_type", "table_type"),
+    [
+        (0, "cast(id as string) as id", "id", "string", "int64"),
+        (0, "cast(id as double) as id", "id", "double", "int64"),
+        (2, "id as small", "small", "int64", "int32"),
+        (1, "id as name", "name", "int64", "string"),
+        (4, "cast(timestamp_seconds(id) as timestamp_ntz) as at", "at", "timestamp[us]", "tz=UTC"),
+        (5, "timestamp_seconds(id) as local", "local", "tz=UTC", "timestamp[us]"),
+        (3, "array(cast(id as double), cast(id as double)) as vec", "vec", "double", "float"),
+        (6, "named_struct('a', cast(id as string), 'b', 'z') as s", "s", "string", "int64"),
+    ],
+)
+def test_lossy_append_is_refused_naming_column_and_types(
+    spark: Any,
+    tmp_path: Path,
+    index: int,
+    expr: str,
+    column: str,
+    data_type: str,
+    table_type: str,
+) -> None:
+    uri = _table(tmp_path)
+    before = set(os.listdir(os.path.join(uri, "data")))
+    df = _frame(spark, {index: expr})
+    with pytest.raises(Exception, match=f"column '{column}' is ") as info:
+        df.write.format("txn_lance").mode("append").save(uri)
+    message = str(info.value)
+    assert data_type in message
+    assert table_type in message
+    ds = lance.dataset(uri)
+    assert ds.version == 1
+    assert ds.count_rows() == 2
+    assert set(os.listdir(os.path.join(uri, "data"))) == before  # no task wrote anything
+
+
+def test_lossless_append_lands_with_exact_values(spark: Any, tmp_path: Path) -> None:
+    uri = _table(tmp_path)
+    _frame(spark).write.format("txn_lance").mode("append").save(uri)
+    ds = lance.dataset(uri)
+    assert ds.version == 2
+    assert ds.schema.field("vec").type == pa.list_(pa.float32(), 2)
+    rows = {r["id"]: r for r in ds.to_table().to_pylist()}
+    assert sorted(rows) == [1, 2, 10, 11, 12]
+    assert rows[11]["name"] == "11"
+    assert rows[11]["small"] == 11
+    assert rows[11]["vec"] == [11.0, 11.0]
+    assert rows[12]["s"] == {"a": 12, "b": "12"}
+
+
+def test_commit_hook_plan_refuses_too(tmp_path: Path) -> None:
+    uri = _table(tmp_path)
+    schema = lance.dataset(uri).schema
+    bad = schema.set(schema.get_field_index("id"), pa.field("id", pa.string()))
+    with pytest.raises(InvalidOperationError, match="column 'id' is string in the data but int64"):
+        FragmentCollector.plan(uri, mode="append", schema=bad)
+    # the same schema can replace the table: overwrite sets the types
+    FragmentCollector.plan(uri, mode="overwrite", schema=bad)
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "ok"),
+    [
+        (pa.int32(), pa.int64(), True),
+        (pa.int64(), pa.int32(), False),
+        (pa.uint32(), pa.int64(), True),
+        (pa.uint64(), pa.int64(), False),
+        (pa.int8(), pa.uint8(), False),
+        (pa.int16(), pa.float32(), True),
+        (pa.int32(), pa.float32(), False),
+        (pa.int32(), pa.float64(), True),
+        (pa.int64(), pa.float64(), False),
+        (pa.float32(), pa.float64(), True),
+        (pa.float64(), pa.float32(), False),
+        (pa.string(), pa.large_string(), True),
+        (pa.large_string(), pa.string(), True),
+        (pa.string(), pa.binary(), False),
+        (pa.binary(), pa.large_binary(), True),
+        (pa.decimal128(10, 2), pa.decimal128(12, 3), True),
+        (pa.decimal128(10, 2), pa.decimal128(10, 3), False),
+        (pa.decimal128(10, 2), pa.decimal128(12, 1), False),
+        (pa.timestamp("us", tz="UTC"), pa.timestamp("ns", tz="Europe/Paris"), True),
+        (pa.timestamp("ns"), pa.timestamp("us"), False),
+        (pa.timestamp("us"), pa.timestamp("us", tz="UTC"), False),
+        (pa.date32(), pa.date64(), True),
+        (pa.list_(pa.int32()), pa.large_list(pa.int64()), True),
+        (pa.list_(pa.float64()), pa.list_(pa.float32(), 4), False),
+        (pa.list_(pa.float32()), pa.list_(pa.float32(), 4), True),
+        (pa.list_(pa.float32(), 3), pa.list_(pa.float32(), 4), False),
+        (pa.string(), pa.dictionary(pa.int32(), pa.string()), True),
+        (
+            pa.struct([("b", pa.string()), ("a", pa.int32())]),
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+            True,
+        ),
+        (pa.struct([("a", pa.int64())]), pa.struct([("a", pa.int64()), ("b", pa.string())]), False),
+        (pa.bool_(), pa.int8(), False),
+    ],
+)
+def test_lossless_table(source: pa.DataType, target: pa.DataType, ok: bool) -> None:
+    data, table = pa.schema([("c", source)]), pa.schema([("c", target)])
+    if ok:
+        check_lossless(data, table)
+    else:
+        with pytest.raises(InvalidOperationError, match=re.escape(f"column 'c' is {source} in")):
+            check_lossless(data, table)

@@ -1,6 +1,7 @@
 """The ``txn-engine`` command line tool.
 
     txn-engine log URI [--json]                 versions with time, operation, writer
+                                                (a damaged version is marked; exit 1)
     txn-engine show URI [--version N] [--json]  summary of one version's manifest
 
 Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); add one by registering a
@@ -19,7 +20,7 @@ from typing import Any, TextIO
 import attrs
 
 from txn_engine._proto import table_pb2
-from txn_engine.dataset import Dataset
+from txn_engine.dataset import Dataset, version_history
 from txn_engine.errors import TxnEngineError
 from txn_engine.format.flags import describe_flags
 
@@ -98,20 +99,31 @@ def _configure_log(p: argparse.ArgumentParser) -> None:
 
 
 def _run_log(args: argparse.Namespace, out: TextIO) -> int:
-    ds = _open(args)
-    versions = ds.versions()
-    tags = _tags_by_version(ds)
-    branches = ds.branches()
+    from txn_engine.format.refs import list_branches, list_tags
+    from txn_engine.storage import open_storage
+
+    # no Dataset.open: the latest manifest may be the damaged one; every damaged version
+    # is listed with its error (exit 1) and the others as usual
+    storage = open_storage(args.uri)
+    versions = version_history(storage)
+    if not versions:
+        Dataset.open(storage)  # raises DatasetNotFoundError with the usual message
+    tags: dict[int, list[str]] = {}
+    for tag in list_tags(storage):
+        if tag.branch is None:
+            tags.setdefault(tag.version, []).append(tag.name)
+    branches = list_branches(storage)
+    status = 1 if any(v.error for v in versions) else 0
     if args.json:
         records = [{**v.to_json(), "tags": tags.get(v.version, [])} for v in versions]
         json.dump(records, out, indent=2)
         out.write("\n")
-        return 0
+        return status
     rows = [
         [
             str(v.version),
             "-" if v.timestamp is None else v.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC"),
-            v.operation or "?",
+            v.operation or ("UNREADABLE" if v.error else "?"),
             _dash(v.read_version),
             _dash(v.writer),
             _dash(v.uuid),
@@ -124,7 +136,10 @@ def _run_log(args: argparse.Namespace, out: TextIO) -> int:
     for b in branches:
         parent = b.parent_branch or "main"
         out.write(f"branch {b.name}: from {parent} version {b.parent_version}\n")
-    return 0
+    for v in versions:
+        if v.error:
+            out.write(f"v{v.version}: {v.error}\n")
+    return status
 
 
 register(Command("log", "list the versions of a dataset", _configure_log, _run_log))

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from txn_engine._proto import table_pb2, transaction_pb2
-from txn_engine.errors import CorruptDeletionFileError, DataFileError, TxnEngineError
+from txn_engine.errors import (
+    CorruptDeletionFileError,
+    DataFileError,
+    FormatError,
+    TxnEngineError,
+)
 from txn_engine.format.datafile import legacy_row_count
 from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.io import (
@@ -40,7 +45,7 @@ if TYPE_CHECKING:
     from txn_engine.format.refs import Branch, Tag
     from txn_engine.transaction import Transaction
 
-__all__ = ["Dataset", "VersionInfo", "operation_name"]
+__all__ = ["Dataset", "VersionInfo", "operation_name", "version_history"]
 
 
 def operation_name(txn: transaction_pb2.Transaction) -> str | None:
@@ -67,14 +72,22 @@ def _tagged_version(storage: Storage, tag: str) -> int:
 
 
 def _timestamp(manifest: table_pb2.Manifest) -> _dt.datetime | None:
+    """The manifest's commit time; FormatError when it is not a representable time."""
     if not manifest.HasField("timestamp"):
         return None
     ts = manifest.timestamp
     if ts.seconds == 0 and ts.nanos == 0:
         return None
-    return _dt.datetime.fromtimestamp(ts.seconds, tz=_dt.UTC) + _dt.timedelta(
-        microseconds=ts.nanos // 1000
-    )
+    try:
+        if not 0 <= ts.nanos < 1_000_000_000:
+            raise ValueError("nanos outside 0..999999999")
+        return _dt.datetime.fromtimestamp(ts.seconds, tz=_dt.UTC) + _dt.timedelta(
+            microseconds=ts.nanos // 1000
+        )
+    except (OverflowError, OSError, ValueError) as exc:
+        raise FormatError(
+            f"manifest timestamp {ts.seconds}s {ts.nanos}ns is out of range ({exc})"
+        ) from None
 
 
 def _writer(manifest: table_pb2.Manifest) -> str:
@@ -93,6 +106,10 @@ class VersionInfo:
 
     ``operation``/``read_version``/``uuid`` are ``None`` when the version's transaction is
     missing or unreadable (very old datasets); ``transaction_error`` then says why.
+    ``error`` is set (``"<ErrorClass>: <message>"``, the class from
+    :mod:`txn_engine.errors`) when the version itself is damaged: its manifest cannot be
+    read or decoded (then everything but ``version`` and ``manifest_name`` is empty), or a
+    field such as the timestamp is out of range (then that field is ``None``).
     """
 
     version: int
@@ -104,6 +121,7 @@ class VersionInfo:
     tag: str
     manifest_name: str
     transaction_error: str | None = None
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict of the record (timestamp as ISO 8601)."""
@@ -117,6 +135,7 @@ class VersionInfo:
             "tag": self.tag,
             "manifest": self.manifest_name,
             "transaction_error": self.transaction_error,
+            "error": self.error,
         }
 
 
@@ -309,37 +328,11 @@ class Dataset:
         return read_transaction(self._storage, version)
 
     def versions(self) -> list[VersionInfo]:
-        """Every main-line version of the dataset, ascending (not only up to this one)."""
-        out: list[VersionInfo] = []
-        for entry in list_versions(self._storage):
-            mf = self._file if entry == self._entry else read_manifest_entry(self._storage, entry)
-            m = mf.manifest
-            op: str | None = None
-            read_version: int | None = None
-            uuid: str | None = None
-            error: str | None = None
-            try:
-                txn = read_transaction(self._storage, entry, mf)
-            except TxnEngineError as exc:
-                error = str(exc)
-            else:
-                op = operation_name(txn)
-                read_version = txn.read_version
-                uuid = txn.uuid
-            out.append(
-                VersionInfo(
-                    version=entry.version,
-                    timestamp=_timestamp(m),
-                    operation=op,
-                    read_version=read_version,
-                    writer=_writer(m),
-                    uuid=uuid,
-                    tag=m.tag,
-                    manifest_name=entry.name,
-                    transaction_error=error,
-                )
-            )
-        return out
+        """Every main-line version of the dataset, ascending (not only up to this one).
+
+        A damaged version does not stop the listing: its record carries ``error``.
+        """
+        return version_history(self._storage, known=(self._entry, self._file))
 
     def latest_version(self) -> int:
         """The newest main-line version now in storage (may be newer than ``version``)."""
@@ -355,3 +348,71 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset(uri={self.uri!r}, version={self.version})"
+
+
+def version_history(
+    storage: Storage, *, known: tuple[VersionEntry, ManifestFile] | None = None
+) -> list[VersionInfo]:
+    """Every main-line version in ``storage``, ascending, as :class:`VersionInfo` records.
+
+    Works when some manifests (the latest included) are damaged: such a version's record
+    carries ``error`` and the others are read as usual. ``known`` is an already decoded
+    manifest to reuse. Raises only when the version listing itself fails.
+    """
+    out: list[VersionInfo] = []
+    for entry in list_versions(storage):
+        damage: str | None = None
+        try:
+            if known is not None and entry == known[0]:
+                mf = known[1]
+            else:
+                mf = read_manifest_entry(storage, entry)
+        except TxnEngineError as exc:
+            out.append(_unreadable(entry, exc))
+            continue
+        m = mf.manifest
+        try:
+            timestamp = _timestamp(m)
+        except FormatError as exc:
+            timestamp, damage = None, f"{type(exc).__name__}: {exc}"
+        op: str | None = None
+        read_version: int | None = None
+        uuid: str | None = None
+        error: str | None = None
+        try:
+            txn = read_transaction(storage, entry, mf)
+        except TxnEngineError as exc:
+            error = str(exc)
+        else:
+            op = operation_name(txn)
+            read_version = txn.read_version
+            uuid = txn.uuid
+        out.append(
+            VersionInfo(
+                version=entry.version,
+                timestamp=timestamp,
+                operation=op,
+                read_version=read_version,
+                writer=_writer(m),
+                uuid=uuid,
+                tag=m.tag,
+                manifest_name=entry.name,
+                transaction_error=error,
+                error=damage,
+            )
+        )
+    return out
+
+
+def _unreadable(entry: VersionEntry, exc: TxnEngineError) -> VersionInfo:
+    return VersionInfo(
+        version=entry.version,
+        timestamp=None,
+        operation=None,
+        read_version=None,
+        writer="",
+        uuid=None,
+        tag="",
+        manifest_name=entry.name,
+        error=f"{type(exc).__name__}: {exc}",
+    )

@@ -20,7 +20,8 @@ invariant as a :class:`Finding`. Nothing is modified. Checked:
   and hold only offsets below ``physical_rows``; a deletion vector covering every row is a
   warning (such a fragment should have been removed) (``deep=True``: every version);
 * with ``data_files=True``, the data files of the latest version exist (``deep``: every
-  version's).
+  version's); a data-file path that leaves ``data/`` (``..``, absolute, empty) is a
+  finding for that version and is never followed.
 
 A :class:`Finding` is an ``"error"`` (the invariant is broken: ``ok`` is false), a
 ``"warning"`` (legal but suspicious, or written by an old release) or an ``"info"`` (a fact
@@ -39,7 +40,7 @@ import attrs
 
 from txn_engine._proto import table_pb2
 from txn_engine.codec import transaction_from_proto
-from txn_engine.errors import TxnEngineError
+from txn_engine.errors import InvalidStorageArgumentError, TxnEngineError
 from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import FLAG_BASE_PATHS, FLAG_DELETION_FILES
 from txn_engine.format.io import read_manifest_entry, read_transaction
@@ -343,7 +344,24 @@ def _check_data_files(
         for df in frag.files:
             if df.HasField("base_id"):
                 continue  # lives under another base path
-            if not storage.exists(f"data/{df.path}"):
+            try:
+                present = storage.exists(f"data/{df.path}")
+            except InvalidStorageArgumentError:  # "../..", absolute, empty: never followed
+                findings.append(
+                    Finding(
+                        v,
+                        "data-files",
+                        f"fragment {frag.id}: data file path {df.path!r} is not a path "
+                        "inside data/ (not checked)",
+                    )
+                )
+                continue
+            except TxnEngineError as exc:  # the store failed for this one file
+                findings.append(
+                    Finding(v, "data-files", f"fragment {frag.id}: data/{df.path}: {exc}")
+                )
+                continue
+            if not present:
                 findings.append(
                     Finding(v, "data-files", f"fragment {frag.id}: data/{df.path} is missing")
                 )

@@ -12,7 +12,9 @@ Workloads:
 2. contention: P writer processes x C Appends, fresh and stale read versions;
 3. conflict-check cost: one commit whose read version is k versions behind;
 4. storage operations per commit (RecordingStorage), uncontended and k behind;
-5. peak memory (max RSS of a fresh process) committing to the largest table.
+5. peak memory (max RSS of a fresh process) committing to the largest table;
+6. Spark reads through txn_lance vs pylance's to_table (``benchmarks/spark_read.py``; a
+   20,000-row smoke under ``--quick``).
 """
 
 from __future__ import annotations
@@ -367,6 +369,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"4. storage ops, k={row['k']}: lists {row['lists']} reads {row['reads']} "
                 f"writes {row['writes']} (Lance: {row['lance_expected']})"
             )
+        from benchmarks import spark_read
+
+        print("6. Spark reads (txn_lance) vs pylance to_table, rows/s")
+        results["spark_read"] = spark_read.run(
+            rows=20_000 if args.quick else 10_000_000, runs=1 if args.quick else 2, root=tmp
+        )
+        print(spark_read.describe(results["spark_read"]))
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     _plot(results["append_latency"], out_dir / "append_latency.png")
     print(f"results: {out_dir / 'results.json'}, plot: {out_dir / 'append_latency.png'}")

@@ -15,6 +15,9 @@ Workloads:
 5. peak memory (max RSS of a fresh process) committing to the largest table;
 6. Spark reads through txn_lance vs pylance's to_table (``benchmarks/spark_read.py``; a
    20,000-row smoke under ``--quick``).
+7. cleanup: deleting 100,000 orphan files on local disk (and 10,000 on moto S3) against
+   pylance's ``cleanup_old_versions`` (``benchmarks/cleanup.py``; 2,000 local under
+   ``--quick``).
 """
 
 from __future__ import annotations
@@ -376,6 +379,12 @@ def main(argv: list[str] | None = None) -> int:
             rows=20_000 if args.quick else 10_000_000, runs=1 if args.quick else 2, root=tmp
         )
         print(spark_read.describe(results["spark_read"]))
+        from benchmarks import cleanup as cleanup_benchmark
+
+        print("7. cleanup of orphan files (seconds)")
+        results["cleanup"] = cleanup_benchmark.run(root / "cleanup", quick=args.quick)
+        for row in results["cleanup"]:
+            print(cleanup_benchmark.describe(row))
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     _plot(results["append_latency"], out_dir / "append_latency.png")
     print(f"results: {out_dir / 'results.json'}, plot: {out_dir / 'append_latency.png'}")

@@ -52,6 +52,7 @@ from txn_engine.errors import (
     CleanupAbortedError,
     DatasetNotFoundError,
     InvalidStorageArgumentError,
+    StorageError,
     TxnEngineError,
 )
 from txn_engine.format.deletion import DELETIONS_DIR
@@ -63,6 +64,7 @@ from txn_engine.storage._files import is_staging_name
 from txn_engine.storage.base import Storage
 from txn_engine.storage.fsspec_store import FsspecStorage
 from txn_engine.storage.local import LocalStorage
+from txn_engine.storage.obstore_store import ObstoreStorage
 
 __all__ = [
     "FILE_DIRS",
@@ -119,6 +121,8 @@ def list_objects(storage: Storage, prefix: str) -> list[ObjectInfo]:
         return _list_local(storage, prefix)
     if isinstance(storage, FsspecStorage):
         return _list_fsspec(storage, prefix)
+    if isinstance(storage, ObstoreStorage):
+        return _list_obstore(storage, prefix)
     return [ObjectInfo(f"{prefix}/{name}") for name in storage.list(prefix)]
 
 
@@ -195,6 +199,39 @@ def _list_fsspec(storage: FsspecStorage, prefix: str) -> list[ObjectInfo]:
     return out
 
 
+def _obstore_call(storage: ObstoreStorage, op: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        raise StorageError(f"{op} under {storage.uri} failed: {type(exc).__name__}") from exc
+
+
+def _list_obstore(storage: ObstoreStorage, prefix: str) -> list[ObjectInfo]:
+    import obstore
+
+    def run() -> list[ObjectInfo]:
+        out: list[ObjectInfo] = []
+        for batch in obstore.list(storage.store, prefix):
+            for meta in batch:
+                path = str(meta["path"])
+                if not path.startswith(prefix + "/"):
+                    continue
+                size = meta.get("size")
+                out.append(
+                    ObjectInfo(
+                        path,
+                        int(size) if size is not None else None,
+                        _mtime_ns({"last_modified": meta.get("last_modified")}),
+                    )
+                )
+        return out
+
+    result: list[ObjectInfo] = _obstore_call(storage, "list", run)
+    return result
+
+
 # --------------------------------------------------------------------------- deleting
 
 
@@ -208,6 +245,15 @@ def delete_many(storage: Storage, paths: Sequence[str]) -> list[tuple[str, str]]
     if callable(custom):
         result = custom(paths)
         return list(result) if result is not None else []
+    if isinstance(storage, ObstoreStorage) and len(paths) > 1:
+        import obstore
+
+        try:
+            _obstore_call(storage, "delete", lambda: obstore.delete(storage.store, list(paths)))
+        except (StorageError, FileNotFoundError):
+            pass  # fall back to single deletes, which report each failure
+        else:
+            return []
     if isinstance(storage, FsspecStorage) and len(paths) > 1:
         root = storage.root
         fulls = [f"{root}/{p}" if root else p for p in paths]
@@ -219,11 +265,26 @@ def delete_many(storage: Storage, paths: Sequence[str]) -> list[tuple[str, str]]
             pass
         else:
             return []
+    if isinstance(storage, LocalStorage):
+        return _delete_local(storage, paths)
     failures: list[tuple[str, str]] = []
     for path in paths:
         try:
             storage.delete(path)
         except TxnEngineError as exc:
+            failures.append((path, str(exc)))
+    return failures
+
+
+def _delete_local(storage: LocalStorage, paths: Sequence[str]) -> list[tuple[str, str]]:
+    """Unlink each path (validated like every storage path); missing is fine."""
+    failures: list[tuple[str, str]] = []
+    for path in paths:
+        try:
+            os.unlink(storage.full_path(path))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            continue
+        except (OSError, TxnEngineError) as exc:
             failures.append((path, str(exc)))
     return failures
 
@@ -315,6 +376,8 @@ def _root_aliases(storage: Storage) -> set[str]:
         aliases |= {root.rstrip("/"), os.path.realpath(root).rstrip("/")}
     elif isinstance(storage, FsspecStorage):
         aliases.add(storage.root.rstrip("/"))
+    elif isinstance(storage, ObstoreStorage):
+        aliases.add(storage.uri.split("://", 1)[-1].rstrip("/"))
     return {a for a in aliases if a}
 
 
@@ -731,11 +794,13 @@ def _read_state(storage: Storage, aliases: set[str]) -> _State:
 
 def _lists_recursively(storage: Storage) -> bool:
     return callable(getattr(storage, "list_objects", None)) or isinstance(
-        storage, (LocalStorage, FsspecStorage)
+        storage, (LocalStorage, FsspecStorage, ObstoreStorage)
     )
 
 
 def _in_dirs(path: str, dirs: Iterable[str]) -> bool:
+    if not path.startswith(INDICES_DIR + "/"):
+        return False  # index directories are the only directory references
     return any(path.startswith(d + "/") for d in dirs)
 
 

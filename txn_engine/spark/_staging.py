@@ -56,7 +56,7 @@ from typing import Any, Literal
 
 import attrs
 
-from txn_engine._proto import table_pb2, transaction_pb2
+from txn_engine._proto import transaction_pb2
 from txn_engine.errors import (
     DatasetNotFoundError,
     FormatError,
@@ -95,7 +95,7 @@ __all__ = [
     "put_markers",
     "read_record",
     "record_path",
-    "referenced_data_files",
+    "referenced_among",
     "settle",
     "sweep",
     "task_finished",
@@ -246,18 +246,11 @@ class _Prefixed:
         raise StorageError("read-only view")
 
 
-def _manifest_files(manifest: table_pb2.Manifest) -> Iterator[str]:
-    for fragment in manifest.fragments:
-        for data_file in fragment.files:
-            yield data_file.path
-        for overlay in fragment.overlays:
-            yield overlay.data_file.path
-
-
-def _versions_and_files(storage: Storage, into: set[str]) -> set[int]:
-    """Add the data file paths of every manifest under ``_versions/`` to ``into``; return
-    the version numbers of the main-line and detached manifests read."""
-    versions: set[int] = set()
+def _kept_manifests(storage: Storage, versions: set[int]) -> Iterator[bytes]:
+    """The bytes of every manifest under ``_versions/`` (main line, detached, staged),
+    each checked to decode; the version numbers of the main-line and detached ones are
+    added to ``versions``. A staged manifest that does not decode is skipped; any other
+    that does not raises."""
     for name in storage.list("_versions"):
         parsed = parse_manifest_name(name)
         detached = re.fullmatch(r"d([0-9]{1,20})\.manifest", name)
@@ -272,18 +265,19 @@ def _versions_and_files(storage: Storage, into: set[str]) -> set[int]:
             # a staged manifest (``N.manifest-{uuid}``, ``N.manifest#k``) may be about to
             # become a version: protect what it references if it can be read at all
             try:
-                staged = decode_manifest_file(storage.get(path), what=path)
+                data = storage.get(path)
+                decode_manifest_file(data, what=path)
             except (FormatError, StorageError):
                 continue
-            into.update(_manifest_files(staged.manifest))
+            yield data
             continue
         try:
             data = storage.get(path)
         except ObjectNotFoundError:
             continue  # removed since the listing: no longer a kept version
-        into.update(_manifest_files(decode_manifest_file(data, what=path).manifest))
+        decode_manifest_file(data, what=path)  # a manifest this library understands
         versions.add(version)
-    return versions
+        yield data
 
 
 def _json_objects(storage: Storage, directory: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -311,21 +305,23 @@ def _branch_prefix(escaped: str) -> str:
     return f"tree/{name}"
 
 
-def referenced_data_files(storage: Storage) -> frozenset[str]:
-    """The data file paths (relative to ``data/``, as manifests record them) that any kept
-    version of the table references: every manifest in ``_versions/``, every branch's
-    manifests (``_refs/branches/*.json`` → ``tree/{branch}/_versions/``), checked against
-    the versions the tags in ``_refs/tags/*.json`` name.
-
-    Raises a TxnEngineError (FormatError, StorageError, ...) when any of it cannot be read
-    or a tag names a version that is not there: then no file can be proven unreferenced.
-    """
-    paths: set[str] = set()
-    main = _versions_and_files(storage, paths)
+def _all_kept_manifests(storage: Storage) -> Iterator[bytes]:
+    """Every manifest of every kept version of the table: ``_versions/``, every branch's
+    (``_refs/branches/*.json`` → ``tree/{branch}/_versions/``, and on local disk every
+    dataset under ``tree/``); then checks that each tag (``_refs/tags/*.json``) names a
+    version that was read (raises FormatError otherwise)."""
+    main: set[int] = set()
+    yield from _kept_manifests(storage, main)
     branches: dict[str, set[int]] = {}
     for escaped, _ in _json_objects(storage, "_refs/branches"):
         name = urllib.parse.unquote(escaped)
-        branches[name] = _versions_and_files(_Prefixed(storage, _branch_prefix(escaped)), paths)
+        branches[name] = set()
+        yield from _kept_manifests(_Prefixed(storage, _branch_prefix(escaped)), branches[name])
+    # on local disk, also branch datasets whose reference is not (yet) written
+    known = {f"tree/{name}" for name in branches}
+    for tree in _local_branch_dirs(storage):
+        if tree not in known:
+            yield from _kept_manifests(_Prefixed(storage, tree), set())
     for tag, value in _json_objects(storage, "_refs/tags"):
         branch, version = value.get("branch"), value.get("version")
         kept = main if branch is None else branches.get(str(branch))
@@ -334,12 +330,29 @@ def referenced_data_files(storage: Storage) -> frozenset[str]:
                 f"tag {tag!r} names version {version!r} of branch {branch!r}, which is not "
                 "there: the files it needs cannot be told"
             )
-    # on local disk, also branch datasets whose reference is not (yet) written
-    known = {f"tree/{name}" for name in branches}
-    for tree in _local_branch_dirs(storage):
-        if tree not in known:
-            _versions_and_files(_Prefixed(storage, tree), paths)
-    return frozenset(paths)
+
+
+def referenced_among(storage: Storage, names: Iterable[str]) -> frozenset[str]:
+    """Which of the data file ``names`` (relative to ``data/``) a kept version of the table
+    references: any manifest in ``_versions/`` (main line, detached, staged), any manifest
+    of any branch, with every tag naming a version that is there.
+
+    Each manifest is read once and must decode (so it is one this library understands);
+    a name counts as referenced when its bytes occur in the manifest (a data file path is
+    stored verbatim; a false match can only keep a file). Memory: one manifest at a time.
+
+    Raises a TxnEngineError (FormatError, StorageError, ...) when any of it cannot be read
+    or a tag names a version that is not there: then no file can be proven unreferenced.
+    """
+    needles = {name: name.encode() for name in names}
+    found: set[str] = set()
+    if not needles:
+        return frozenset()
+    for data in _all_kept_manifests(storage):
+        for name, needle in needles.items():
+            if name not in found and needle in data:
+                found.add(name)
+    return frozenset(found)
 
 
 # --------------------------------------------------------------------------- local disk
@@ -464,7 +477,7 @@ class DeleteGuard:
     storage: Storage
     listing: Mapping[str, StagedWrite]
     cutoff: float | None = None
-    _referenced: frozenset[str] | None = None
+    _known: dict[str, bool] = attrs.field(factory=dict)
     _referenced_error: BaseException | None = None
     _claims: dict[str, set[str]] | None = None
 
@@ -476,21 +489,33 @@ class DeleteGuard:
                     self._claims.setdefault(data_file, set()).add(k)
         return bool(self._claims.get(name, set()) - {key})
 
-    def referenced(self) -> frozenset[str] | None:
-        """Every data file a kept version references (None when that cannot be read)."""
-        if self._referenced is None and self._referenced_error is None:
-            try:
-                paths = referenced_data_files(self.storage)
-            except Exception as exc:
-                self._referenced_error = exc
-                _log.warning(
-                    "cannot read every kept version of %s (%r): no data file is deleted",
-                    self.storage.uri,
-                    exc,
-                )
-            else:
-                self._referenced = frozenset(paths | {p.rpartition("/")[2] for p in paths})
-        return self._referenced
+    def prefetch(self, names: Iterable[str]) -> None:
+        """Learn in one pass over the kept versions which of ``names`` they reference
+        (a sweep asks for every candidate at once; later questions about other names cost
+        another pass)."""
+        if self._referenced_error is not None:
+            return
+        pending = {n for n in names if is_data_file_name(n)} - set(self._known)
+        if not pending:
+            return
+        try:
+            found = referenced_among(self.storage, pending)
+        except Exception as exc:
+            self._referenced_error = exc
+            _log.warning(
+                "cannot read every kept version of %s (%r): no data file is deleted",
+                self.storage.uri,
+                exc,
+            )
+            return
+        self._known.update({name: name in found for name in pending})
+
+    def is_referenced(self, name: str) -> bool | None:
+        """Whether a kept version references ``data/{name}`` (None: cannot be told)."""
+        self.prefetch([name])
+        if self._referenced_error is not None:
+            return None
+        return self._known[name]
 
     def verdict(self, key: str, name: str) -> Literal["delete", "keep", "retry"]:
         """``"delete"``, ``"keep"`` (never this write's to delete: release the marker) or
@@ -514,10 +539,10 @@ class DeleteGuard:
             planned = key_time(key)
             if planned is not None and facts.mtime < planned - CLOCK_SKEW_SECONDS:
                 return "keep"  # older than the write that claims it: not its file
-        referenced = self.referenced()
+        referenced = self.is_referenced(name)
         if referenced is None:
             return "retry"
-        return "keep" if name in referenced else "delete"
+        return "keep" if referenced else "delete"
 
 
 @attrs.frozen
@@ -549,7 +574,10 @@ def _remove(
     marker (if marked) unless the file could not be deleted or decided."""
     storage = guard.storage
     files = markers = failures = kept = 0
-    for name in sorted(names):
+    names = sorted(names)
+    if data:  # one pass over the kept versions for all of them
+        guard.prefetch(n for n in names if not guard._claimed_elsewhere(key, n))
+    for name in names:
         if data:
             verdict = guard.verdict(key, name)
             if verdict == "retry":
@@ -832,10 +860,15 @@ def sweep(
         return SweepResult(skipped=1)
     listing = list_staging(storage)
     guard = DeleteGuard(storage, listing, cutoff=current - older_than_seconds)
-    for key, staged in sorted(listing.items()):
-        planned = key_time(key)
-        if planned is None or current - planned < older_than_seconds:
-            continue
+    due = {
+        key: staged
+        for key, staged in sorted(listing.items())
+        if (planned := key_time(key)) is not None and current - planned >= older_than_seconds
+    }
+    if any(staged.data_files for staged in due.values()):
+        # one pass over the kept versions for every file a due write claims
+        guard.prefetch(name for staged in due.values() for name in staged.data_files)
+    for key, staged in due.items():
         keep: set[str] = set()
         if staged.has_record:
             record = read_record(storage, key)

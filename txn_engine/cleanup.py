@@ -16,8 +16,10 @@ others and every file under ``data/``, ``_deletions/``, ``_indices/`` and
 * **deleted**: manifests of the other versions; files only those versions referenced
   (whatever their age, like Lance); files no manifest references at all ("orphans") once
   they are older than ``retention_orphans`` (by the listing's modification time; a file
-  whose age the storage cannot tell is only deleted when the retention is zero); lease
-  objects that expired longer than ``retention_orphans`` ago.
+  whose age the storage cannot tell is only deleted when the retention is zero) and were
+  written before the oldest live lease was taken (a lease holder's uncommitted files are
+  kept whatever the retention); lease objects that expired longer than
+  ``retention_orphans`` ago.
 
 A file is deleted only when it is proved unreferenced: if a manifest (of any version that
 is listed), a tag, a branch or a lease cannot be read, :class:`~txn_engine.errors.
@@ -509,6 +511,7 @@ class PlannedDelete:
     path: str
     reason: str
     size: int | None = None
+    mtime_ns: int | None = None
 
 
 @attrs.frozen
@@ -740,6 +743,23 @@ def _oldest_live(leases: Sequence[LeaseInfo], now_ns: int) -> int | None:
     return min(live) if live else None
 
 
+def _lease_floor(leases: Sequence[LeaseInfo], now_ns: int) -> int | None:
+    """When the oldest live lease was created: files written since may be a holder's."""
+    created = [i.created_at_ns for i in leases if i.live(now_ns)]
+    return min(created) if created else None
+
+
+def _orphan_expired(
+    mtime_ns: int | None, retention_ns: int, cutoff_ns: int, lease_floor: int | None
+) -> bool:
+    """Whether an unreferenced file may go: older than the retention, and written before
+    the oldest live lease was taken (a file of unknown age only with a zero retention and
+    no live lease)."""
+    if mtime_ns is None:
+        return retention_ns == 0 and lease_floor is None
+    return mtime_ns <= cutoff_ns and (lease_floor is None or mtime_ns < lease_floor)
+
+
 def _check_duration(name: str, value: timedelta) -> int:
     if not isinstance(value, timedelta):
         raise InvalidStorageArgumentError(f"{name} must be a timedelta, got {value!r}")
@@ -815,6 +835,7 @@ def _build_plan(
     oldest_lease: int | None,
     leases: Sequence[LeaseInfo],
 ) -> CleanupPlan:
+    floor = _lease_floor(leases, now_ns)
     versions = [e.version for e in state.entries]
     latest = versions[-1]
     cutoff = now_ns - older_than_ns
@@ -847,9 +868,9 @@ def _build_plan(
             kept_count += 1
             continue
         if p in removed_files or _in_dirs(p, removed_dirs):
-            deletes.append(PlannedDelete(p, "old-version", obj.size))
-        elif retention_ns == 0 or (obj.mtime_ns is not None and obj.mtime_ns <= orphan_cutoff):
-            deletes.append(PlannedDelete(p, "orphan", obj.size))
+            deletes.append(PlannedDelete(p, "old-version", obj.size, obj.mtime_ns))
+        elif _orphan_expired(obj.mtime_ns, retention_ns, orphan_cutoff, floor):
+            deletes.append(PlannedDelete(p, "orphan", obj.size, obj.mtime_ns))
     for info in leases:
         if info.error is None and info.expires_at_ns <= orphan_cutoff and not info.live(now_ns):
             deletes.append(PlannedDelete(info.path, "lease"))
@@ -967,6 +988,7 @@ def cleanup(
     # manifest may be gone; keep the files of that version and every later one
     leases = read_leases(storage)
     late = _oldest_live(leases, clock())
+    floor = _lease_floor(leases, clock())
     protect_files: set[str] = set()
     protect_dirs: set[str] = set()
     if late is not None and (oldest is None or late < oldest):
@@ -980,6 +1002,11 @@ def cleanup(
         if d.reason != "manifest"
         and d.path not in protect_files
         and not _in_dirs(d.path, protect_dirs)
+        and not (
+            d.reason == "orphan"
+            and floor is not None
+            and (d.mtime_ns is None or d.mtime_ns >= floor)
+        )
     ]
     kept_late = len(plan.deletes) - len(manifests) - len(files)
     total = len(manifests) + len(files)

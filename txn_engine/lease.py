@@ -12,7 +12,9 @@ The lease is the JSON object ``_txn_engine/leases/<uuid>.json``::
 written when the lease is taken, rewritten with a later ``expires_at_ns`` by a daemon
 thread every ``ttl / 3`` seconds, and deleted when the ``with`` block exits (or on
 :meth:`Lease.release`). :func:`txn_engine.cleanup.cleanup` keeps every version at or after
-the oldest *live* (unexpired) lease, and every file those versions reference.
+the oldest *live* (unexpired) lease, every file those versions reference, and every file
+written since the oldest live lease was created (the files of a writer that took its lease
+before writing them and has not committed yet).
 
 Protocol (what makes a lease effective):
 
@@ -39,7 +41,7 @@ import socket
 import threading
 import time
 import uuid as uuid_module
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeGuard
 
@@ -153,7 +155,8 @@ class Lease:
     ``version`` is the pinned version (the latest at acquisition when none was given).
     The lease renews itself from a daemon thread every ``ttl / 3`` seconds until
     :meth:`release`; :meth:`renew` renews now. ``expired`` turns true when a renewal came
-    too late; from then on the version is not protected.
+    too late; from then on the version is not protected. ``clock`` (wall-clock ns; tests)
+    stamps ``created_at_ns`` and ``expires_at_ns``.
     """
 
     def __init__(
@@ -164,10 +167,12 @@ class Lease:
         ttl: float,
         owner: str,
         renew_in_background: bool = True,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         if not ttl > 0:
             raise InvalidStorageArgumentError(f"lease ttl must be positive, got {ttl!r}")
         self._storage = storage
+        self._clock = clock
         self._ttl_ns = int(ttl * _NS)
         self._ttl = ttl
         self._owner = owner
@@ -177,7 +182,7 @@ class Lease:
         self._stop = threading.Event()
         self._released = False
         self._expired = False
-        self._created_at_ns = time.time_ns()
+        self._created_at_ns = clock()
         self._expires_at_ns = 0
         self.last_error: BaseException | None = None
         self._version = self._acquire(version)
@@ -189,7 +194,7 @@ class Lease:
             self._thread.start()
 
     def _write(self, version: int) -> None:
-        now = time.time_ns()
+        now = self._clock()
         expires = now + self._ttl_ns
         self._storage.put(self._path, _encode(version, self._created_at_ns, expires, self._owner))
         self._expires_at_ns = expires
@@ -254,7 +259,7 @@ class Lease:
         with self._lock:
             if self._released:
                 raise LeaseExpiredError(f"lease {self._path} was released")
-            if self._expired or time.time_ns() >= self._expires_at_ns:
+            if self._expired or self._clock() >= self._expires_at_ns:
                 self._expired = True
                 raise LeaseExpiredError(
                     f"lease {self._path} on version {self._version} expired before it was "

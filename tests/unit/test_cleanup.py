@@ -434,3 +434,34 @@ def test_verify_tells_cleaned_up_history_from_damage() -> None:
     _history(other)
     other.delete(resolve_version(other, 3).path)
     assert [f.invariant for f in verify(other).errors] == ["no-gaps"]
+
+
+def test_a_live_lease_keeps_files_written_since_it_was_taken(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path / "t.lance", fsync=False)
+    _history(store)
+    t0 = time.time_ns()
+    held = Lease(store, 5, ttl=600.0, owner="w", renew_in_background=False, clock=lambda: t0)
+    store.put("data/before.lance", b"b")
+    store.put("data/in-flight.lance", b"i")
+    before = (t0 - 10 * NS) / NS
+    after = (t0 + 1 * NS) / NS
+    os.utime(store.full_path("data/before.lance"), (before, before))
+    os.utime(store.full_path("data/in-flight.lance"), (after, after))
+    later = t0 + 5 * NS
+    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, now_ns=later, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert not store.exists("data/before.lance")
+    assert store.exists("data/in-flight.lance")  # the lease holder may still commit it
+    held.release()
+    cleanup(store, older_than=ZERO, retention_orphans=ZERO, now_ns=later, progress=False)
+    assert not store.exists("data/in-flight.lance")
+
+
+def test_lease_clock_stamps_the_object() -> None:
+    store = MemoryStorage()
+    _history(store)
+    held = Lease(store, 3, ttl=2.0, owner="w", renew_in_background=False, clock=lambda: 10 * NS)
+    (obj,) = [json.loads(store.get(f"{LEASES_DIR}/{n}")) for n in store.list(LEASES_DIR)]
+    assert obj["created_at_ns"] == 10 * NS
+    assert obj["expires_at_ns"] == 12 * NS
+    held.release()

@@ -41,6 +41,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import attrs
 from pyroaring import BitMap64
 
 from txn_engine.commit import CommitResult, commit, replan_and_commit
@@ -52,7 +53,9 @@ from txn_engine.errors import (
     StorageError,
     TxnEngineError,
 )
+from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
 from txn_engine.format.refs import Tag, create_tag, delete_tag, list_tags
+from txn_engine.format.rowids import encode_row_id_sequence
 from txn_engine.interop import as_fragments, as_index, as_transaction
 from txn_engine.lease import Lease
 from txn_engine.model import Fragment, LanceField
@@ -675,9 +678,10 @@ def _update_plan(
     if unknown:
         raise InvalidOperationError(f"update: no column(s) {unknown} in the table")
     exprs = {name: values.get(name, _quote(name)) for name in schema.names}
-    rows = lds.to_table(columns=exprs, filter=where)
+    stable = bool(snapshot.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+    scanned = lds.to_table(columns=exprs, filter=where, with_row_id=stable)
     rows = pa.Table.from_arrays(
-        [rows.column(n).cast(schema.field(n).type) for n in schema.names], schema=schema
+        [scanned.column(n).cast(schema.field(n).type) for n in schema.names], schema=schema
     )
     updated, removed, affected = _delete_plan(lds, where if where is not None else "true")
     new: tuple[Fragment, ...] = ()
@@ -685,6 +689,13 @@ def _update_plan(
         txn = write_fragments(rows, lds, return_transaction=True, storage_options=storage_options)
         op = as_transaction(txn).operation
         new = op.fragments  # type: ignore[union-attr]
+        if stable:  # the rewritten rows keep their stable row ids, as pylance's update does
+            ids = scanned.column("_rowid").to_pylist()
+            kept: list[Fragment] = []
+            for frag in new:
+                part, ids = ids[: frag.physical_rows], ids[frag.physical_rows :]
+                kept.append(attrs.evolve(frag, row_id_sequence=encode_row_id_sequence(part)))
+            new = tuple(kept)
     ids = {f.name: f.id for f in snapshot.manifest.fields if f.parent_id == -1}
     return Update(
         removed_fragment_ids=removed,
@@ -700,8 +711,6 @@ def _quote(name: str) -> str:
 
 
 def _with_inserted(op: Update, record: bytes | None, hashes: frozenset[int]) -> Update:
-    import attrs
-
     return attrs.evolve(op, inserted_rows=record, inserted_key_hashes=hashes)
 
 

@@ -206,6 +206,36 @@ def test_restore_and_update_config(pair: tuple[str, str]) -> None:
     assert lance.dataset(b).config() == lance.dataset(a).config()
 
 
+@pytest.mark.parametrize(
+    "operation",
+    [
+        ("update", {"values": {"v": "upper(v)"}, "where": "id % 5 = 0"}),
+        ("delete", {"predicate": "id > 80"}),
+        ("merge_insert", {"data": _rows(95, 10), "on": "id"}),
+    ],
+    ids=lambda op: op[0],
+)
+def test_stable_row_ids_are_kept(tmp_path: Path, operation: tuple[str, dict[str, Any]]) -> None:
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    lance.write_dataset(_rows(0, 100), a, max_rows_per_file=25, enable_stable_row_ids=True)
+    shutil.copytree(a, b)
+    name, kwargs = operation
+    pds = lance.dataset(a)
+    if name == "update":
+        pds.update(kwargs["values"], where=kwargs["where"])
+    elif name == "delete":
+        pds.delete(kwargs["predicate"])
+    else:
+        pds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
+            kwargs["data"]
+        )
+    getattr(te.open(b), name)(*kwargs.values())
+    _same(a, b)
+    ta = lance.dataset(a).to_table(with_row_id=True).sort_by("id")
+    tb = lance.dataset(b).to_table(with_row_id=True).sort_by("id")
+    assert tb.column("_rowid").equals(ta.column("_rowid"))
+
+
 # ---- planning pins the read version -------------------------------------------------------------
 
 

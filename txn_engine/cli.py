@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import attrs
 
@@ -352,15 +352,80 @@ register(Command("show", "summarise one version of a dataset", _configure_show, 
 # --------------------------------------------------------------------------- stress / verify
 
 
+def _number(
+    kind: Callable[[str], Any], low: float, *, open_low: bool = False, high: float | None = None
+) -> Callable[[str], Any]:
+    """An argparse ``type``: ``kind`` (int/float) within [low, high] (``open_low``: > low);
+    a bad value is a usage error (exit 2) before anything runs."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        below = value <= low if open_low else not value >= low  # `not >=` catches NaN
+        if below or (high is not None and not value <= high):
+            bound = f"> {low}" if open_low else f">= {low}"
+            if high is not None:
+                bound = f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    return parse
+
+
+def _stress_uri(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty (it would be the current directory)")
+    if text.startswith("memory://"):
+        raise argparse.ArgumentTypeError("memory:// is private to one process; use a directory")
+    return text
+
+
+def _mix_argument(text: str) -> str:
+    from txn_engine.stress import KINDS
+
+    try:
+        mix = _parse_mix(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weights must be integers: {text!r}") from None
+    unknown = sorted(set(mix or {}) - set(KINDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
+    if mix is not None and (any(w < 0 for w in mix.values()) or not any(mix.values())):
+        raise argparse.ArgumentTypeError("weights must be >= 0, at least one positive")
+    return text
+
+
+def _faults_argument(text: str) -> str:
+    from txn_engine.testing.fault_storage import FAULT_KINDS
+
+    unknown = sorted(set(_parse_faults(text)) - set(FAULT_KINDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)} or all"
+        )
+    return text
+
+
 def _configure_stress(p: argparse.ArgumentParser) -> None:
     from txn_engine.stress import DEFAULT_MIX, KINDS
     from txn_engine.testing.fault_storage import FAULT_KINDS
 
-    p.add_argument("uri", help="where to create the dataset (a fresh local directory by default)")
-    p.add_argument("--writers", type=int, default=4, help="writer processes (default 4)")
-    p.add_argument("--commits", type=int, default=25, help="operations per writer (default 25)")
+    p.add_argument(
+        "uri",
+        type=_stress_uri,
+        help="where to create the dataset (a fresh local directory by default)",
+    )
+    p.add_argument(
+        "--writers", type=_number(int, 1), default=4, help="writer processes (default 4)"
+    )
+    p.add_argument(
+        "--commits", type=_number(int, 0), default=25, help="operations per writer (default 25)"
+    )
     p.add_argument(
         "--mix",
+        type=_mix_argument,
         default=None,
         help="operation weights, kinds: "
         + ", ".join(KINDS)
@@ -370,26 +435,43 @@ def _configure_stress(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--fault-rate",
-        type=float,
+        type=_number(float, 0.0, high=1.0),
         default=0.0,
         help="probability that a manifest create (or transaction-file write) suffers a fault",
     )
     p.add_argument(
         "--faults",
+        type=_faults_argument,
         default="lost_response",
         help="comma-separated fault kinds to inject at --fault-rate, or 'all': "
         + ", ".join(FAULT_KINDS),
     )
     p.add_argument(
-        "--latency", type=float, default=0.0, help="added storage latency per call, in ms"
-    )
-    p.add_argument("--max-attempts", type=int, default=50, help="commit attempts per try")
-    p.add_argument("--deadline", type=float, default=None, help="seconds per commit (retries)")
-    p.add_argument(
-        "--max-delay", type=float, default=None, help="cap of one retry backoff sleep, seconds"
+        "--latency",
+        type=_number(float, 0.0),
+        default=0.0,
+        help="added storage latency per call, in ms",
     )
     p.add_argument(
-        "--replans", type=int, default=5, help="re-plans after a retryable conflict (default 5)"
+        "--max-attempts", type=_number(int, 1), default=50, help="commit attempts per try"
+    )
+    p.add_argument(
+        "--deadline",
+        type=_number(float, 0.0, open_low=True),
+        default=None,
+        help="seconds per commit (retries)",
+    )
+    p.add_argument(
+        "--max-delay",
+        type=_number(float, 0.0),
+        default=None,
+        help="cap of one retry backoff sleep, seconds",
+    )
+    p.add_argument(
+        "--replans",
+        type=_number(int, 0),
+        default=5,
+        help="re-plans after a retryable conflict (default 5)",
     )
     p.add_argument(
         "--synthetic", action="store_true", help="do not write data files (no pylance needed)"
@@ -398,6 +480,7 @@ def _configure_stress(p: argparse.ArgumentParser) -> None:
     _storage_option_arguments(p)
     p.add_argument(
         "--lance-option",
+        type=_option_item,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -406,10 +489,24 @@ def _configure_stress(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
 
+def _option_item(text: str) -> str:
+    """An argparse ``type`` for ``-o KEY=VALUE``: checked now (exit 2), never echoed."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError("expected name=value")
+    if value.startswith("{"):
+        try:
+            json.loads(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"the value of {key!r} is not valid JSON") from None
+    return text
+
+
 def _storage_option_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--storage-option",
+        type=_option_item,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -613,11 +710,35 @@ def _package_version() -> str:
     return __version__
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that never echoes a secret: usage errors go through
+    :func:`txn_engine.redact.redact_text`, and of unrecognized arguments only the option
+    names are shown (``-o secret=...`` would otherwise be printed whole)."""
+
+    def error(self, message: str) -> NoReturn:
+        from txn_engine.redact import MASK, redact_text
+
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            shown = [
+                token.split("=", 1)[0] + ("=" + MASK if "=" in token else "")
+                if token.startswith("-")
+                else MASK
+                for token in message[len(prefix) :].split()
+            ]
+            message = prefix + " ".join(shown)
+        super().error(redact_text(message))
+
+
+def _option_values(args: argparse.Namespace) -> list[str]:
+    """The values given with ``-o`` / ``--lance-option`` (masked in any message)."""
+    items = [*getattr(args, "storage_option", []), *getattr(args, "lance_option", [])]
+    return [item.partition("=")[2] for item in items if len(item.partition("=")[2]) >= 4]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="txn-engine", description="Inspect and operate on Lance datasets."
-    )
+    parser = _Parser(prog="txn-engine", description="Inspect and operate on Lance datasets.")
     parser.add_argument("--version", action="version", version=f"txn-engine {_package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS.values():
@@ -640,7 +761,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # pragma: no cover - e.g. piping into `head`
         return 0
     except (TxnEngineError, OSError, ValueError) as exc:
-        text = str(exc).strip()
+        from txn_engine.redact import redact_text
+
+        text = redact_text(str(exc), secrets=_option_values(args)).strip()
         message = text.splitlines()[0] if text else type(exc).__name__
         print(f"txn-engine {command.name}: error: {message}", file=sys.stderr)
         return 1

@@ -347,7 +347,9 @@ class Dataset:
         return Dataset(self._storage, entry, mf)
 
     def __repr__(self) -> str:
-        return f"Dataset(uri={self.uri!r}, version={self.version})"
+        from txn_engine.redact import redact_uri
+
+        return f"Dataset(uri={redact_uri(self.uri)!r}, version={self.version})"
 
 
 def version_history(

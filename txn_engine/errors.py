@@ -110,7 +110,16 @@ __all__ = [
 
 
 class TxnEngineError(Exception):
-    """Root of every error txn_engine raises; catch it to handle them all."""
+    """Root of every error txn_engine raises; catch it to handle them all.
+
+    Messages never carry a URI's password: ``scheme://user:password@...`` is shown as
+    ``scheme://***@...`` (:func:`txn_engine.redact.redact_userinfo`).
+    """
+
+    def __init__(self, *args: Any) -> None:
+        from txn_engine.redact import redact_userinfo
+
+        super().__init__(*(redact_userinfo(a) if isinstance(a, str) else a for a in args))
 
 
 class InvalidOperationError(TxnEngineError, ValueError):

@@ -55,6 +55,7 @@ from txn_engine.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     DatasetNotFoundError,
+    InvalidOperationError,
     InvalidStorageArgumentError,
     RetriesExhaustedError,
     StorageError,
@@ -75,6 +76,7 @@ from txn_engine.ops import (
     UpdateConfig,
     UpdateMap,
 )
+from txn_engine.redact import redact_uri
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import open_storage
 from txn_engine.testing.fault_storage import FAULT_KINDS, ChaosStorage
@@ -99,6 +101,7 @@ __all__ = [
     "KINDS",
     "StressReport",
     "WriterSpec",
+    "check_stress_options",
     "run_stress",
     "run_writer",
     "verify_run",
@@ -621,6 +624,65 @@ def verify_run(
     return findings, check.expected, check.versions, pylance_rows
 
 
+def check_stress_options(
+    uri: str,
+    *,
+    writers: int = 4,
+    commits: int = 25,
+    mix: Mapping[str, int] | None = None,
+    fault_rate: float = 0.0,
+    fault_kinds: Sequence[str] = ("lost_response",),
+    latency: float = 0.0,
+    max_attempts: int = 50,
+    deadline: float | None = None,
+    max_delay: float | None = None,
+    replans: int = 5,
+) -> None:
+    """Check :func:`run_stress`'s options, all of them, before anything touches storage.
+
+    Raises InvalidStorageArgumentError for an empty or ``memory://`` URI and
+    InvalidOperationError (a ValueError) naming the first bad option otherwise.
+    """
+    if not uri.strip():
+        raise InvalidStorageArgumentError(
+            "stress needs a dataset URI or directory (an empty one means the current one)"
+        )
+    if uri.startswith("memory://"):
+        raise InvalidStorageArgumentError(
+            "stress runs writer processes: memory:// is private to one process; use a "
+            "directory or a shared store"
+        )
+
+    def bad(message: str) -> InvalidOperationError:
+        return InvalidOperationError(f"stress: {message}")
+
+    if writers < 1:
+        raise bad(f"writers must be >= 1, got {writers}")
+    if commits < 0:
+        raise bad(f"commits must be >= 0, got {commits}")
+    weights = dict(DEFAULT_MIX if mix is None else mix)
+    unknown_kinds = set(weights) - set(KINDS)
+    if unknown_kinds:
+        raise bad(f"unknown operation kinds in mix: {sorted(unknown_kinds)}; known: {KINDS}")
+    if any(w < 0 for w in weights.values()) or not any(w > 0 for w in weights.values()):
+        raise bad("the operation mix needs non-negative weights, at least one positive")
+    bad_faults = set(fault_kinds) - set(FAULT_KINDS)
+    if bad_faults:
+        raise bad(f"unknown fault kinds {sorted(bad_faults)}; known: {FAULT_KINDS}")
+    if not 0.0 <= fault_rate <= 1.0:  # also refuses NaN
+        raise bad(f"fault rate must be a probability in [0, 1], got {fault_rate}")
+    if not latency >= 0.0:
+        raise bad(f"latency must be >= 0, got {latency}")
+    if max_attempts < 1:
+        raise bad(f"max attempts must be >= 1, got {max_attempts}")
+    if deadline is not None and not deadline > 0.0:
+        raise bad(f"deadline must be > 0 seconds, got {deadline}")
+    if max_delay is not None and not max_delay >= 0.0:
+        raise bad(f"max delay must be >= 0 seconds, got {max_delay}")
+    if replans < 0:
+        raise bad(f"replans must be >= 0, got {replans}")
+
+
 def run_stress(
     uri: str,
     *,
@@ -653,23 +715,24 @@ def run_stress(
     object stores), ``lance_storage_options`` pylance's (it writes the data files and reads
     the result back). ``progress`` receives a live status line (None: quiet).
     ``keep_journals`` copies the writers' journals there.
+
+    Every option is checked first (:func:`check_stress_options`), before the dataset is
+    created. A run that committed nothing although commits were requested is a failure.
     """
     mix = dict(DEFAULT_MIX if mix is None else mix)
-    unknown_kinds = set(mix) - set(KINDS)
-    if unknown_kinds:
-        raise ValueError(f"unknown operation kinds in mix: {sorted(unknown_kinds)}; known: {KINDS}")
-    if not any(w > 0 for w in mix.values()):
-        raise ValueError("the operation mix needs at least one positive weight")
-    bad_faults = set(fault_kinds) - set(FAULT_KINDS)
-    if bad_faults:
-        raise ValueError(f"unknown fault kinds {sorted(bad_faults)}; known: {FAULT_KINDS}")
-    if writers < 1 or commits < 0:
-        raise ValueError("need at least one writer and a non-negative number of commits")
-    if uri.startswith("memory://"):
-        raise InvalidStorageArgumentError(
-            "stress runs writer processes: memory:// is private to one process; use a "
-            "directory or a shared store"
-        )
+    check_stress_options(
+        uri,
+        writers=writers,
+        commits=commits,
+        mix=mix,
+        fault_rate=fault_rate,
+        fault_kinds=fault_kinds,
+        latency=latency,
+        max_attempts=max_attempts,
+        deadline=deadline,
+        max_delay=max_delay,
+        replans=replans,
+    )
     real = not synthetic and have_pylance()
     seed_path, _ = create_seed(
         uri,
@@ -716,6 +779,9 @@ def run_stress(
         shutil.rmtree(journal_dir, ignore_errors=True)
     if len(stats) < writers:
         findings.insert(0, f"{writers - len(stats)} writer processes died without a report")
+    committed = sum(s["committed"] for s in stats)
+    if commits and not committed:  # nothing was exercised: never a pass
+        findings.insert(0, f"no operation committed ({writers * commits} requested)")
     try:
         te_rows: int | None = Dataset.open(uri, storage_options=storage_options).count_rows()
     except TxnEngineError as exc:
@@ -732,10 +798,10 @@ def run_stress(
         injected.update(s["injected"])
         by_kind.update(s["by_kind"])
     return StressReport(
-        uri=uri,
+        uri=redact_uri(uri),
         writers=writers,
         commits_requested=writers * commits,
-        committed=sum(s["committed"] for s in stats),
+        committed=committed,
         failed=sum(s["failed"] for s in stats),
         seconds=seconds,
         latency_p50_ms=1000 * _percentile(latencies, 0.5),

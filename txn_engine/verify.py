@@ -45,6 +45,7 @@ from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import FLAG_BASE_PATHS, FLAG_DELETION_FILES
 from txn_engine.format.io import read_manifest_entry, read_transaction
 from txn_engine.format.naming import list_versions
+from txn_engine.redact import redact_uri
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 
@@ -120,7 +121,9 @@ def verify(
     findings: list[Finding] = []
     entries = list_versions(storage)
     if not entries:
-        return VerifyReport(storage.uri, 0, None, None, (Finding(0, "exists", "no versions"),))
+        return VerifyReport(
+            redact_uri(storage.uri), 0, None, None, (Finding(0, "exists", "no versions"),)
+        )
     findings += _gaps(storage, [e.version for e in entries])
     seen_uuids: dict[str, int] = {}
     retired: set[int] = set()
@@ -174,7 +177,9 @@ def verify(
                 _check_data_files(storage, v, m, findings)
             if last:
                 live_rows = rows
-    return VerifyReport(storage.uri, len(entries), entries[-1].version, live_rows, tuple(findings))
+    return VerifyReport(
+        redact_uri(storage.uri), len(entries), entries[-1].version, live_rows, tuple(findings)
+    )
 
 
 def _pinned_versions(storage: Storage) -> set[int]:

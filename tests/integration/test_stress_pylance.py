@@ -93,14 +93,16 @@ def test_stress_cli_json_report_and_progress(
 def test_stress_cli_rejects_bad_options(
     tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["stress", str(tmp_path / "ds"), "--commits", "1", *args]) == 1
+    # usage errors (exit 2), found before anything is created
+    assert main(["stress", str(tmp_path / "ds"), "--commits", "1", *args]) == 2
     assert "error" in capsys.readouterr().err
+    assert not (tmp_path / "ds").exists()
 
 
 def test_stress_refuses_an_existing_dataset_and_memory_uris(tmp_path: Path) -> None:
     lance.write_dataset(pa.table({"a": [1]}), str(tmp_path / "ds"))
     assert main(["stress", str(tmp_path / "ds"), "--writers", "1", "--commits", "1"]) == 1
-    assert main(["stress", "memory://x", "--writers", "1", "--commits", "1"]) == 1
+    assert main(["stress", "memory://x", "--writers", "1", "--commits", "1"]) == 2
 
 
 def test_verification_catches_a_commit_no_writer_made(tmp_path: Path) -> None:

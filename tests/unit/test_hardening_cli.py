@@ -165,3 +165,209 @@ def test_verify_data_files_reports_a_hostile_path_as_a_finding(
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is False
     assert any("not a path inside data/" in f["detail"] for f in out["findings"])
+
+
+# --------------------------------------------------------------------------- finding 9
+
+_BAD_STRESS_OPTIONS = [
+    (["--fault-rate", "2"], "--fault-rate"),
+    (["--fault-rate", "-0.1"], "--fault-rate"),
+    (["--fault-rate", "nan"], "--fault-rate"),
+    (["--max-attempts", "0"], "--max-attempts"),
+    (["--deadline", "-1"], "--deadline"),
+    (["--deadline", "0"], "--deadline"),
+    (["--replans", "-3"], "--replans"),
+    (["--writers", "0"], "--writers"),
+    (["--commits", "-1"], "--commits"),
+    (["--latency", "-5"], "--latency"),
+    (["--max-delay", "-1"], "--max-delay"),
+    (["--mix", "append=1,explode=2"], "--mix"),
+    (["--mix", "append=-1"], "--mix"),
+    (["--faults", "meteor"], "--faults"),
+]
+
+
+@pytest.mark.parametrize(("extra", "option"), _BAD_STRESS_OPTIONS)
+def test_stress_refuses_bad_options_before_touching_storage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], option: str
+) -> None:
+    target = tmp_path / "s.lance"
+    assert main(["stress", str(target), "--synthetic", *extra]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1
+    assert option in errors[0]
+    assert "Traceback" not in err
+    assert not target.exists()
+
+
+def test_stress_refuses_an_empty_uri_instead_of_writing_into_the_cwd(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for uri in ("", "  "):
+        assert main(["stress", uri, "--synthetic", "--writers", "1", "--commits", "1"]) == 2
+        assert "must not be empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"fault_rate": 2.0},
+        {"max_attempts": 0},
+        {"deadline": -1.0},
+        {"replans": -3},
+        {"latency": -1.0},
+        {"mix": {"append": -1, "delete": 2}},
+    ],
+)
+def test_run_stress_checks_every_option_first(tmp_path: Path, kwargs: dict[str, object]) -> None:
+    from txn_engine.errors import InvalidOperationError
+    from txn_engine.stress import run_stress
+
+    target = tmp_path / "s.lance"
+    with pytest.raises(InvalidOperationError):
+        run_stress(str(target), writers=1, commits=1, synthetic=True, progress=None, **kwargs)  # type: ignore[arg-type]
+    assert not target.exists()
+
+
+def test_run_stress_refuses_an_empty_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from txn_engine.errors import InvalidStorageArgumentError
+    from txn_engine.stress import run_stress
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidStorageArgumentError):
+        run_stress("", writers=1, commits=1, synthetic=True, progress=None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stress_run_that_commits_nothing_is_not_passed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every manifest create fails before writing: nothing can land
+    args = ["stress", str(tmp_path / "s.lance"), "--synthetic", "--writers", "1"]
+    args += ["--commits", "2", "--fault-rate", "1", "--faults", "fail_before_write"]
+    args += ["--max-attempts", "2", "--replans", "0", "--json"]
+    assert main(args) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["committed"] == 0
+    assert report["ok"] is False
+    assert any("no operation committed" in f for f in report["findings"])
+
+
+# --------------------------------------------------------------------------- finding 10
+
+SECRET = "S3cr3tValue/xyz+42"
+
+
+def test_unrecognized_arguments_never_echo_an_option_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = _history(tmp_path)
+    # `log` takes no -o: argparse used to print "unrecognized arguments: -o secret=..."
+    assert main(["log", uri, "-o", f"aws_secret_access_key={SECRET}", f"--bogus={SECRET}"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err
+    assert "--bogus" in err
+    assert SECRET not in err
+
+
+def test_a_malformed_option_is_a_usage_error_that_does_not_echo_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = _history(tmp_path)
+    assert main(["verify", uri, "-o", SECRET]) == 2  # no '=': the whole item may be a secret
+    assert main(["verify", uri, "-o", f"client_kwargs={{{SECRET}"]) == 2  # bad JSON
+    err = capsys.readouterr().err
+    assert "expected name=value" in err
+    assert "'client_kwargs' is not valid JSON" in err
+    assert SECRET not in err
+
+
+def test_command_errors_never_echo_option_values_or_uri_passwords(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a local dataset takes no storage options: the error names them, not their values
+    code = main(["verify", str(tmp_path / "none"), "-o", f"region={SECRET}"])
+    assert code == 1
+    assert main(["log", f"file://user:{SECRET}@/nowhere"]) == 1
+    assert main(["verify", f"memory://user:{SECRET}@host/t", "--json"]) == 1  # a report
+    captured = capsys.readouterr()
+    assert captured.err.count("error:") == 2
+    assert SECRET not in captured.err + captured.out
+    assert "file://***@/nowhere" in captured.err
+    assert json.loads(captured.out)["uri"] == "memory://***@host/t"
+
+
+def test_library_errors_and_reports_hide_uri_passwords() -> None:
+    from txn_engine.errors import CommitError, DatasetNotFoundError, StorageError
+
+    for exc in (
+        DatasetNotFoundError(f"no dataset at s3://AKIA:{SECRET}@bucket/t"),
+        StorageError(f"list failed for gs://u:{SECRET}@b/t"),
+        CommitError(f"at s3://AKIA:{SECRET}@bucket/t", read_version=3),
+    ):
+        assert SECRET not in str(exc)
+        assert "://***@" in str(exc)
+    with pytest.raises(DatasetNotFoundError) as caught:
+        Dataset.open(f"memory://user:{SECRET}@host/t")
+    assert SECRET not in str(caught.value)
+    report = verify(f"memory://user:{SECRET}@host/t")
+    assert SECRET not in report.uri
+    assert SECRET not in json.dumps(report.to_json())
+
+
+def test_spark_reprs_and_logs_hide_storage_options(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    import pyarrow as pa
+
+    from txn_engine.spark._options import ReadOptions, parse_write_options
+    from txn_engine.spark._write import FragmentCollector
+
+    options = parse_write_options(
+        {
+            "storage_options": json.dumps({"aws_secret_access_key": SECRET, "region": "eu"}),
+            "lance_storage.account_key": SECRET,
+            "lance_storage.sas_token": SECRET,
+        }
+    )
+    collector = FragmentCollector(
+        uri=f"s3://AKIA:{SECRET}@bucket/t.lance",
+        mode="append",
+        write_id="w",
+        uuid="u",
+        write_key="k",
+        read_version=1,
+        schema=pa.schema([]),
+        options=options,
+    )
+    shown = repr(collector) + repr(options) + repr(ReadOptions(storage_options={"token": SECRET}))
+    assert SECRET not in shown
+    assert "'region': 'eu'" in shown  # only the secret-looking values are masked
+    assert "s3://***@bucket/t.lance" in shown
+    with caplog.at_level(logging.INFO, logger="txn_engine.spark"):
+        logging.getLogger("txn_engine.spark").info(
+            "commit to %s with %s", collector.uri, {"aws_session_token": SECRET}
+        )
+    assert caplog.records
+    assert SECRET not in caplog.text
+
+
+def test_the_redaction_helper() -> None:
+    from txn_engine.redact import looks_secret, redact_options, redact_text, redact_uri
+
+    for key in ("aws_secret_access_key", "account_key", "sas_token", "password", "session"):
+        assert looks_secret(key)
+    for key in ("region", "endpoint", "allow_http", "max_retries"):
+        assert not looks_secret(key)
+    assert redact_uri(f"s3://AKIA:{SECRET}@bucket/t") == "s3://***@bucket/t"
+    assert redact_uri("abfss://container@acct.dfs.core.windows.net/t") == (
+        "abfss://container@acct.dfs.core.windows.net/t"  # a container name, not a secret
+    )
+    assert redact_uri(f"az://c/t?sv=2024&sig={SECRET}") == "az://c/t?sv=2024&sig=***"
+    nested = redact_options({"client_kwargs": {"aws_secret_access_key": SECRET}, "a": "b"})
+    assert nested == {"client_kwargs": {"aws_secret_access_key": "***"}, "a": "b"}
+    assert SECRET not in redact_text(f"failed: password={SECRET}")
+    assert redact_text(f"value {SECRET} leaked", secrets=[SECRET]) == "value *** leaked"

@@ -13,14 +13,19 @@ have two spellings that are merged (the prefixed keys win):
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from txn_engine.errors import InvalidOperationError
+from txn_engine.redact import RedactingFilter, redact_options
 
 __all__ = ["ReadOptions", "WriteOptions", "parse_read_options", "parse_write_options"]
+
+# the Spark integration logs URIs and option maps: never a secret in a log line
+logging.getLogger("txn_engine.spark").addFilter(RedactingFilter())
 
 #: Default upper bound on rows per data file (pylance's own default).
 DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
@@ -62,8 +67,10 @@ class WriteOptions:
     (Lance object-store options such as ``aws_access_key_id``/``aws_endpoint``).
     """
 
-    storage_options: Mapping[str, Any] = attrs.field(factory=dict)
-    lance_storage_options: Mapping[str, str] = attrs.field(factory=dict)
+    storage_options: Mapping[str, Any] = attrs.field(factory=dict, repr=lambda v: _masked(v))
+    lance_storage_options: Mapping[str, str] = attrs.field(
+        factory=dict, repr=lambda v: _masked(v)
+    )
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
     max_rows_per_group: int | None = None
     max_bytes_per_file: int | None = None
@@ -216,8 +223,8 @@ _READ_MAP_OPTIONS = {
 
 
 def _masked(value: Mapping[str, Any]) -> str:
-    """Storage options shown without their values (they may hold secrets)."""
-    return "{" + ", ".join(f"{k!r}: '***'" for k in sorted(value)) + "}"
+    """Storage options as shown in a repr: secret-looking values are ``***``."""
+    return repr(redact_options(value))
 
 
 @attrs.frozen

@@ -43,6 +43,7 @@ from txn_engine.errors import (
 )
 from txn_engine.model import Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
+from txn_engine.redact import redact_uri
 from txn_engine.retry import RetryPolicy
 from txn_engine.spark import _staging
 from txn_engine.spark._options import DEFAULT_STAGING_RETENTION_SECONDS, WriteOptions
@@ -154,7 +155,7 @@ class FragmentCollector:
     returned, or :meth:`abort`, on the driver.
     """
 
-    uri: str
+    uri: str = attrs.field(repr=redact_uri)  # no password of a URI in a repr
     mode: WriteMode
     write_id: str
     uuid: str

@@ -40,7 +40,8 @@ def local_path_from_uri(root: str | os.PathLike[str]) -> str:
         parts = urlsplit(text)
         if parts.netloc not in ("", "localhost"):
             raise InvalidStorageArgumentError(
-                f"file URI {text!r} names host {parts.netloc!r}; only local paths are supported"
+                f"file URI {text!r} names host {parts.hostname or ''!r}; only local paths "
+                "are supported"
             )
         text = unquote(parts.path)
         if not text:

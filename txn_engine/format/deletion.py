@@ -73,8 +73,8 @@ MAX_DELETION_ROWS = 1 << 32
 MAX_DELETION_FILE_BYTES = 1 << 30
 #: An ``.arrow`` file may declare up to this many times its own size in uncompressed bytes...
 MAX_ARROW_EXPANSION = 1024
-#: ...or this many bytes (16 M rows), whichever is larger.
-ARROW_EXPANSION_FLOOR = 64 << 20
+#: ...or this many bytes (1 M rows), whichever is larger.
+ARROW_EXPANSION_FLOOR = 4 << 20
 
 _ARROW = table_pb2.DeletionFile.ARROW_ARRAY
 _BITMAP = table_pb2.DeletionFile.BITMAP

@@ -1,0 +1,531 @@
+"""Fuzzing the read paths with hostile tables (issue 11).
+
+Real artefacts written by txn_engine itself (manifests with inline transactions, ``.txn``
+files, ``.arrow`` and ``.bin`` deletion files) are mutated -- whole-file byte flips,
+insertions, truncations and u32/u64 overwrites, and structured protobuf mutations (a varint
+set to an extreme, a length prefix declaring far more than is there, a field dropped or
+repeated, recursively into nested messages) -- and fed through the public read paths:
+``Dataset.open`` / ``versions`` / ``count_rows`` / ``schema``, ``format.io`` readers, the
+deletion-file readers, ``verify(deep=True)`` and ``commit`` (which loads every intervening
+version). Every call must
+
+* raise nothing but :class:`~txn_engine.errors.TxnEngineError` subclasses,
+* keep Python's peak allocation (tracemalloc) and pyarrow's pool peak under a bound
+  proportional to the input's size, and
+* finish within a time bound.
+
+``tests/integration/test_fuzz_hostile_pylance.py`` runs the same checks seeded with what
+pylance 14 writes. Example counts come from the Hypothesis profile (tests/conftest.py),
+capped here so this module stays within a few seconds per test on CI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import struct
+import time
+import tracemalloc
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyroaring import BitMap
+
+from txn_engine._proto import table_pb2
+from txn_engine.commit import commit
+from txn_engine.dataset import Dataset
+from txn_engine.errors import TxnEngineError
+from txn_engine.format.deletion import (
+    decode_deletion_file,
+    read_deletion_vector,
+    write_deletion_vector,
+)
+from txn_engine.format.io import (
+    latest_version,
+    read_manifest,
+    read_transaction,
+    read_transaction_and_manifest,
+)
+from txn_engine.format.manifest_file import FOOTER_SIZE, decode_manifest_file
+from txn_engine.format.naming import list_versions
+from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
+from txn_engine.ops import Append, Delete, Overwrite
+from txn_engine.retry import RetryPolicy
+from txn_engine.storage import MemoryStorage
+from txn_engine.transaction import Transaction
+from txn_engine.verify import verify
+
+#: Per-call wall-clock bound (seconds; generous for a loaded 2-core CI machine + tracemalloc).
+TIME_BOUND = 10.0
+#: Memory bound for one call: this many times the bytes in storage, plus a fixed allowance.
+MEMORY_FACTOR = 64
+MEMORY_BASE = 24 << 20
+FUZZ = settings(
+    max_examples=min(settings().max_examples, 60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+SCHEMA = (LanceField(0, -1, "id", "int64"), LanceField(1, -1, "val", "int64"))
+DIRS = ("_versions", "_transactions", "_deletions")
+Seed = Mapping[str, bytes]
+
+
+# ---- seeds: what the library writes -------------------------------------------------------------
+
+
+def _frag(rows: int = 10) -> Fragment:
+    path = f"{uuid.uuid4().hex}.lance"
+    return Fragment(0, (DataFile(path, (0, 1), (0, 1), 2, 2, 100),), rows)
+
+
+def snapshot(storage: MemoryStorage) -> dict[str, bytes]:
+    """Every manifest, transaction and deletion file of ``storage``, by path."""
+    return {f"{d}/{n}": storage.get(f"{d}/{n}") for d in DIRS for n in storage.list(d)}
+
+
+@functools.lru_cache(maxsize=1)
+def library_seed() -> dict[str, bytes]:
+    """Four versions written by txn_engine: Overwrite, Append, and two Deletes leaving an
+    ``.arrow`` and a ``.bin`` deletion file."""
+    store = MemoryStorage()
+    commit(store, Transaction(0, Overwrite([_frag() for _ in range(4)], SCHEMA)))
+    commit(store, Transaction(1, Append([_frag()])))
+    for version, (fid, rows, encoding) in enumerate(
+        [(0, {1, 2}, "arrow"), (1, {0, 5, 9}, "bitmap")], start=2
+    ):
+        _, mf = read_manifest(store, version)
+        base = Fragment.from_proto(next(f for f in mf.manifest.fragments if f.id == fid))
+        dv = write_deletion_vector(store, fid, version, BitMap(rows), encoding=encoding)
+        updated = attrs.evolve(base, deletion_file=DeletionFile.from_proto(dv))
+        commit(store, Transaction(version, Delete([updated], predicate="x")))
+    return snapshot(store)
+
+
+def storage_from(seed: Seed, replace: Mapping[str, bytes] | None = None) -> MemoryStorage:
+    storage = MemoryStorage()
+    for path, data in {**seed, **(replace or {})}.items():
+        storage.put(path, data)
+    return storage
+
+
+def paths(seed: Seed, directory: str, suffix: str = "") -> list[str]:
+    return sorted(p for p in seed if p.startswith(directory + "/") and p.endswith(suffix))
+
+
+# ---- bounded calls ------------------------------------------------------------------------------
+
+
+def bounded(fn: Callable[[], Any], input_bytes: int, what: str) -> None:
+    """Call ``fn``; only TxnEngineError may escape (swallowed); time and memory bounded."""
+    budget = MEMORY_BASE + MEMORY_FACTOR * input_bytes
+    pool = pa.default_memory_pool()
+    arrow_before = pool.max_memory()
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        fn()
+    except TxnEngineError:
+        pass
+    finally:
+        elapsed = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert elapsed < TIME_BOUND, f"{what} took {elapsed:.1f} s"
+    assert peak < budget, f"{what} peaked at {peak} bytes (budget {budget})"
+    arrow_after = pool.max_memory()
+    assert arrow_after <= max(arrow_before, budget), f"{what}: pyarrow peaked at {arrow_after}"
+
+
+def _policy() -> RetryPolicy:
+    return RetryPolicy(max_attempts=3, sleep=lambda _s: None, randbelow=lambda _n: 0)
+
+
+def exercise(seed: Seed, replace: Mapping[str, bytes] | None = None) -> None:
+    """Every public read path over a copy of ``seed`` with ``replace`` applied."""
+    size = sum(len(v) for v in {**seed, **(replace or {})}.values())
+
+    def storage() -> MemoryStorage:
+        return storage_from(seed, replace)
+
+    def dataset_paths() -> None:
+        ds = Dataset.open(storage())
+        for call in (lambda: ds.schema, ds.versions, ds.transaction):
+            with contextlib.suppress(TxnEngineError):
+                call()
+        with contextlib.suppress(TxnEngineError):
+            live = ds.count_rows()
+            physical = sum(f.physical_rows for f in ds.manifest.fragments)
+            assert 0 <= live <= physical, f"count_rows {live} outside [0, {physical}]"
+        _ = ds.fragments
+
+    def io_paths() -> None:
+        s = storage()
+        entries = list_versions(s)
+        latest_version(s)
+        for entry in entries:
+            try:
+                read_transaction(s, entry)
+                read_transaction_and_manifest(s, entry)
+            except TxnEngineError:
+                pass
+        read_manifest(s)
+
+    def deletion_paths() -> None:
+        s = storage()
+        _, mf = read_manifest(s)
+        for frag in mf.manifest.fragments:
+            if frag.HasField("deletion_file"):
+                for rows in (None, frag.physical_rows):
+                    with contextlib.suppress(TxnEngineError):
+                        read_deletion_vector(s, frag.id, frag.deletion_file, physical_rows=rows)
+
+    def commit_path() -> None:
+        s = storage()
+        # planned at version 1: every later version is loaded and checked
+        commit(s, Transaction(1, Append([_frag()])), retry_policy=_policy())
+
+    bounded(dataset_paths, size, "Dataset")
+    bounded(io_paths, size, "format.io")
+    bounded(deletion_paths, size, "deletion files")
+    bounded(lambda: verify(storage(), deep=True), size, "verify --deep")
+    bounded(commit_path, size, "commit")
+
+
+# ---- mutations ----------------------------------------------------------------------------------
+
+EXTREMES = (0, 1, 0x7F, 0xFFFF, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1)
+
+
+@st.composite
+def byte_mutations(draw: st.DrawFn, data: bytes) -> bytes:
+    """Whole-file mutations: flips, insertions, deletions, truncation, u32/u64 overwrites."""
+    out = bytearray(data)
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "u32", "u64"]))
+        pos = draw(st.integers(0, max(0, len(out) - 1)))
+        if op == "flip" and out:
+            out[pos] ^= 1 << draw(st.integers(0, 7))
+        elif op == "insert":
+            out[pos:pos] = draw(st.binary(min_size=1, max_size=16))
+        elif op == "delete":
+            del out[pos : pos + draw(st.integers(1, 16))]
+        elif op == "truncate":
+            del out[pos:]
+        else:
+            fmt = "<I" if op == "u32" else "<Q"
+            value = draw(st.sampled_from(EXTREMES)) & (0xFFFFFFFF if op == "u32" else 2**64 - 1)
+            out[pos : pos + struct.calcsize(fmt)] = struct.pack(fmt, value)
+    return bytes(out)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise ValueError("bad varint")
+        b = buf[pos]
+        value |= (b & 0x7F) << shift
+        pos += 1
+        shift += 7
+        if not b & 0x80:
+            return value, pos
+
+
+@attrs.frozen
+class _Field:
+    start: int  # the tag
+    value_start: int  # the value (after the length prefix for wire type 2)
+    end: int
+    wire_type: int
+    number: int
+
+
+def _fields(buf: bytes) -> list[_Field] | None:
+    """The top-level fields of a protobuf message, or None if ``buf`` is not one."""
+    out: list[_Field] = []
+    pos = 0
+    try:
+        while pos < len(buf):
+            tag, after = _read_varint(buf, pos)
+            wire, number = tag & 7, tag >> 3
+            if number == 0:
+                return None
+            if wire == 0:
+                _, end = _read_varint(buf, after)
+                out.append(_Field(pos, after, end, 0, number))
+            elif wire == 1:
+                out.append(_Field(pos, after, after + 8, 1, number))
+            elif wire == 5:
+                out.append(_Field(pos, after, after + 4, 5, number))
+            elif wire == 2:
+                length, value_start = _read_varint(buf, after)
+                out.append(_Field(pos, value_start, value_start + length, 2, number))
+            else:
+                return None
+            pos = out[-1].end
+            if pos > len(buf):
+                return None
+    except ValueError:
+        return None
+    return out
+
+
+@st.composite
+def protobuf_mutations(draw: st.DrawFn, data: bytes, depth: int = 0) -> bytes:
+    """Structured mutation of one field of a protobuf message (recursing into nested ones):
+    extreme varints, length prefixes declaring far more than is there, dropped or repeated
+    fields, fixed-width fields set to all ones."""
+    fields = _fields(data)
+    if not fields:
+        return draw(byte_mutations(data))
+    f = fields[draw(st.integers(0, len(fields) - 1))]
+    tag = data[f.start : f.value_start] if f.wire_type != 2 else _varint(f.number << 3 | 2)
+    head, whole, tail = data[: f.start], data[f.start : f.end], data[f.end :]
+    action = draw(st.sampled_from(["value", "drop", "repeat", "recurse", "huge_length"]))
+    if action == "drop":
+        return head + tail
+    if action == "repeat":
+        return head + whole + whole + tail
+    if f.wire_type == 0:
+        return head + tag + _varint(draw(st.sampled_from(EXTREMES))) + tail
+    if f.wire_type in (1, 5):
+        return head + tag + b"\xff" * (8 if f.wire_type == 1 else 4) + tail
+    inner = data[f.value_start : f.end]
+    if action == "recurse" and depth < 5 and _fields(inner):
+        new_inner = draw(protobuf_mutations(inner, depth + 1))
+        return head + tag + _varint(len(new_inner)) + new_inner + tail
+    if action == "huge_length":
+        return head + tag + _varint(draw(st.sampled_from(EXTREMES[3:]))) + inner + tail
+    new_inner = draw(byte_mutations(inner)) if inner else draw(st.binary(max_size=8))
+    return head + tag + _varint(len(new_inner)) + new_inner + tail
+
+
+def manifest_parts(data: bytes) -> tuple[bytes, bytes]:
+    """(everything before the Manifest message, the Manifest message bytes) of a valid file."""
+    mf = decode_manifest_file(data)
+    (pos,) = struct.unpack_from("<Q", data, len(data) - FOOTER_SIZE)
+    assert mf.size == len(data)
+    return data[:pos], data[pos + 4 : len(data) - FOOTER_SIZE]
+
+
+def reassemble(prefix: bytes, manifest: bytes) -> bytes:
+    """A manifest file with a correct footer around (possibly hostile) manifest bytes, so
+    the mutation reaches the code behind the footer checks."""
+    return (
+        prefix
+        + struct.pack("<I", len(manifest) & 0xFFFFFFFF)
+        + manifest
+        + struct.pack("<QHH4s", len(prefix), 0, 2, b"LANC")
+    )
+
+
+# ---- the properties -----------------------------------------------------------------------------
+
+
+def fuzz_manifest_bytes(seed: Seed, data: st.DataObject) -> None:
+    path = data.draw(st.sampled_from(paths(seed, "_versions")))
+    exercise(seed, {path: data.draw(byte_mutations(seed[path]))})
+
+
+def fuzz_manifest_protobuf(seed: Seed, data: st.DataObject) -> None:
+    path = data.draw(st.sampled_from(paths(seed, "_versions")))
+    prefix, manifest = manifest_parts(seed[path])
+    if data.draw(st.booleans()) and prefix:  # the inline transaction / index section
+        prefix = data.draw(protobuf_mutations(prefix[4:]))
+        prefix = struct.pack("<I", len(prefix)) + prefix
+    else:
+        manifest = data.draw(protobuf_mutations(manifest))
+    exercise(seed, {path: reassemble(prefix, manifest)})
+
+
+def fuzz_transaction_files(seed: Seed, data: st.DataObject) -> None:
+    """``.txn`` files, read when a manifest has no inline transaction: the latest manifest
+    is rewritten without one (naming its ``.txn``), then the ``.txn`` is mutated."""
+    versions = paths(seed, "_versions")
+    path = data.draw(st.sampled_from(versions))
+    mf = decode_manifest_file(seed[path])
+    txn_path = f"_transactions/{mf.manifest.transaction_file}"
+    if txn_path not in seed:
+        return
+    _, manifest = manifest_parts(seed[path])
+    m = table_pb2.Manifest()
+    m.ParseFromString(manifest)
+    m.ClearField("transaction_section")
+    blob = seed[txn_path]
+    mutate = protobuf_mutations if data.draw(st.booleans()) else byte_mutations
+    exercise(
+        seed,
+        {path: reassemble(b"", m.SerializeToString()), txn_path: data.draw(mutate(blob))},
+    )
+
+
+def _arrow_bomb(batches: int, rows: int, compression: str | None) -> bytes:
+    schema = pa.schema([pa.field("row_id", pa.uint32(), nullable=False)])
+    batch = pa.record_batch([pa.array(np.zeros(rows, dtype=np.uint32))], schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(
+        sink, schema, options=pa.ipc.IpcWriteOptions(compression=compression)
+    ) as writer:
+        for _ in range(batches):
+            writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+@st.composite
+def roaring_headers(draw: st.DrawFn) -> bytes:
+    """Portable Roaring bytes whose header declares hostile container counts/cardinalities."""
+    runs = draw(st.booleans())
+    n = draw(st.integers(0, 70_000)) if not runs else draw(st.integers(1, 65536))
+    shown = draw(st.integers(0, min(n, 64)))
+    out = bytearray()
+    if runs:
+        out += struct.pack("<I", 12347 | (n - 1) << 16) + b"\xff" * ((n + 7) // 8)
+    else:
+        out += struct.pack("<II", 12346, n)
+    keys = sorted(draw(st.sets(st.integers(0, 0xFFFF), min_size=shown, max_size=shown)))
+    for key in keys:
+        out += struct.pack("<HH", key, draw(st.sampled_from([0, 1, 4095, 4096, 0xFFFF])))
+    out += draw(st.binary(max_size=256))
+    return bytes(out)
+
+
+def fuzz_deletion_files(seed: Seed, data: st.DataObject) -> None:
+    """Both encodings: mutated real files, Arrow bombs and hostile Roaring headers, read
+    through ``count_rows`` (``num_deleted_rows`` cleared so the file is opened), verify,
+    the deletion readers, and the raw decoder."""
+    deletions = paths(seed, "_deletions")
+    path = data.draw(st.sampled_from(deletions))
+    kind = data.draw(st.sampled_from(["mutate", "bomb", "roaring", "full_range"]))
+    if kind == "mutate":
+        blob = data.draw(byte_mutations(seed[path]))
+    elif kind == "bomb":  # up to 32 Mi zero offsets (128 MiB uncompressed) in a few KB
+        blob = _arrow_bomb(
+            data.draw(st.integers(1, 32)),
+            data.draw(st.sampled_from([1, 1000, 1 << 16, 1 << 20])),
+            data.draw(st.sampled_from(["zstd", "lz4", None])),
+        )
+    elif kind == "roaring":
+        blob = data.draw(roaring_headers())
+    else:  # a valid bitmap of 2^k offsets from 0 in a few bytes (run containers)
+        full = BitMap()
+        full.add_range(0, 1 << data.draw(st.integers(4, 32)))
+        blob = full.serialize()
+    file_type = data.draw(st.sampled_from([0, 1]))
+    # point the latest manifest's fragment at this file as the drawn type, count unknown
+    latest = paths(seed, "_versions")[0]  # V2 names sort newest first
+    prefix, manifest = manifest_parts(seed[latest])
+    m = table_pb2.Manifest()
+    m.ParseFromString(manifest)
+    frag = next(f for f in m.fragments if f.HasField("deletion_file"))
+    frag.deletion_file.file_type = file_type
+    frag.deletion_file.num_deleted_rows = 0
+    ext = "arrow" if file_type == 0 else "bin"
+    df = frag.deletion_file
+    new_path = f"_deletions/{frag.id}-{df.read_version}-{df.id}.{ext}"
+    replace = {latest: reassemble(prefix, m.SerializeToString()), new_path: blob}
+    exercise(seed, replace)
+    for rows in (None, 10, 2**40):
+        bounded(
+            lambda rows=rows: decode_deletion_file(blob, file_type, physical_rows=rows),
+            len(blob),
+            "decode_deletion_file",
+        )
+
+
+_NAME_PARTS = (
+    "0",
+    "1",
+    "00",
+    "18446744073709551615",
+    "18446744073709551616",
+    "99999999999999999999999",
+    "-1",
+    "+1",
+    " 1",
+    "\u0663",  # ARABIC-INDIC DIGIT THREE: str.isdigit() is true, int() accepts it
+    "\uff11",  # FULLWIDTH DIGIT ONE
+    "1e3",
+    "0x1",
+    "",
+)
+
+
+@st.composite
+def version_names(draw: st.DrawFn) -> str:
+    stem = "".join(draw(st.lists(st.sampled_from(_NAME_PARTS), min_size=1, max_size=3)))
+    suffix = draw(st.sampled_from([".manifest", ".manifest.tmp", ".MANIFEST", "", ".manifest.x"]))
+    name = (stem + suffix) or "x"
+    return name if name not in (".", "..") else "x"
+
+
+def fuzz_version_listing(seed: Seed, data: st.DataObject) -> None:
+    """Odd names in ``_versions/`` (holding empty, garbage or real manifest bytes)."""
+    real = [seed[p] for p in paths(seed, "_versions")]
+    extra: dict[str, bytes] = {}
+    for _ in range(data.draw(st.integers(1, 4))):
+        name = data.draw(version_names())
+        content = data.draw(st.one_of(st.just(b""), st.binary(max_size=64), st.sampled_from(real)))
+        extra[f"_versions/{name}"] = content
+    exercise(seed, extra)
+
+
+@FUZZ
+@given(st.data())
+def test_mutated_manifest_bytes(data: st.DataObject) -> None:
+    fuzz_manifest_bytes(library_seed(), data)
+
+
+@FUZZ
+@given(st.data())
+def test_mutated_manifest_protobuf(data: st.DataObject) -> None:
+    fuzz_manifest_protobuf(library_seed(), data)
+
+
+@FUZZ
+@given(st.data())
+def test_mutated_transaction_files(data: st.DataObject) -> None:
+    fuzz_transaction_files(library_seed(), data)
+
+
+@FUZZ
+@given(st.data())
+def test_hostile_deletion_files(data: st.DataObject) -> None:
+    fuzz_deletion_files(library_seed(), data)
+
+
+@FUZZ
+@given(st.data())
+def test_odd_version_listings(data: st.DataObject) -> None:
+    fuzz_version_listing(library_seed(), data)
+
+
+def test_seed_reads_cleanly() -> None:
+    """The unmutated seed passes every path without an error (so the fuzz starts from a
+    table the readers fully accept, not one they reject early)."""
+    seed = library_seed()
+    assert len(paths(seed, "_versions")) == 4
+    assert {p.rsplit(".", 1)[1] for p in paths(seed, "_deletions")} == {"arrow", "bin"}
+    ds = Dataset.open(storage_from(seed))
+    assert ds.count_rows() == 50 - 2 - 3
+    assert [v.operation for v in ds.versions()] == ["Overwrite", "Append", "Delete", "Delete"]
+    assert verify(storage_from(seed), deep=True).ok
+    exercise(seed)

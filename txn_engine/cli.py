@@ -206,8 +206,10 @@ def _summary(ds: Dataset) -> dict[str, Any]:
         }
         for i in ds.indices
     ]
+    from txn_engine.redact import redact_uri
+
     return {
-        "uri": ds.uri,
+        "uri": redact_uri(ds.uri),
         "version": ds.version,
         "manifest": ds.manifest_path,
         "naming_scheme": ds.naming_scheme.name,

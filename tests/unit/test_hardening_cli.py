@@ -371,3 +371,12 @@ def test_the_redaction_helper() -> None:
     assert nested == {"client_kwargs": {"aws_secret_access_key": "***"}, "a": "b"}
     assert SECRET not in redact_text(f"failed: password={SECRET}")
     assert redact_text(f"value {SECRET} leaked", secrets=[SECRET]) == "value *** leaked"
+
+
+def test_show_hides_a_uri_password(capsys: pytest.CaptureFixture[str]) -> None:
+    uri = f"memory://user:{SECRET}@host/shown"
+    commit(open_storage(uri), Transaction(0, Overwrite((), SCHEMA)))
+    assert main(["show", uri, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert SECRET not in out
+    assert json.loads(out)["uri"] == "memory://***@host/shown"

@@ -203,3 +203,64 @@ def test_lossless_table(source: pa.DataType, target: pa.DataType, ok: bool) -> N
     else:
         with pytest.raises(InvalidOperationError, match=re.escape(f"column 'c' is {source} in")):
             check_lossless(data, table)
+
+
+# --------------------------------------------------------------------------- mergeSchema
+
+
+def test_merge_schema_adds_columns_then_appends(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "m.lance")
+    spark.range(0, 4, numPartitions=1).selectExpr("id", "cast(id as string) as name").write.format(
+        "txn_lance"
+    ).mode("append").save(uri)
+    wider = spark.range(10, 13, numPartitions=1).selectExpr(
+        "id", "cast(id as string) as name", "id * 2 as twice", "named_struct('x', id) as st"
+    )
+    with pytest.raises(Exception, match=r"unexpected: \['st', 'twice'\]\); new columns need"):
+        wider.write.format("txn_lance").mode("append").save(uri)
+    assert lance.dataset(uri).version == 1
+    wider.write.format("txn_lance").mode("append").option("mergeSchema", "true").save(uri)
+    ds = lance.dataset(uri)
+    assert ds.version == 3
+    assert type(ds.read_transaction(2).operation).__name__ == "Merge"
+    assert type(ds.read_transaction(3).operation).__name__ == "Append"
+    assert ds.schema.names == ["id", "name", "twice", "st"]
+    rows = {r["id"]: r for r in ds.to_table().to_pylist()}
+    assert rows[1] == {"id": 1, "name": "1", "twice": None, "st": None}
+    assert rows[11] == {"id": 11, "name": "11", "twice": 22, "st": {"x": 11}}
+    assert lance.dataset(uri, version=1).schema.names == ["id", "name"]  # history intact
+    # the same DataFrame again: the columns exist now, a plain append (no Merge)
+    wider.write.format("txn_lance").mode("append").option("mergeSchema", "true").save(uri)
+    assert type(lance.dataset(uri).read_transaction(4).operation).__name__ == "Append"
+    assert lance.dataset(uri).count_rows() == 10
+
+
+def test_merge_schema_field_ids_skip_dropped_columns(spark: Any, tmp_path: Path) -> None:
+    """A dropped column's id stays in old data files: the new column gets a fresh id, and
+    the old rows read it as null (not the dropped column's values)."""
+    uri = str(tmp_path / "d.lance")
+    lance.write_dataset(pa.table({"a": [1, 2], "b": [10, 20], "c": ["x", "y"]}), uri)
+    lance.dataset(uri).drop_columns(["b"])
+    df = spark.range(5, 7, numPartitions=1).selectExpr(
+        "id as a", "cast(id as string) as c", "id * 100 as d"
+    )
+    df.write.format("txn_lance").mode("append").option("mergeschema", "true").save(uri)
+    ds = lance.dataset(uri)
+    assert {f.name(): f.id() for f in ds.lance_schema.fields()} == {"a": 0, "c": 2, "d": 3}
+    rows = sorted(ds.to_table().to_pylist(), key=lambda r: r["a"])
+    assert rows == [
+        {"a": 1, "c": "x", "d": None},
+        {"a": 2, "c": "y", "d": None},
+        {"a": 5, "c": "5", "d": 500},
+        {"a": 6, "c": "6", "d": 600},
+    ]
+
+
+def test_merge_schema_still_refuses_lossy_columns(spark: Any, tmp_path: Path) -> None:
+    uri = _table(tmp_path)
+    df = _frame(spark, {0: "cast(id as string) as id"}).selectExpr("*", "1 as extra")
+    with pytest.raises(Exception, match="column 'id' is string"):
+        df.write.format("txn_lance").mode("append").option("mergeSchema", "true").save(uri)
+    ds = lance.dataset(uri)
+    assert ds.version == 1  # no schema change either
+    assert "extra" not in ds.schema.names

@@ -54,6 +54,8 @@ _SCALAR_OPTIONS = {
     "storage_factory",
     "staging_retention_seconds",
     "sweep_on_plan",
+    "mergeschema",
+    "merge_schema",
 }
 
 
@@ -85,6 +87,9 @@ class WriteOptions:
     storage_factory: str | None = None
     staging_retention_seconds: float = DEFAULT_STAGING_RETENTION_SECONDS
     sweep_on_plan: bool = True
+    #: ``mergeSchema``: an append may bring new columns (added, all-null for the rows
+    #: already there, in a schema-change commit before the append; see docs/spark.md).
+    merge_schema: bool = False
 
 
 def _json_object(name: str, text: str) -> dict[str, Any]:
@@ -192,6 +197,9 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             ) from exc
     if "sweep_on_plan" in lowered:
         kwargs["sweep_on_plan"] = _bool("sweep_on_plan", lowered["sweep_on_plan"])
+    for name in ("mergeschema", "merge_schema"):
+        if name in lowered:
+            kwargs["merge_schema"] = _bool("mergeSchema", lowered[name])
     for name in (
         "data_storage_version",
         "commit_message",

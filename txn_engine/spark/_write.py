@@ -652,13 +652,66 @@ def _pin(
 
     target = Dataset.open(storage, version=entry.version).schema
     theirs, ours = set(target.names), set(schema.names)
+    read_version = entry.version
+    if options.merge_schema and theirs < ours:
+        check_lossless(schema, target, what=f"cannot append to {uri}")
+        read_version = _add_columns(storage, uri, schema, options)
+        target = Dataset.open(storage, version=read_version).schema
+        theirs = set(target.names)
     if theirs != ours:
+        hint = "" if options.merge_schema else "; new columns need .option('mergeSchema', 'true')"
         raise InvalidOperationError(
             f"cannot append to {uri}: the data's columns do not match the dataset's "
-            f"(missing: {sorted(theirs - ours)}, unexpected: {sorted(ours - theirs)})"
+            f"(missing: {sorted(theirs - ours)}, unexpected: {sorted(ours - theirs)}){hint}"
         )
     check_lossless(schema, target, what=f"cannot append to {uri}")
-    return entry.version, target
+    return read_version, target
+
+
+def _add_columns(storage: Storage, uri: str, data: pa.Schema, options: WriteOptions) -> int:
+    """``mergeSchema``: commit the data's columns the table lacks as new nullable columns
+    (a Merge of the unchanged fragments with the wider schema, as pylance's
+    ``add_columns(pa.field(...))`` writes it); the rows already there read them as null.
+    Re-planned on the latest version when a concurrent commit conflicts (a few times).
+    Returns the version that has every column of ``data``."""
+    from txn_engine.commit import commit as txn_commit
+    from txn_engine.dataset import Dataset
+    from txn_engine.errors import RetryableConflictError
+    from txn_engine.format.schema import arrow_to_fields, max_field_id
+    from txn_engine.ops import Merge
+
+    last: RetryableConflictError | None = None
+    for _ in range(max(3, options.commit_attempts)):
+        current = Dataset.open(storage)
+        have = set(current.schema.names)
+        new = [field.with_nullable(True) for field in data if field.name not in have]
+        if not new:
+            return current.version
+        manifest = current.manifest
+        added = arrow_to_fields(pa.schema(new), first_id=max_field_id(manifest) + 1)
+        fields = tuple(LanceField.from_proto(f) for f in [*manifest.fields, *added])
+        names = ", ".join(field.name for field in new)
+        properties = dict(options.properties)
+        properties[COMMIT_MESSAGE_KEY] = f"txn_lance mergeSchema: add columns {names}"
+        txn = Transaction(
+            read_version=current.version,
+            operation=Merge(
+                fragments=current.fragments,
+                schema=fields,
+                schema_metadata=dict(manifest.schema_metadata),
+                preserves_nullability=True,
+            ),
+            properties=properties,
+        )
+        try:
+            result = txn_commit(storage, txn, retry_policy=_retry_policy(options))
+        except RetryableConflictError as exc:
+            last = exc
+            continue
+        _log.info("mergeSchema: %s gained columns %s in version %d", uri, names, result.version)
+        return result.version
+    assert last is not None
+    raise last
 
 
 def check_lossless(data: pa.Schema, table: pa.Schema, *, what: str = "cannot write") -> None:

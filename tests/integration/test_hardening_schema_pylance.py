@@ -49,3 +49,17 @@ def test_beyond_the_limit_only_the_arrow_schema_is_refused(tmp_path: Path) -> No
     with pytest.raises(LimitExceededError) as exc:
         _ = ds.schema
     assert exc.value.limit == "schema depth"
+
+
+def test_the_deepest_allowed_schema_goes_through_pyspark(tmp_path: Path) -> None:
+    """The Spark planner turns Dataset.schema into a StructType: at the limit, pyspark's
+    own (recursive) schema code still works; one level deeper is a typed error first."""
+    from txn_engine.spark._read import arrow_to_spark_schema, spark_arrow_schema
+
+    _write_deep(tmp_path / "t", MAX_SCHEMA_DEPTH)
+    spark_schema = arrow_to_spark_schema(Dataset.open(str(tmp_path / "t")).schema)
+    assert spark_schema.fieldNames() == ["c", "x"]
+    assert repr(spark_schema).startswith("StructType(")
+    assert spark_schema.json().startswith("{")
+    assert spark_schema.simpleString().startswith("struct<c:struct<a:")
+    assert spark_arrow_schema(spark_schema).names == ["c", "x"]

@@ -42,13 +42,15 @@ and pylance's (``lance.bfloat16``, ``lance.blob.v2``) once ``lance`` is imported
 Otherwise the storage type is kept with its ``ARROW:extension:*`` metadata. Map entries
 are named ``key`` / ``value``.
 
-Depth: both directions refuse a schema nested more than :data:`MAX_SCHEMA_DEPTH` (256)
+Depth: both directions refuse a schema nested more than :data:`MAX_SCHEMA_DEPTH` (128)
 levels deep with :class:`~txn_engine.errors.LimitExceededError` (``limit="schema depth"``),
 checked in one linear pass before anything is converted. A top-level field is level 1;
 each struct member, list item, map entry (and its key / value), fixed-size-list item and
 dictionary value is one level deeper. pyarrow imports at most 64 levels through the C
 data interface, so ``lance.dataset(uri).schema`` in pylance 14.0.2 fails from 63 levels
-on: every schema pylance's Python API can show is well inside the limit. Datasets with
+on: every schema pylance's Python API can show is well inside the limit. pyspark's own
+schema code recurses about five frames per level (its ``repr`` of a 200-level struct
+exceeds Python's default recursion limit): 128 levels leave it room. Datasets with
 deeper schemas still open, count, log, verify and commit; only the Arrow conversion is
 refused. The conversions walk the fields with explicit stacks (no recursion), so memory
 and time stay linear in the number of fields.
@@ -138,7 +140,7 @@ _json_type: Callable[[pa.DataType], pa.DataType] | None = getattr(pa, "json_", N
 
 #: The deepest schema nesting txn_engine converts (see the module docstring for how levels
 #: are counted). Deeper schemas raise LimitExceededError(limit="schema depth").
-MAX_SCHEMA_DEPTH = 256
+MAX_SCHEMA_DEPTH = 128
 
 
 def _too_deep(what: str) -> LimitExceededError:

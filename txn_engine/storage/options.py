@@ -268,16 +268,11 @@ def is_secret(name: str) -> bool:
 
 
 def redact(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A copy of ``options`` safe to print: secret values (and nested dicts) become ``***``."""
-    out: dict[str, Any] = {}
-    for name, value in (options or {}).items():
-        if is_secret(str(name)):
-            out[str(name)] = "***"
-        elif isinstance(value, Mapping):
-            out[str(name)] = redact(value)
-        else:
-            out[str(name)] = value
-    return out
+    """A copy of ``options`` safe to print: secret values (and nested dicts) become ``***``
+    (the one redaction rule of :func:`txn_engine.redact.redact_options`)."""
+    from txn_engine.redact import redact_options
+
+    return {str(name): value for name, value in redact_options(options).items()}
 
 
 def store_kind(scheme: str) -> StoreKind | None:

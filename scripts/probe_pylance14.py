@@ -6,7 +6,8 @@ Usage:
 
 What it does:
   1. Compiles a reference proto set (default ``mirror``: the upstream 1.0.0-beta.1 protos read
-     from ``/work/.mirror/lancedb+lance/repo``; ``project``: this repo's ``protos/``; or a
+     from a git clone of lancedb/lance named by ``$LANCE_REPO`` (a bare clone works);
+     ``project``: this repo's ``protos/``, the default without ``$LANCE_REPO``; or a
      directory) into a temporary Python module set.
   2. In a temporary directory, drives pylance (``import lance``) through every commit path its
      Python API offers (one *case* per step), labelling each new ``*.manifest`` / ``*.txn`` file
@@ -46,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-MIRROR = Path("/work/.mirror/lancedb+lance/repo")
+# a git clone of lancedb/lance (the upstream protos are read from its HEAD); optional
+MIRROR = Path(os.environ.get("LANCE_REPO", "") or ROOT / ".no-lance-repo")
 PROTO_FILES = ["file.proto", "rowids.proto", "table.proto", "transaction.proto"]
 
 # Names inferred for fields the upstream 1.0.0-beta.1 protos lack.  Key: (message, number).

@@ -733,9 +733,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _option_values(args: argparse.Namespace) -> list[str]:
-    """The values given with ``-o`` / ``--lance-option`` (masked in any message)."""
+    """The values of secret-looking ``-o`` / ``--lance-option`` options (masked wherever
+    they appear in a message, e.g. quoted back by a backend)."""
+    from txn_engine.redact import looks_secret
+
     items = [*getattr(args, "storage_option", []), *getattr(args, "lance_option", [])]
-    return [item.partition("=")[2] for item in items if len(item.partition("=")[2]) >= 4]
+    pairs = [item.partition("=") for item in items]
+    return [value for key, _, value in pairs if value and looks_secret(key)]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -76,7 +76,7 @@ from txn_engine.ops import (
     UpdateConfig,
     UpdateMap,
 )
-from txn_engine.redact import redact_uri
+from txn_engine.redact import looks_secret, redact_text, redact_uri
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import open_storage
 from txn_engine.testing.fault_storage import FAULT_KINDS, ChaosStorage
@@ -790,6 +790,13 @@ def run_stress(
     if expected is not None and te_rows is not None and te_rows != len(expected.rows):
         findings.append(f"txn_engine counts {te_rows} live rows, expected {len(expected.rows)}")
     latencies = [x for s in stats for x in s["latencies"]]
+    # messages of any exception a writer hit end up in the report: no option value in them
+    secrets = [
+        v
+        for options in (storage_options, lance_storage_options)
+        for k, v in (options or {}).items()
+        if isinstance(v, str) and looks_secret(k)
+    ]
     conflicts: Counter[str] = Counter()
     injected: Counter[str] = Counter()
     by_kind: Counter[str] = Counter()
@@ -815,8 +822,8 @@ def run_stress(
         storage_errors=sum(s["storage_errors"] for s in stats),
         faults_injected=dict(injected),
         by_kind=dict(by_kind),
-        errors=tuple(e for s in stats for e in s["errors"]),
-        findings=tuple(findings),
+        errors=tuple(redact_text(e, secrets=secrets) for s in stats for e in s["errors"]),
+        findings=tuple(redact_text(f, secrets=secrets) for f in findings),
         versions=versions,
         expected_rows=None if expected is None else len(expected.rows),
         txn_engine_rows=te_rows,

@@ -289,7 +289,7 @@ def test_command_errors_never_echo_option_values_or_uri_passwords(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # a local dataset takes no storage options: the error names them, not their values
-    code = main(["verify", str(tmp_path / "none"), "-o", f"region={SECRET}"])
+    code = main(["verify", str(tmp_path / "none"), "-o", f"aws_session_token={SECRET}"])
     assert code == 1
     assert main(["log", f"file://user:{SECRET}@/nowhere"]) == 1
     assert main(["verify", f"memory://user:{SECRET}@host/t", "--json"]) == 1  # a report

@@ -102,7 +102,10 @@ def as_fragments(values: Iterable[object]) -> tuple[Fragment, ...]:
         items = tuple(values)
     except TypeError:
         raise _refuse("a sequence of fragments", values) from None
-    return tuple(as_fragment(v) for v in items)
+    for v in items:  # the common case (decoding, building from Fragments): nothing to convert
+        if type(v) is not Fragment:
+            return tuple(as_fragment(v) for v in items)
+    return cast("tuple[Fragment, ...]", items)
 
 
 def as_data_file(value: object) -> DataFile:

@@ -153,6 +153,28 @@ def test_compact(pair: tuple[str, str]) -> None:
     assert te.open(b).compact(target_rows_per_fragment=1000) is None  # nothing left to do
 
 
+def test_compact_under_an_index_keeps_query_results(tmp_path: Path) -> None:
+    uri = _base(tmp_path / "t.lance")
+    table = te.open(uri)
+    table.create_index("id", "BTREE", name="idx")
+    table.delete("id % 3 = 0")
+    assert table.compact(target_rows_per_fragment=1000) is not None
+    ds = lance.dataset(uri)
+    for query in ["id = 5", "id = 3", "id < 20", "v = 's50'"]:
+        got = ds.to_table(filter=query).column("id").to_pylist()
+        want = [i for i in range(100) if i % 3 and _matches(query, i)]
+        assert sorted(got) == want, query
+
+
+def _matches(query: str, i: int) -> bool:
+    return {
+        "id = 5": i == 5,
+        "id = 3": i == 3,
+        "id < 20": i < 20,
+        "v = 's50'": i == 50,
+    }[query]
+
+
 def test_add_and_drop_columns(pair: tuple[str, str]) -> None:
     a, b = pair
     lance.dataset(a).add_columns({"y": "id * 10", "z": "concat(v, '!')"})

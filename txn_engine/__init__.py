@@ -12,6 +12,8 @@ Layers (each only imports the ones above it)::
     txn_engine.conflicts   the conflict matrix as data, detection, rebase
     txn_engine.commit      the commit loop (retries, backoff, exactly-once)
     txn_engine.dataset     read API (Dataset.open)
+    txn_engine.api         writer API: txn_engine.open(uri).append / delete / merge_insert ...
+                           (plans with pylance, commits with txn_engine.commit)
     txn_engine.testing     Hypothesis strategies, reference model, fault injection
 """
 

@@ -219,9 +219,7 @@ def _summary(ds: Dataset) -> dict[str, Any]:
             if m.HasField("writer_version")
             else None
         ),
-        "timestamp": None
-        if not m.HasField("timestamp")
-        else m.timestamp.ToDatetime().isoformat() + "Z",
+        "timestamp": _manifest_time(m),
         "schema": schema,
         "schema_metadata": sorted(m.schema_metadata),
         "fragments": fragments,
@@ -245,6 +243,17 @@ def _summary(ds: Dataset) -> dict[str, Any]:
         "tag": m.tag or None,
         "tags": ds.tags_of(),
     }
+
+
+def _manifest_time(m: table_pb2.Manifest) -> str | None:
+    """The commit time as ISO 8601, or a note when it is out of range (a damaged field
+    does not hide the rest of the version)."""
+    if not m.HasField("timestamp"):
+        return None
+    try:
+        return str(m.timestamp.ToDatetime().isoformat()) + "Z"
+    except (ValueError, OverflowError, OSError):
+        return f"out of range ({m.timestamp.seconds}s {m.timestamp.nanos}ns)"
 
 
 def _render_show(s: dict[str, Any]) -> str:

@@ -380,3 +380,16 @@ def test_show_hides_a_uri_password(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert SECRET not in out
     assert json.loads(out)["uri"] == "memory://***@host/shown"
+
+
+def test_show_marks_a_timestamp_out_of_range_and_shows_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = _history(tmp_path)
+    _rewrite(uri, 3, _set_timestamp(2**62))
+    assert main(["show", uri, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["timestamp"] == f"out of range ({2**62}s 0ns)"
+    assert shown["version"] == 3
+    assert main(["show", uri]) == 0
+    assert "out of range" in capsys.readouterr().out

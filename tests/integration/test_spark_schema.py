@@ -26,6 +26,8 @@ from txn_engine.spark import FragmentCollector, register
 from txn_engine.spark._write import check_lossless
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # conftest_spark (the gate used by the concurrency test)
+    sys.path.insert(0, HERE)
 
 pytestmark = [
     pytest.mark.pylance,
@@ -264,3 +266,146 @@ def test_merge_schema_still_refuses_lossy_columns(spark: Any, tmp_path: Path) ->
     ds = lance.dataset(uri)
     assert ds.version == 1  # no schema change either
     assert "extra" not in ds.schema.names
+
+
+# --------------------------------------------------------------------------- replaceWhere
+
+
+def _parts(spark: Any, uri: str) -> None:
+    """1000 rows (id, part = id % 4, name) in fragments of at most 300 rows."""
+    spark.range(0, 1000, numPartitions=2).selectExpr(
+        "id", "cast(id % 4 as int) as part", "concat('r', cast(id as string)) as name"
+    ).write.format("txn_lance").mode("append").option("max_rows_per_file", "300").save(uri)
+
+
+def _replacement(spark: Any, start: int, n: int, part: int = 1) -> Any:
+    return spark.range(start, start + n, numPartitions=1).selectExpr(
+        "id", f"cast({part} as int) as part", "concat('new', cast(id as string)) as name"
+    )
+
+
+def _rows(uri: str, version: int | None = None) -> set[tuple[int, int, str]]:
+    table = lance.dataset(uri, version=version).to_table()
+    return set(
+        zip(
+            table.column("id").to_pylist(),
+            table.column("part").to_pylist(),
+            table.column("name").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def _replace(df: Any, uri: str, predicate: str) -> None:
+    df.write.format("txn_lance").mode("overwrite").option("replaceWhere", predicate).save(uri)
+
+
+def test_replace_where_replaces_matching_rows_in_one_update(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "r.lance")
+    _parts(spark, uri)
+    before = _rows(uri)
+    old_files = {f.path for fr in lance.dataset(uri).get_fragments() for f in fr.data_files()}
+    _replace(_replacement(spark, 5000, 10), uri, "part = 1")
+    ds = lance.dataset(uri)
+    assert ds.version == 2
+    assert type(ds.read_transaction(2).operation).__name__ == "Update"
+    expected = {r for r in before if r[1] != 1} | {(i, 1, f"new{i}") for i in range(5000, 5010)}
+    assert _rows(uri) == expected
+    assert _rows(uri, version=1) == before  # history intact
+    # deletion vectors, no rewrite: every old data file is still read
+    files = {f.path for fr in ds.get_fragments() for f in fr.data_files()}
+    assert old_files < files
+    assert all(fr.deletion_file() is not None for fr in ds.get_fragments() if fr.fragment_id < 4)
+    # and the txn_lance reader agrees with pylance
+    read = spark.read.format("txn_lance").load(uri)
+    assert {(r["id"], r["part"], r["name"]) for r in read.collect()} == expected
+
+
+def test_replace_where_removes_fragments_it_empties(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "r.lance")
+    _parts(spark, uri)
+    before = _rows(uri)
+    first = min(fr.fragment_id for fr in lance.dataset(uri).get_fragments())
+    first_ids = lance.dataset(uri).get_fragment(first).to_table(columns=["id"]).column("id")
+    low, high = min(first_ids.to_pylist()), max(first_ids.to_pylist())
+    _replace(_replacement(spark, 7000, 3, part=0), uri, f"id >= {low} AND id <= {high}")
+    ds = lance.dataset(uri)
+    update = ds.read_transaction(2).operation
+    assert first in list(update.removed_fragment_ids)
+    assert first not in {fr.fragment_id for fr in ds.get_fragments()}
+    expected = {r for r in before if not low <= r[0] <= high} | {
+        (i, 0, f"new{i}") for i in range(7000, 7003)
+    }
+    assert _rows(uri) == expected
+
+
+def _gated_replace(
+    spark: Any, uri: str, control: str, predicate: str, errors: list[BaseException]
+) -> None:
+    import conftest_spark as cs
+
+    from txn_engine.spark import activate
+
+    try:
+        activate(spark)
+        df = _replacement(spark, 9000, 5).mapInArrow(
+            cs.gate(control), "id long, part int, name string"
+        )
+        _replace(df, uri, predicate)
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_replace_where_with_concurrent_pylance_delete(spark: Any, tmp_path: Path) -> None:
+    """A pylance delete of other rows lands between the replaceWhere's planning and its
+    commit: both land (deletion vectors merged); a delete of the same rows conflicts and
+    the replaceWhere fails, leaving pylance's delete as the only change."""
+    import threading
+
+    import conftest_spark as cs
+
+    for overlap in (False, True):
+        uri = str(tmp_path / f"c{overlap}.lance")
+        _parts(spark, uri)
+        before = _rows(uri)
+        control = tmp_path / f"gate{overlap}"
+        control.mkdir()
+        errors: list[BaseException] = []
+        job = threading.Thread(
+            target=_gated_replace, args=(spark, uri, str(control), "part = 1", errors)
+        )
+        job.start()
+        cs.wait_started(str(control), 1, errors)  # planned: version 1 pinned
+        theirs = "part = 1 AND id < 100" if overlap else "part = 2"
+        lance.dataset(uri).delete(theirs)
+        cs.open_gate(str(control))
+        job.join(300)
+        assert not job.is_alive()
+        ds = lance.dataset(uri)
+        if overlap:
+            assert len(errors) == 1
+            assert "onflict" in str(errors[0])
+            assert ds.version == 2
+            assert _rows(uri) == {r for r in before if not (r[1] == 1 and r[0] < 100)}
+        else:
+            assert errors == []
+            assert ds.version == 3
+            assert type(ds.read_transaction(3).operation).__name__ == "Update"
+            expected = {r for r in before if r[1] not in (1, 2)} | {
+                (i, 1, f"new{i}") for i in range(9000, 9005)
+            }
+            assert _rows(uri) == expected
+
+
+def test_replace_where_refusals(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "r.lance")
+    _parts(spark, uri)
+    df = _replacement(spark, 1, 2)
+    with pytest.raises(Exception, match="use it with mode 'overwrite'"):
+        df.write.format("txn_lance").mode("append").option("replaceWhere", "part = 1").save(uri)
+    with pytest.raises(Exception, match="is not a Lance filter"):
+        _replace(df, uri, "no_such_column = 1")
+    lossy = df.selectExpr("cast(id as string) as id", "part", "name")
+    with pytest.raises(Exception, match="column 'id' is string"):
+        _replace(lossy, uri, "part = 1")
+    assert lance.dataset(uri).version == 1

@@ -56,6 +56,8 @@ _SCALAR_OPTIONS = {
     "sweep_on_plan",
     "mergeschema",
     "merge_schema",
+    "replacewhere",
+    "replace_where",
 }
 
 
@@ -90,6 +92,9 @@ class WriteOptions:
     #: ``mergeSchema``: an append may bring new columns (added, all-null for the rows
     #: already there, in a schema-change commit before the append; see docs/spark.md).
     merge_schema: bool = False
+    #: ``replaceWhere``: with mode overwrite, replace only the rows matching this Lance SQL
+    #: filter by the DataFrame, in one Update (see docs/spark.md).
+    replace_where: str | None = None
 
 
 def _json_object(name: str, text: str) -> dict[str, Any]:
@@ -200,6 +205,11 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     for name in ("mergeschema", "merge_schema"):
         if name in lowered:
             kwargs["merge_schema"] = _bool("mergeSchema", lowered[name])
+    for name in ("replacewhere", "replace_where"):
+        if name in lowered:
+            if not lowered[name].strip():
+                raise InvalidOperationError("option 'replaceWhere' must be a filter expression")
+            kwargs["replace_where"] = lowered[name]
     for name in (
         "data_storage_version",
         "commit_message",

@@ -42,7 +42,7 @@ from txn_engine.errors import (
     TxnEngineError,
 )
 from txn_engine.model import Fragment, LanceField
-from txn_engine.ops import Append, Overwrite
+from txn_engine.ops import Append, Overwrite, Update
 from txn_engine.redact import redact_uri
 from txn_engine.retry import RetryPolicy
 from txn_engine.spark import _staging
@@ -198,6 +198,10 @@ class FragmentCollector:
         elif option_values:
             options = attrs.evolve(options, **option_values)
         _retry_policy(options)  # fail on bad retry options before anything is written
+        if options.replace_where is not None and mode != "overwrite":
+            raise InvalidOperationError(
+                "replaceWhere replaces rows: use it with mode 'overwrite' (an append adds rows)"
+            )
         generated = options.write_id is None
         write_id = str(uuid_mod.uuid4()) if options.write_id is None else options.write_id
         txn_uuid = _uuid_for(write_id, generated)
@@ -324,7 +328,7 @@ class FragmentCollector:
 
         reader = pa.RecordBatchReader.from_batches(self.schema, conformed())
         kwargs: dict[str, Any] = {
-            "mode": "append" if not self.creates_dataset and self.mode == "append" else "overwrite",
+            "mode": "append" if not self.creates_dataset and self._keeps_schema else "overwrite",
             "max_rows_per_file": self.options.max_rows_per_file,
             "progress": _Marker(),
         }
@@ -395,12 +399,24 @@ class FragmentCollector:
 
     # ------------------------------------------------------------------ driver
 
+    @property
+    def _keeps_schema(self) -> bool:
+        """Whether the data is written with the table's schema (append, replaceWhere)."""
+        return self.mode == "append" or self.options.replace_where is not None
+
     def transaction(self, fragments: Iterable[FragmentLike]) -> Transaction:
         """The single transaction this write commits (Append, or Overwrite when the mode
-        is overwrite or the write creates the dataset), at the pinned read version."""
+        is overwrite or the write creates the dataset, or an Update for ``replaceWhere``),
+        at the pinned read version.
+
+        For ``replaceWhere`` this scans the pinned version for the matching rows and writes
+        their deletion files (one per affected fragment) before returning."""
         frags = tuple(Fragment.from_lance_json(_fragment_json(f)) for f in fragments)
+        operation: Append | Overwrite | Update
         if self.mode == "append" and not self.creates_dataset:
-            operation: Append | Overwrite = Append(fragments=frags)
+            operation = Append(fragments=frags)
+        elif self.options.replace_where is not None and not self.creates_dataset:
+            operation = self._replace_where(frags)
         else:
             from txn_engine.format.schema import arrow_to_fields
 
@@ -422,6 +438,62 @@ class FragmentCollector:
             operation=operation,
             uuid=self.uuid,
             properties=properties,
+        )
+
+    def _replace_where(self, new_fragments: tuple[Fragment, ...]) -> Update:
+        """An Update at the pinned version: the rows matching ``replace_where`` deleted
+        (cumulative deletion vectors; fragments left empty removed) and ``new_fragments``
+        added. The deleted rows travel as ``affected_rows``, so a concurrent delete of other
+        rows of the same fragments rebases instead of conflicting."""
+        import lance
+        from pyroaring import BitMap, BitMap64
+
+        from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
+        from txn_engine.format.io import read_manifest
+
+        predicate = self.options.replace_where
+        assert predicate is not None
+        dataset = lance.dataset(
+            self.uri,
+            version=self.read_version,
+            storage_options=dict(self.options.lance_storage_options) or None,
+        )
+        try:
+            matched = dataset.to_table(columns=[], filter=predicate, with_row_address=True)
+        except Exception as exc:  # pylance's parse / planning errors
+            raise InvalidOperationError(
+                f"replaceWhere {predicate!r} is not a Lance filter over {self.uri}: {exc}"
+            ) from exc
+        addresses = matched.column("_rowaddr").to_pylist()
+        by_fragment: dict[int, BitMap] = {}
+        for address in addresses:
+            by_fragment.setdefault(address >> 32, BitMap()).add(address & 0xFFFFFFFF)
+        storage = self.open_storage()
+        _, manifest_file = read_manifest(storage, self.read_version)
+        pbs = {pb.id: pb for pb in manifest_file.manifest.fragments}
+        removed: list[int] = []
+        updated: list[Fragment] = []
+        for fragment_id, offsets in sorted(by_fragment.items()):
+            pb = pbs[fragment_id]
+            existing = (
+                read_deletion_vector(storage, fragment_id, pb.deletion_file)
+                if pb.HasField("deletion_file")
+                else BitMap()
+            )
+            total = existing | offsets
+            if len(total) >= pb.physical_rows:
+                removed.append(fragment_id)
+                continue
+            deletion = write_deletion_vector(storage, fragment_id, self.read_version, total)
+            copy = type(pb)()
+            copy.CopyFrom(pb)
+            copy.deletion_file.CopyFrom(deletion)
+            updated.append(Fragment.from_proto(copy))
+        return Update(
+            removed_fragment_ids=tuple(removed),
+            updated_fragments=tuple(updated),
+            new_fragments=new_fragments,
+            affected_rows=BitMap64(addresses),
         )
 
     def find_landed(self, storage: Storage | None = None) -> int | None:
@@ -557,7 +629,7 @@ class FragmentCollector:
                 True,
                 calls,
                 spent,
-                _staging.transaction_data_files(landed.transaction),
+                _landed_files(landed.transaction),
             )
         raise CommitStateUnknownError(
             f"the commit of write {self.write_id} to {self.uri} failed {calls} time(s) "
@@ -601,7 +673,7 @@ class FragmentCollector:
             )
             return 0
         landed = outcome.landed
-        keep = set() if landed is None else _staging.transaction_data_files(landed.transaction)
+        keep = set() if landed is None else _landed_files(landed.transaction)
         stats = _staging.finalize(storage, self.write_key, keep, extra_files=extra)
         _log.info(
             "txn_lance write %s aborted: %d data file(s) removed%s",
@@ -613,9 +685,18 @@ class FragmentCollector:
 
 
 def _operation_files(txn: Transaction) -> set[str]:
-    """Data file paths added by an Append/Overwrite Transaction (empty for other kinds)."""
-    fragments = getattr(txn.operation, "fragments", ())
+    """Data file paths added by an Append/Overwrite/Update Transaction (empty for other
+    kinds)."""
+    op = txn.operation
+    fragments = op.new_fragments if isinstance(op, Update) else getattr(op, "fragments", ())
     return {f.path for fragment in fragments for f in fragment.files}
+
+
+def _landed_files(txn: Any) -> set[str]:
+    """Data file paths a landed transaction (protobuf) added, Update's new fragments too."""
+    if txn.WhichOneof("operation") == "update":
+        return {f.path for fragment in txn.update.new_fragments for f in fragment.files}
+    return _staging.transaction_data_files(txn)
 
 
 def _retry_policy(options: WriteOptions) -> RetryPolicy | None:
@@ -646,9 +727,12 @@ def _pin(
         entry = latest_version(storage)
     except DatasetNotFoundError:
         return 0, schema
-    if mode == "overwrite":
+    if mode == "overwrite" and options.replace_where is None:
         return entry.version, schema
     from txn_engine.dataset import Dataset
+
+    if options.replace_where is not None and options.merge_schema:
+        raise InvalidOperationError("replaceWhere cannot be combined with mergeSchema")
 
     target = Dataset.open(storage, version=entry.version).schema
     theirs, ours = set(target.names), set(schema.names)

@@ -17,7 +17,7 @@ import attrs
 from pyroaring import BitMap
 
 from txn_engine._proto import file_pb2, table_pb2
-from txn_engine.errors import InvalidOperationError
+from txn_engine.errors import CorruptDeletionFileError, InvalidOperationError
 
 __all__ = [
     "BasePath",
@@ -148,8 +148,15 @@ class DeletionFile:
 
     @classmethod
     def from_proto(cls, pb: table_pb2.DeletionFile) -> DeletionFile:
+        """CorruptDeletionFileError for a ``file_type`` that is neither ARROW nor BITMAP."""
+        try:
+            file_type = DeletionFileType(pb.file_type)
+        except ValueError as exc:
+            raise CorruptDeletionFileError(
+                f"unknown deletion file type {pb.file_type} (deletion file id {pb.id})"
+            ) from exc
         return cls(
-            file_type=DeletionFileType(pb.file_type),
+            file_type=file_type,
             read_version=pb.read_version,
             id=pb.id,
             num_deleted_rows=pb.num_deleted_rows,

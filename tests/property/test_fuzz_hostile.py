@@ -66,8 +66,10 @@ TIME_BOUND = 10.0
 #: Memory bound for one call: this many times the bytes in storage, plus a fixed allowance.
 MEMORY_FACTOR = 64
 MEMORY_BASE = 24 << 20
+_PROFILE_EXAMPLES = settings().max_examples
 FUZZ = settings(
-    max_examples=min(settings().max_examples, 60),
+    # dev/ci: at most 60 per property (seconds each); nightly digs as deep as its profile
+    max_examples=_PROFILE_EXAMPLES if _PROFILE_EXAMPLES > 100 else min(_PROFILE_EXAMPLES, 60),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -415,3 +415,15 @@ def test_permission_denied_manifest_is_a_storage_error(
     assert not isinstance(info.value, (FormatError, ObjectNotFoundError))
     assert "permission denied" in str(info.value).lower()
     assert isinstance(info.value.__cause__, PermissionError)
+
+
+def test_unknown_deletion_file_type_in_a_transaction_is_a_format_error() -> None:
+    # found by the fuzz suite: DeletionFileType(127) leaked a bare ValueError from
+    # Dataset.transaction() and from commit's decoding of intervening versions
+    from txn_engine.codec import transaction_from_proto
+
+    txn = transaction_pb2.Transaction(read_version=1, uuid=UUID)
+    frag = txn.delete.updated_fragments.add(id=0, physical_rows=10)
+    frag.deletion_file.file_type = 127  # type: ignore[assignment]
+    with pytest.raises(CorruptDeletionFileError, match="type 127"):
+        transaction_from_proto(txn)

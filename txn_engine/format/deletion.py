@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import secrets
 import struct
+from array import array
 from typing import Literal
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -409,7 +410,10 @@ def _decode(data: bytes, file_type: int, what: str) -> BitMap:
         raise CorruptDeletionFileError(f"{what}: column 'row_id' contains nulls")
     result = BitMap()
     for chunk in column.chunks:
-        result.update(chunk.to_numpy(zero_copy_only=False))
+        # via array('I'): pyroaring adds a typed buffer in C, a numpy array item by item
+        values = array("I")
+        values.frombytes(chunk.to_numpy(zero_copy_only=False).astype("=u4", copy=False).tobytes())
+        result |= BitMap(values)
     return result
 
 

@@ -30,6 +30,7 @@ from txn_engine.commit import CommitResult as CommitResult
 from txn_engine.commit import commit as commit
 from txn_engine.commit import find_transaction as find_transaction
 from txn_engine.commit import replan_and_commit as replan_and_commit
+from txn_engine.committer import Committer as Committer
 from txn_engine.conflicts.rebase import ConflictOptions as ConflictOptions
 from txn_engine.dataset import Dataset as Dataset
 from txn_engine.errors import SchemaMismatchError as SchemaMismatchError
@@ -83,6 +84,7 @@ __all__ = [
     "BasePath",
     "Clone",
     "CommitResult",
+    "Committer",
     "ConflictOptions",
     "CreateIndex",
     "DataFile",

@@ -14,11 +14,22 @@
    (cleaned up) or its transaction cannot be read, the commit raises
    :class:`~txn_engine.errors.HistoryUnavailableError` (an incompatible conflict naming the
    first such version) and writes nothing;
-4. rebase (merge deletion vectors of concurrent Delete/Update), write
-   ``_transactions/{read_version}-{uuid}.txn``, build the next manifest on the latest one
-   (:mod:`txn_engine.builder`) and create it with ``put_if_absent`` in the dataset's naming
-   scheme;
-5. on losing the race, back off (:class:`~txn_engine.retry.RetryPolicy`) and repeat from 1.
+4. rebase (merge deletion vectors of concurrent Delete/Update), build the next manifest on
+   the latest one (:mod:`txn_engine.builder`) with the transaction inline, and create it
+   with ``put_if_absent`` in the dataset's naming scheme;
+5. lineage: if a version above the one just created already exists, it must descend from
+   ours (:mod:`txn_engine.conflicts.lineage`); one that does not was built on an earlier
+   manifest at our version number that a cleanup removed while we were committing (the
+   create succeeded in the freed slot), so ours is withdrawn and HistoryUnavailableError
+   raised. Then ``_transactions/{read_version}-{uuid}.txn``, the redundant copy of the
+   inline transaction, is written (its failure does not fail a landed commit);
+6. on losing the race, back off (:class:`~txn_engine.retry.RetryPolicy`) and repeat from 1.
+
+With a :class:`~txn_engine.dataset.Dataset` as ``base`` (a writer that just opened or
+committed the table), the first attempt skips steps 1-3: the base is taken to be the latest
+version and the next version is created straight away (an uncontended commit is one
+create, one existence check and the ``.txn`` copy). Losing that race falls back to the
+loop above, which checks every version in between.
 
 Exactly once: when the manifest create fails in a way that leaves its outcome unknown
 (lost response, timeout, any storage error after the request may have reached the store,
@@ -35,6 +46,7 @@ Creating a dataset (``read_version`` 0) is a single attempt: an existing dataset
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -92,12 +104,13 @@ from txn_engine.ops import Clone, Delete, Restore, Update
 from txn_engine.retry import RetryBudget, RetryPolicy
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
-from txn_engine.transaction import Transaction
+from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 
 __all__ = [
     "CommitResult",
     "ConflictOptions",
     "RetryPolicy",
+    "carries_uuid",
     "commit",
     "find_transaction",
     "replan_and_commit",
@@ -187,9 +200,11 @@ class _State:
     #: manifest bytes read while settling a lost race (decoded only if needed)
     raw: dict[int, bytes] = attrs.field(factory=dict)
     listing: VersionListing = attrs.field(factory=lambda: VersionListing(None))
-    #: the transaction whose ``_transactions/`` file this call wrote (not rewritten by
-    #: later attempts unless a rebase changed the transaction)
-    written: tuple[Transaction, str, transaction_pb2.Transaction] | None = None
+    #: a group commit's member uuids (none for a plain transaction)
+    members: frozenset[str] = frozenset()
+    #: the transaction encoded for the manifest (and its ``_transactions/`` file name),
+    #: reused by later attempts unless a rebase changed the transaction
+    encoded: tuple[Transaction, str, transaction_pb2.Transaction] | None = None
 
     def manifest(self, version: int) -> ManifestFile:
         """The decoded manifest of ``version`` (cached; one read)."""
@@ -232,6 +247,35 @@ def _load_transaction(
     if whole is not None:
         state.manifests[entry.version] = whole
     return pb, None
+
+
+def _carried(pb: transaction_pb2.Transaction) -> frozenset[str]:
+    """The uuids a landed transaction stands for: its own, and a group commit's members."""
+    members = pb.transaction_properties.get(GROUP_MEMBERS_KEY)
+    return frozenset((pb.uuid, *(members.split(",") if members else ())))
+
+
+def carries_uuid(pb: transaction_pb2.Transaction, uuid: str) -> bool:
+    """Whether a landed transaction is transaction ``uuid``, or a group commit that carried
+    it (:class:`~txn_engine.committer.Committer` records its members' uuids)."""
+    return pb.uuid == uuid or uuid in _carried(pb)
+
+
+def _member_landed(state: _State, pb: transaction_pb2.Transaction, version: int) -> Conflict:
+    """A group whose member already landed in ``version`` (an earlier group's unknown outcome,
+    resubmitted): the group must not land it twice; its members are committed one by one."""
+    return Conflict(
+        outcome=Outcome.INCOMPATIBLE,
+        rule="MEMBER",
+        version=version,
+        read_version=state.txn.read_version,
+        mine=state.txn.kind,
+        other=operation_kind_of(pb),
+        reason=(
+            f"A transaction of this group already landed in version {version}; "
+            "commit the members one by one."
+        ),
+    )
 
 
 def _always_compatible(mine: str, other: str | None) -> bool:
@@ -349,6 +393,14 @@ def _create(storage: Storage, path: str, data: bytes, txn: Transaction) -> bytes
 
 def _landed(found: bytes, data: bytes) -> bool:
     return found is data or found == data
+
+
+def _encode_transaction(state: _State, txn: Transaction) -> tuple[str, transaction_pb2.Transaction]:
+    """The transaction's protobuf and ``_transactions/`` file name (cached per transaction)."""
+    if state.encoded is None or state.encoded[0] is not txn:
+        name = transaction_file_name(txn.read_version, txn.uuid)
+        state.encoded = (txn, name, transaction_to_proto(txn))
+    return state.encoded[1], state.encoded[2]
 
 
 def _write_transaction_file(
@@ -469,7 +521,11 @@ def commit(
         txn=transaction,
         options=conflict_options or ConflictOptions(),
         checked_up_to=transaction.read_version,
+        members=frozenset(
+            m for m in transaction.properties_dict.get(GROUP_MEMBERS_KEY, "").split(",") if m
+        ),
     )
+    direct: NamingScheme | None = None
     if base is not None:
         mf = base.manifest_file if isinstance(base, Dataset) else base
         if mf.manifest.version != transaction.read_version:
@@ -478,10 +534,16 @@ def commit(
                 f"{transaction.read_version}"
             )
         state.manifests[transaction.read_version] = mf
+        if isinstance(base, Dataset) and not isinstance(transaction.operation, Restore):
+            direct = base.naming_scheme
     budget = policy.budget()
     while True:
         budget.start_attempt()
-        result = _attempt(state, budget, timestamp_ns)
+        if direct is not None:  # first attempt: the base is taken to be the latest version
+            result = _direct_attempt(state, budget, timestamp_ns, direct)
+            direct = None
+        else:
+            result = _attempt(state, budget, timestamp_ns)
         if result is not None:
             return result
         if not budget.wait():
@@ -523,10 +585,14 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
             pb, error = None, latest_error
         else:
             pb, error = _load_transaction(state, entry)
-        if pb is not None and pb.uuid == state.original.uuid:
+        if pb is not None and state.members:
+            carried = _carried(pb)
+            if not state.members.isdisjoint(carried) and state.original.uuid not in carried:
+                raise _conflict_error(state.txn, _member_landed(state, pb, entry.version))
+        if pb is not None and carries_uuid(pb, state.original.uuid):
             return CommitResult(
                 entry.version,
-                transaction_from_proto(pb),
+                transaction_from_proto(pb) if pb.uuid == state.original.uuid else state.original,
                 budget.attempts - 1,
                 entry.path,
                 already_committed=True,
@@ -562,10 +628,43 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     restore_source = None
     if isinstance(txn.operation, Restore):
         restore_source = _state_of(state.manifest(txn.operation.version))
-    if state.written is None or state.written[0] is not txn:
-        state.written = (txn, *_write_transaction_file(storage, txn))
-    _, name, pb = state.written
-    target = latest.version + 1
+    return _land(
+        state, budget, current, latest.version, latest.scheme, timestamp_ns, restore_source
+    )
+
+
+def _direct_attempt(
+    state: _State, budget: RetryBudget, timestamp_ns: int | None, scheme: NamingScheme
+) -> CommitResult | None:
+    """A first attempt without listing: the caller's base (the read version) is taken to be
+    the latest, so the next version is created straight away. Losing that race (or a slot
+    freed by cleanup, caught by the lineage check) falls back to the listing loop, which
+    checks every version in between; nothing is skipped."""
+    base_file = state.manifest(state.original.read_version)
+    check_writer_flags(base_file.manifest)
+    current = _state_of(base_file)
+    validate(current, state.txn)
+    return _land(state, budget, current, state.original.read_version, scheme, timestamp_ns, None)
+
+
+def _land(
+    state: _State,
+    budget: RetryBudget,
+    current: ManifestState,
+    latest: int,
+    scheme: NamingScheme,
+    timestamp_ns: int | None,
+    restore_source: ManifestState | None,
+) -> CommitResult | None:
+    """Build the next manifest on ``current`` (version ``latest``) and create it. Returns
+    the result, or None when another writer took the version (its manifest is kept for the
+    next attempt). The ``_transactions/`` copy is written after the manifest landed: it is a
+    redundant copy of the inline transaction (pylance 14 reads the inline one), so it is
+    never a step before the create and is written once, only for a landed transaction."""
+    storage = state.storage
+    txn = state.txn
+    name, pb = _encode_transaction(state, txn)
+    target = latest + 1
     built = build_manifest(
         current,
         txn,
@@ -575,13 +674,16 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
         restore_source=restore_source,
     )
     data = encode_manifest_file(built.manifest, built.indices, pb)
-    path = f"_versions/{manifest_name(target, latest.scheme)}"
+    path = f"_versions/{manifest_name(target, scheme)}"
     found = _create(storage, path, data, txn)
-    if _landed(found, data):
-        _check_lineage(state, target, latest.scheme, current.manifest, built.manifest, path)
-        return CommitResult(target, txn, budget.attempts, path)
-    state.raw[target] = found  # the winner's manifest: the next attempt needs it
-    return None
+    if not _landed(found, data):
+        state.raw[target] = found  # the winner's manifest: the next attempt needs it
+        return None
+    _check_lineage(state, target, scheme, current.manifest, built.manifest, path)
+    # the commit landed; if the redundant copy fails, readers use the inline transaction
+    with contextlib.suppress(StorageError):
+        storage.put(transaction_path(name), pb.SerializeToString(deterministic=True))
+    return CommitResult(target, txn, budget.attempts, path)
 
 
 def _check_lineage(
@@ -650,7 +752,7 @@ def find_transaction(
             pb, _ = read_transaction_and_manifest(storage, entry)
         except (FormatError, VersionNotFoundError):
             continue
-        if pb.uuid == uuid:
+        if carries_uuid(pb, uuid):
             return entry.version
     return None
 

@@ -11,10 +11,14 @@ from txn_engine.interop import as_operation
 from txn_engine.model import frozen_map
 from txn_engine.ops import Operation, operation_kind
 
-__all__ = ["COMMIT_MESSAGE_KEY", "Transaction"]
+__all__ = ["COMMIT_MESSAGE_KEY", "GROUP_MEMBERS_KEY", "Transaction"]
 
 #: Transaction property Lance reserves for a commit message.
 COMMIT_MESSAGE_KEY = "__lance_commit_message"
+
+#: Transaction property of a group commit (:class:`txn_engine.Committer`): the uuids of the
+#: transactions it carries, comma-separated, so each one is found (exactly once) by its own uuid.
+GROUP_MEMBERS_KEY = "txn_engine.group_members"
 
 
 def _new_uuid() -> str:

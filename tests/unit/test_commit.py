@@ -149,6 +149,8 @@ def test_commit_to_missing_dataset_and_missing_read_version() -> None:
 
 
 def test_uncontended_commit_storage_calls() -> None:
+    """Cold (from a URI): one listing, the read version's manifest, the create, the lineage
+    check, then the redundant ``.txn`` copy."""
     inner = MemoryStorage()
     create(inner)
     rec = RecordingStorage(inner)
@@ -159,22 +161,35 @@ def test_uncontended_commit_storage_calls() -> None:
     assert counts["put"] == 1  # the .txn file
     assert counts["put_if_absent"] == 1  # the manifest
     assert counts.get("get", 0) + counts.get("get_range", 0) == 1  # the read-version manifest
+    assert [c[0] for c in rec.calls[-3:]] == ["put_if_absent", "exists", "put"]
     # after the create: is there a version above ours (one built on a cleaned-up twin)?
-    assert rec.calls[-1] == ("exists", f"_versions/{manifest_name(3, NamingScheme.V2)}")
-    assert rec.calls[-2][0] == "put_if_absent"
-    assert rec.calls[-3] == ("put", f"_transactions/1-{r.transaction.uuid}.txn")
+    assert rec.calls[-2] == ("exists", f"_versions/{manifest_name(3, NamingScheme.V2)}")
+    assert rec.calls[-1] == ("put", f"_transactions/1-{r.transaction.uuid}.txn")
 
 
-def test_uncontended_commit_with_base_reads_nothing() -> None:
+def test_uncontended_commit_with_base_creates_first() -> None:
+    """Warm (a Dataset as ``base``): no listing, no read; the manifest create is the first
+    request, then the lineage check and the redundant ``.txn`` copy."""
     inner = MemoryStorage()
     create(inner)
     ds = Dataset.open(inner)
     rec = RecordingStorage(inner)
-    commit(rec, Transaction(1, Append([frag()])), base=ds)
-    counts = rec.snapshot()
-    assert counts.get("get", 0) + counts.get("get_range", 0) == 0
-    calls = (counts["list"], counts["put"], counts["put_if_absent"], counts["exists"])
-    assert calls == (1, 1, 1, 1)
+    r = commit(rec, Transaction(1, Append([frag()])), base=ds)
+    assert r.version == 2
+    assert [c[0] for c in rec.calls] == ["put_if_absent", "exists", "put"]
+
+
+def test_warm_commit_with_a_stale_base_checks_every_newer_version() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    ds = Dataset.open(inner)
+    commit(inner, Transaction(1, Overwrite([frag()], SCHEMA)))  # 2: unseen by the base
+    rec = RecordingStorage(inner)
+    with pytest.raises(IncompatibleTransactionError):
+        commit(rec, Transaction(1, Append([frag()])), base=ds)
+    assert [c[0] for c in rec.calls][:2] == ["put_if_absent", "get"]  # lost, settled
+    assert rec.counts["list"] == 1  # then the listing loop checked version 2
+    assert versions(inner) == [1, 2]
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])
@@ -471,7 +486,7 @@ def test_unsettled_outcome_then_retry_finds_the_original_version() -> None:
     assert versions(inner) == [1, 2, 3]
 
 
-def test_crash_after_transaction_file_before_manifest_then_retry_lands_once() -> None:
+def test_crash_before_manifest_then_retry_lands_once() -> None:
     inner = MemoryStorage()
     create(inner)
     store = FaultyStorage(inner)
@@ -480,12 +495,27 @@ def test_crash_after_transaction_file_before_manifest_then_retry_lands_once() ->
     with pytest.raises(SimulatedCrash):
         commit(store, txn)
     assert versions(inner) == [1]
-    assert inner.exists(f"_transactions/1-{txn.uuid}.txn")
+    assert not inner.exists(f"_transactions/1-{txn.uuid}.txn")  # written only once landed
     r = commit(store, txn)
     assert (r.version, r.already_committed) == (2, False)
     assert versions(inner) == [1, 2]
     assert commit(store, txn).already_committed
     assert versions(inner) == [1, 2]
+
+
+def test_crash_after_manifest_before_transaction_file_is_found_by_uuid() -> None:
+    inner = MemoryStorage()
+    create(inner)
+    store = FaultyStorage(inner)
+    store.add(Fault("put", "_transactions/*", mode="crash_before"))
+    txn = Transaction(1, Append([frag()]))
+    with pytest.raises(SimulatedCrash):
+        commit(store, txn)
+    assert versions(inner) == [1, 2]  # the manifest (with the transaction inline) landed
+    assert not inner.exists(f"_transactions/1-{txn.uuid}.txn")
+    assert read_transaction(inner, 2).uuid == txn.uuid  # from the inline copy
+    again = commit(store, txn)
+    assert (again.version, again.already_committed) == (2, True)
 
 
 def test_manifest_create_failing_before_the_store_is_offered_again() -> None:
@@ -514,7 +544,10 @@ def test_manifest_create_failing_persistently_is_unknown_and_nothing_lands() -> 
     assert commit(store, txn).version == 2
 
 
-def test_transaction_file_write_failure_propagates_and_nothing_lands() -> None:
+def test_transaction_file_write_failure_after_landing_is_not_a_failure() -> None:
+    """The ``_transactions/`` copy is redundant (readers use the inline transaction) and
+    written after the manifest landed: its failure must not report a landed commit as
+    failed (a caller would retry an Append and duplicate it)."""
     inner = MemoryStorage()
     create(inner)
     store = FaultyStorage(inner)
@@ -522,10 +555,11 @@ def test_transaction_file_write_failure_propagates_and_nothing_lands() -> None:
         Fault("put", "_transactions/*", mode="before", error=lambda m, p: StorageError("down"))
     )
     txn = Transaction(1, Append([frag()]))
-    with pytest.raises(StorageError, match="down"):
-        commit(store, txn)
-    assert versions(inner) == [1]
-    assert commit(store, txn).version == 2
+    r = commit(store, txn)
+    assert (r.version, r.already_committed) == (2, False)
+    assert versions(inner) == [1, 2]
+    assert read_transaction(inner, 2).uuid == txn.uuid
+    assert commit(store, txn).already_committed
 
 
 def test_find_transaction() -> None:

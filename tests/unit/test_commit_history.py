@@ -193,7 +193,10 @@ def test_create_in_a_slot_freed_by_cleanup_is_withdrawn(kind: str, mine: str) ->
     commit(inner, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
     store = FaultyStorage(inner)
     twin = Fault(
-        "put", "_transactions/*", mode="hook", hook=lambda _m, _p: _twin_then_cleanup(inner, kind)
+        "put_if_absent",
+        "_versions/*",
+        mode="hook",
+        hook=lambda _m, _p: _twin_then_cleanup(inner, kind),
     )
     store.add(twin)
     op = Append([frag()]) if mine == "append" else config("mine")

@@ -11,10 +11,11 @@ kind                         what happens                                       
                              store (ambiguous error, nothing written)
 ``spurious_exists``          the manifest create reports "already exists" but    land it once
                              nothing is there
-``transaction_file_fails``   writing ``_transactions/*.txn`` fails               raise, nothing
-                                                                                 lands
-``crash_before_manifest``    the writer dies between the transaction file and    nothing lands
-                             the manifest (:class:`SimulatedCrash`)
+``transaction_file_fails``   writing the ``_transactions/*.txn`` copy fails      acknowledge
+                             (after the manifest landed; readers use the         it once
+                             inline transaction)
+``crash_before_manifest``    the writer dies right before its manifest create    nothing lands
+                             (:class:`SimulatedCrash`)
 ``crash_after_manifest``     the writer dies right after its manifest landed     it is there once
 ``unknown_outcome``          lost response and the read-back fails too           raise
                                                                                  CommitState-
@@ -62,7 +63,7 @@ FAULT_KINDS: tuple[str, ...] = (
 
 #: Kinds after which the commit still lands and is acknowledged.
 LANDING_FAULTS: frozenset[str] = frozenset(
-    {"lost_response", "fail_before_write", "spurious_exists", "latency"}
+    {"lost_response", "fail_before_write", "spurious_exists", "transaction_file_fails", "latency"}
 )
 
 _MANIFESTS = "_versions/*"

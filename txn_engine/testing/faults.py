@@ -5,7 +5,8 @@
 
 * raise **before** the call (nothing reaches the store),
 * raise **after** the call (the write happened but the caller sees an error: a lost
-  response),
+  response; a call that fails by itself, such as a create that lost its race, does not
+  use the rule up: it applies to the next matching call that succeeds),
 * run a **hook** first (e.g. let another writer commit right before this one), or
 * crash the caller with :class:`SimulatedCrash` (a ``BaseException``, so no ``except
   Exception`` swallows it), modelling a process that dies mid-commit.
@@ -48,8 +49,9 @@ class Fault:
 
     ``times`` is how many matching calls it fires on (``None`` = forever) after skipping
     the first ``skip`` matches. ``error`` builds the exception (default
-    :class:`~txn_engine.errors.AmbiguousWriteError`). ``hook`` (mode ``"hook"``, or any
-    mode) runs before the call with ``(method, path)``.
+    :class:`~txn_engine.errors.AmbiguousWriteError`). ``hook`` runs with ``(method, path)``
+    before the call (modes ``"hook"``, ``"before"``, ``"crash_before"``) or, for the
+    ``"after"`` modes, once the call took effect.
     """
 
     method: str
@@ -118,7 +120,8 @@ class FaultyStorage:
         fault = self._pick(method, path)
         if fault is None:
             return self._run(method, path, run, "ok")
-        if fault.hook is not None:
+        after = fault.mode in ("after", "crash_after")
+        if fault.hook is not None and not after:
             fault.hook(method, path)
         if fault.mode == "hook":
             return self._run(method, path, run, "ok")
@@ -127,7 +130,17 @@ class FaultyStorage:
             if fault.mode == "crash_before":
                 raise SimulatedCrash(f"crash before {method}({path})")
             raise fault.error(method, path)
-        self._run(method, path, run, fault.mode)
+        try:
+            self._run(method, path, run, fault.mode)
+        except BaseException:
+            # an "after" fault models a response lost after the call took effect: a call
+            # that failed by itself (a create that lost its race) leaves it for the next one
+            with self._lock:
+                fault.fired -= 1
+                fault.seen -= 1
+            raise
+        if fault.hook is not None:  # an "after" rule's hook runs once the call took effect
+            fault.hook(method, path)
         if fault.mode == "crash_after":
             raise SimulatedCrash(f"crash after {method}({path})")
         raise fault.error(method, path)

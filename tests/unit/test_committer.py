@@ -1,0 +1,172 @@
+"""txn_engine.Committer: group commit from many threads, each caller with its own outcome,
+exactly once per caller transaction even when the group's response is lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from txn_engine.commit import commit, find_transaction
+from txn_engine.committer import Committer
+from txn_engine.errors import (
+    CommitStateUnknownError,
+    IncompatibleTransactionError,
+    InvalidOperationError,
+)
+from txn_engine.format.io import read_transaction
+from txn_engine.format.naming import list_versions
+from txn_engine.model import DataFile, Fragment, LanceField
+from txn_engine.ops import Append, Overwrite, UpdateConfig, UpdateMap
+from txn_engine.storage import MemoryStorage
+from txn_engine.storage.base import Storage
+from txn_engine.testing.fault_storage import fault_rules
+from txn_engine.testing.faults import Fault, FaultyStorage
+from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
+
+SCHEMA = (LanceField(0, -1, "id", "int64"),)
+
+
+def frag(rows: int = 3) -> Fragment:
+    return Fragment(0, (DataFile(f"{uuid.uuid4().hex}.lance", (0,), (0,), 2, 2, 100),), rows)
+
+
+def created() -> MemoryStorage:
+    store = MemoryStorage()
+    commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))
+    return store
+
+
+def versions(store: Storage) -> list[int]:
+    return [e.version for e in list_versions(store)]
+
+
+def slow(inner: Storage, seconds: float = 0.01) -> FaultyStorage:
+    """Every manifest create takes a while, so callers pile up behind it."""
+    store = FaultyStorage(inner)
+    store.add(
+        Fault(
+            "put_if_absent",
+            "_versions/*",
+            mode="hook",
+            times=None,
+            hook=lambda _m, _p: time.sleep(seconds),
+        )
+    )
+    return store
+
+
+def test_many_threads_land_each_append_once_in_fewer_versions() -> None:
+    inner = created()
+    threads, per_thread = 16, 5
+    with Committer(slow(inner)) as committer:
+        barrier = threading.Barrier(threads)
+
+        def work(_: int) -> list[tuple[str, int]]:
+            barrier.wait()
+            out = []
+            for _ in range(per_thread):
+                txn = Transaction(1, Append([frag()]))
+                out.append((txn.uuid, committer.commit(txn, timeout=60).version))
+            return out
+
+        with ThreadPoolExecutor(threads) as pool:
+            landed = [x for chunk in pool.map(work, range(threads)) for x in chunk]
+    total = threads * per_thread
+    assert len({u for u, _ in landed}) == total
+    for txn_uuid, version in landed:
+        assert find_transaction(inner, txn_uuid) == version  # exactly where it was reported
+    history = versions(inner)
+    assert history == list(range(1, len(history) + 1))
+    assert len(history) - 1 < total  # grouped: fewer versions than transactions
+    assert sum(n for _, n in committer.groups) == total
+    assert max(n for _, n in committer.groups) > 1
+    # every version's fragment count grew by exactly the group it carried
+    frags = 1
+    for version, n in committer.groups:
+        members = read_transaction(inner, version).transaction_properties.get(GROUP_MEMBERS_KEY)
+        assert (len(members.split(",")) if members else 1) == n
+        frags += n
+    assert frags == 1 + total
+
+
+def test_other_operations_are_committed_alone_in_order() -> None:
+    inner = created()
+    committer = Committer(slow(inner, 0.02))
+    first = committer.submit(Transaction(1, Append([frag()])))  # worker picks this up alone
+    time.sleep(0.005)
+    queued = [
+        committer.submit(Transaction(1, Append([frag()]))),
+        committer.submit(Transaction(1, Append([frag()]))),
+        committer.submit(Transaction(1, UpdateConfig(config_updates=UpdateMap({"k": "v"})))),
+        committer.submit(Transaction(1, Append([frag()]))),
+    ]
+    committer.close()
+    results = [f.result() for f in (first, *queued)]
+    assert results[0].version == 2
+    assert results[1].version == results[2].version == 3  # the two Appends grouped
+    assert results[3].version == 4  # the config change alone, after them
+    assert results[4].version == 5
+    assert read_transaction(inner, 4).WhichOneof("operation") == "update_config"
+
+
+def test_a_conflict_in_a_group_reaches_only_the_members_it_concerns() -> None:
+    inner = created()
+    commit(inner, Transaction(1, Overwrite([frag()], SCHEMA)))  # 2
+    committer = Committer(slow(inner, 0.02))
+    blocker = committer.submit(Transaction(2, Append([frag()])))
+    time.sleep(0.005)
+    stale = committer.submit(Transaction(1, Append([frag()])))  # planned before the Overwrite
+    fresh = committer.submit(Transaction(2, Append([frag()])))
+    committer.close()
+    assert blocker.result().version == 3
+    with pytest.raises(IncompatibleTransactionError):
+        stale.result()
+    assert fresh.result().version == 4
+
+
+def test_lost_group_response_is_unknown_for_each_member_and_settles_exactly_once() -> None:
+    inner = created()
+    store = FaultyStorage(inner)
+    committer = Committer(store)
+    gate = threading.Event()
+    store.add(Fault("put_if_absent", "_versions/*", mode="hook", hook=lambda _m, _p: gate.wait(5)))
+    head = committer.submit(Transaction(1, Append([frag()])))
+    time.sleep(0.01)
+    for rule in fault_rules("unknown_outcome"):  # the next create's response and read-back fail
+        store.add(rule)
+    members = [Transaction(1, Append([frag()])) for _ in range(3)]
+    futures = [committer.submit(t) for t in members]
+    gate.set()
+    assert head.result(timeout=10).version == 2
+    for f in futures:
+        with pytest.raises(CommitStateUnknownError, match="commit the same transaction again"):
+            f.result(timeout=10)
+    store.clear()
+    assert versions(inner) == [1, 2, 3]  # the group did land, unseen
+    # committing a member again (directly, or through a committer in a new group) finds it
+    again = commit(inner, members[0])
+    assert (again.version, again.already_committed) == (3, True)
+    newcomer = Transaction(1, Append([frag()]))
+    with Committer(slow(inner)) as second:
+        r1 = second.submit(Transaction(1, Append([frag()])))  # occupies the worker
+        r2, r3 = second.submit(members[1]), second.submit(newcomer)
+    assert r1.result().version == 4
+    assert (r2.result().version, r2.result().already_committed) == (3, True)
+    assert r3.result().version == 5
+    assert find_transaction(inner, members[1].uuid) == 3
+    assert versions(inner) == [1, 2, 3, 4, 5]
+
+
+def test_closed_committer_refuses_and_non_transactions_are_refused() -> None:
+    committer = Committer(created())
+    with pytest.raises(InvalidOperationError, match="Transaction"):
+        committer.submit("not a transaction")  # type: ignore[arg-type]
+    committer.close()
+    with pytest.raises(InvalidOperationError, match="closed"):
+        committer.submit(Transaction(1, Append([frag()])))
+    with pytest.raises(InvalidOperationError):
+        Committer(MemoryStorage(), max_group=0)

@@ -1,0 +1,246 @@
+"""Group commit: many threads, one version per group of compatible transactions.
+
+A web service, a multi-threaded writer or a Spark driver committing many jobs shares one
+:class:`Committer` per table. Callers hand it transactions from any thread::
+
+    with txn_engine.Committer("/data/table.lance") as committer:
+        result = committer.commit(txn)          # blocks; or committer.submit(txn) -> Future
+
+One worker thread takes everything queued since its last commit and lands it in order:
+consecutive Appends become **one** Append (one conditional PUT of one manifest for N
+transactions); any other operation is committed alone, in its place in the order. Each caller
+gets its own outcome:
+
+* its :class:`~txn_engine.commit.CommitResult` (the group's version, the caller's own
+  transaction);
+* its own typed conflict: when a group meets a conflict (say an Overwrite landed after the
+  oldest member's read version), every member is committed alone, so only the members the
+  conflict really concerns get the error;
+* :class:`~txn_engine.errors.CommitStateUnknownError` when the group's PUT response was lost
+  and could not be settled. Exactly once still holds per caller: the group transaction
+  records its members' uuids (``txn_engine.group_members``), so committing the caller's
+  transaction again, here or with :func:`txn_engine.commit` anywhere, finds it if the group
+  landed and lands it once if not.
+
+The group's read version is the oldest member's, so the group is checked against every
+version any member has not seen; an Append is compatible with other Appends, so grouping
+never makes a conflict that committing one by one would not (the fallback above settles the
+rare Overwrite-in-between case precisely).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import attrs
+
+from txn_engine.commit import CommitResult, commit
+from txn_engine.conflicts.rebase import ConflictOptions
+from txn_engine.errors import CommitConflictError, CommitStateUnknownError, InvalidOperationError
+from txn_engine.ops import Append
+from txn_engine.retry import RetryPolicy
+from txn_engine.storage import open_storage
+from txn_engine.storage.base import Storage
+from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
+
+__all__ = ["Committer"]
+
+
+@attrs.define
+class _Pending:
+    txn: Transaction
+    future: Future[CommitResult]
+
+
+class Committer:
+    """A thread-safe, in-process group committer for one table (see the module docstring).
+
+    * ``max_group``: most transactions in one version (default 256).
+    * ``retry_policy`` / ``conflict_options``: as for :func:`txn_engine.commit`, per commit.
+
+    Use it as a context manager, or call :meth:`close` when done: queued transactions are
+    still committed, then the worker stops. :meth:`submit` after close raises
+    :class:`~txn_engine.errors.InvalidOperationError`.
+    """
+
+    def __init__(
+        self,
+        uri_or_storage: str | os.PathLike[str] | Storage,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        retry_policy: RetryPolicy | None = None,
+        conflict_options: ConflictOptions | None = None,
+        max_group: int = 256,
+    ) -> None:
+        if max_group < 1:
+            raise InvalidOperationError(f"max_group must be >= 1, got {max_group}")
+        self._storage = open_storage(uri_or_storage, storage_options)
+        self._policy = retry_policy
+        self._options = conflict_options
+        self._max_group = max_group
+        self._queue: list[_Pending] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self._worker: threading.Thread | None = None
+        #: versions landed by this committer and how many transactions each carried
+        self.groups: list[tuple[int, int]] = []
+
+    def __repr__(self) -> str:
+        return f"Committer({self._storage!r}, queued={len(self._queue)})"
+
+    # ---- public ---------------------------------------------------------------------------
+
+    def submit(self, transaction: Transaction) -> Future[CommitResult]:
+        """Queue ``transaction``; the Future gives its CommitResult or raises its error."""
+        if not isinstance(transaction, Transaction):
+            raise InvalidOperationError(
+                f"Committer.submit takes a txn_engine.Transaction, got {type(transaction).__name__}"
+            )
+        future: Future[CommitResult] = Future()
+        with self._cv:
+            if self._closed:
+                raise InvalidOperationError("this Committer is closed")
+            self._queue.append(_Pending(transaction, future))
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._run, name="txn_engine-committer", daemon=True
+                )
+                self._worker.start()
+            self._cv.notify()
+        return future
+
+    def commit(self, transaction: Transaction, timeout: float | None = None) -> CommitResult:
+        """Commit ``transaction`` (possibly together with other callers'); block until it
+        landed or failed. Raises what :func:`txn_engine.commit` raises."""
+        return self.submit(transaction).result(timeout)
+
+    def close(self) -> None:
+        """Commit what is queued, then stop the worker (idempotent)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+            worker = self._worker
+        if worker is not None:
+            worker.join()
+
+    def __enter__(self) -> Committer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the worker -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            for run in _runs(batch, self._max_group):
+                if len(run) == 1:
+                    self._alone(run[0])
+                else:
+                    self._group(run)
+
+    def _commit(self, txn: Transaction) -> CommitResult:
+        return commit(self._storage, txn, retry_policy=self._policy, conflict_options=self._options)
+
+    def _alone(self, item: _Pending) -> None:
+        if not item.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = self._commit(item.txn)
+        except BaseException as exc:
+            item.future.set_exception(exc)
+            return
+        if not result.already_committed:
+            self.groups.append((result.version, 1))
+        item.future.set_result(result)
+
+    def _group(self, run: Sequence[_Pending]) -> None:
+        live = [p for p in run if p.future.set_running_or_notify_cancel()]
+        if not live:
+            return
+        group = _merge([p.txn for p in live])
+        try:
+            result = self._commit(group)
+        except CommitConflictError:
+            for item in live:  # each member alone: only the ones concerned get the error
+                self._settle_alone(item)
+            return
+        except CommitStateUnknownError as exc:
+            for item in live:
+                item.future.set_exception(
+                    CommitStateUnknownError(
+                        f"the group commit carrying transaction {item.txn.uuid} has an unknown "
+                        f"outcome ({exc})",
+                        read_version=item.txn.read_version,
+                        operation=item.txn.kind,
+                        remedy=(
+                            "do not delete any file this transaction references; commit the "
+                            "same transaction again: it is found if the group landed"
+                        ),
+                    )
+                )
+            return
+        except BaseException as exc:
+            for item in live:
+                item.future.set_exception(exc)
+            return
+        self.groups.append((result.version, len(live)))
+        for item in live:
+            item.future.set_result(
+                CommitResult(result.version, item.txn, result.attempts, result.manifest_path)
+            )
+
+    def _settle_alone(self, item: _Pending) -> None:
+        try:
+            result = self._commit(item.txn)
+        except BaseException as exc:
+            item.future.set_exception(exc)
+            return
+        if not result.already_committed:
+            self.groups.append((result.version, 1))
+        item.future.set_result(result)
+
+
+def _groupable(txn: Transaction) -> bool:
+    """Appends of new fragments (ids assigned at commit) merge into one Append."""
+    op = txn.operation
+    return isinstance(op, Append) and all(f.id == 0 for f in op.fragments)
+
+
+def _runs(batch: Sequence[_Pending], max_group: int) -> list[list[_Pending]]:
+    """Split the queue, in order, into runs of groupable Appends and single others."""
+    runs: list[list[_Pending]] = []
+    for item in batch:
+        if (
+            _groupable(item.txn)
+            and runs
+            and _groupable(runs[-1][0].txn)
+            and len(runs[-1]) < max_group
+        ):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+def _merge(members: Sequence[Transaction]) -> Transaction:
+    """One Append carrying every member's fragments, read at the oldest member's version
+    (so it is checked against everything any member has not seen)."""
+    fragments = tuple(
+        f for t in members if isinstance(t.operation, Append) for f in t.operation.fragments
+    )
+    return Transaction(
+        min(t.read_version for t in members),
+        Append(fragments),
+        properties={GROUP_MEMBERS_KEY: ",".join(t.uuid for t in members)},
+    )

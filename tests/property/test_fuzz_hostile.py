@@ -58,6 +58,7 @@ from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
 from txn_engine.ops import Append, Delete, Overwrite
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
+from txn_engine.storage.base import Storage
 from txn_engine.transaction import Transaction
 from txn_engine.verify import verify
 
@@ -87,7 +88,7 @@ def _frag(rows: int = 10) -> Fragment:
     return Fragment(0, (DataFile(path, (0, 1), (0, 1), 2, 2, 100),), rows)
 
 
-def snapshot(storage: MemoryStorage) -> dict[str, bytes]:
+def snapshot(storage: Storage) -> dict[str, bytes]:
     """Every manifest, transaction and deletion file of ``storage``, by path."""
     return {f"{d}/{n}": storage.get(f"{d}/{n}") for d in DIRS for n in storage.list(d)}
 
@@ -344,12 +345,12 @@ def reassemble(prefix: bytes, manifest: bytes) -> bytes:
 
 
 def fuzz_manifest_bytes(seed: Seed, data: st.DataObject) -> None:
-    path = data.draw(st.sampled_from(paths(seed, "_versions")))
+    path = data.draw(st.sampled_from(paths(seed, "_versions", ".manifest")))
     exercise(seed, {path: data.draw(byte_mutations(seed[path]))})
 
 
 def fuzz_manifest_protobuf(seed: Seed, data: st.DataObject) -> None:
-    path = data.draw(st.sampled_from(paths(seed, "_versions")))
+    path = data.draw(st.sampled_from(paths(seed, "_versions", ".manifest")))
     prefix, manifest = manifest_parts(seed[path])
     if data.draw(st.booleans()) and prefix:  # the inline transaction / index section
         prefix = data.draw(protobuf_mutations(prefix[4:]))
@@ -362,7 +363,7 @@ def fuzz_manifest_protobuf(seed: Seed, data: st.DataObject) -> None:
 def fuzz_transaction_files(seed: Seed, data: st.DataObject) -> None:
     """``.txn`` files, read when a manifest has no inline transaction: the latest manifest
     is rewritten without one (naming its ``.txn``), then the ``.txn`` is mutated."""
-    versions = paths(seed, "_versions")
+    versions = paths(seed, "_versions", ".manifest")
     path = data.draw(st.sampled_from(versions))
     mf = decode_manifest_file(seed[path])
     txn_path = f"_transactions/{mf.manifest.transaction_file}"
@@ -433,7 +434,7 @@ def fuzz_deletion_files(seed: Seed, data: st.DataObject) -> None:
         blob = full.serialize()
     file_type = data.draw(st.sampled_from([0, 1]))
     # point the latest manifest's fragment at this file as the drawn type, count unknown
-    latest = paths(seed, "_versions")[0]  # V2 names sort newest first
+    latest = paths(seed, "_versions", ".manifest")[0]  # V2 names sort newest first
     prefix, manifest = manifest_parts(seed[latest])
     m = table_pb2.Manifest()
     m.ParseFromString(manifest)
@@ -481,7 +482,7 @@ def version_names(draw: st.DrawFn) -> str:
 
 def fuzz_version_listing(seed: Seed, data: st.DataObject) -> None:
     """Odd names in ``_versions/`` (holding empty, garbage or real manifest bytes)."""
-    real = [seed[p] for p in paths(seed, "_versions")]
+    real = [seed[p] for p in paths(seed, "_versions", ".manifest")]
     extra: dict[str, bytes] = {}
     for _ in range(data.draw(st.integers(1, 4))):
         name = data.draw(version_names())
@@ -524,7 +525,7 @@ def test_seed_reads_cleanly() -> None:
     """The unmutated seed passes every path without an error (so the fuzz starts from a
     table the readers fully accept, not one they reject early)."""
     seed = library_seed()
-    assert len(paths(seed, "_versions")) == 4
+    assert len(paths(seed, "_versions", ".manifest")) == 4
     assert {p.rsplit(".", 1)[1] for p in paths(seed, "_deletions")} == {"arrow", "bin"}
     ds = Dataset.open(storage_from(seed))
     assert ds.count_rows() == 50 - 2 - 3

@@ -73,7 +73,7 @@ MAX_DELETION_ROWS = 1 << 32
 #: Largest deletion file read when the fragment's row count is unknown (bytes).
 MAX_DELETION_FILE_BYTES = 1 << 30
 #: An ``.arrow`` file may declare up to this many times its own size in uncompressed bytes...
-MAX_ARROW_EXPANSION = 1024
+MAX_ARROW_EXPANSION = 16
 #: ...or this many bytes (1 M rows), whichever is larger.
 ARROW_EXPANSION_FLOOR = 4 << 20
 
@@ -412,7 +412,8 @@ def _decode(data: bytes, file_type: int, what: str) -> BitMap:
     for chunk in column.chunks:
         # via array('I'): pyroaring adds a typed buffer in C, a numpy array item by item
         values = array("I")
-        values.frombytes(chunk.to_numpy(zero_copy_only=False).astype("=u4", copy=False).tobytes())
+        offsets = chunk.to_numpy(zero_copy_only=False).astype("=u4", copy=False)
+        values.frombytes(memoryview(offsets).cast("B"))
         result |= BitMap(values)
     return result
 

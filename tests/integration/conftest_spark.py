@@ -185,3 +185,84 @@ class FaultyStorage:
 def faulty_storage(uri: str, options: Mapping[str, Any]) -> Storage:
     """``storage_factory`` entry point: ``conftest_spark:faulty_storage``."""
     return FaultyStorage(uri, options)  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- streaming crashes
+
+
+def _kill_driver() -> None:
+    """Kill the whole driver application at once (the test starts the driver script in a
+    session of its own): JVM, driver Python process and driver-side Python workers."""
+    import signal
+
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _fire_once(flag: str) -> bool:
+    try:
+        os.remove(flag)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _crashing_stream_source() -> type:
+    """The ``txn_lance`` source with a crash point: options ``crash_at`` (``before_tasks``,
+    ``after_tasks``, ``after_commit``, ``after_checkpoint``), ``crash_batch`` (the
+    micro-batch, default 1) and ``crash_flag`` (a file; the crash fires once, when it
+    removes the file)."""
+    from txn_engine.spark._datasource import TxnLanceDataSource
+    from txn_engine.spark._stream import TxnLanceStreamWriter
+
+    class CrashingStreamWriter(TxnLanceStreamWriter):
+        crash_at = ""
+        crash_flag = ""
+        crash_batch = 1
+        batch = -1
+
+        def commit(self, messages: list[Any], batchId: int) -> None:
+            self.batch = batchId
+            super().commit(messages, batchId)
+
+        def _hook(self, stage: str) -> None:
+            wanted = {"after_tasks": "tasks_done", "after_commit": "committed"}.get(self.crash_at)
+            if stage == wanted and self.batch == self.crash_batch and _fire_once(self.crash_flag):
+                _kill_driver()
+
+    class CrashingStreamSource(TxnLanceDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "txn_lance_crashing"
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+            options = dict(self.options)
+            crash_at = options.pop("crash_at", "")
+            flag = options.pop("crash_flag", "")
+            batch = int(options.pop("crash_batch", "1"))
+            checkpoint = options.get("checkpointlocation", options.get("checkpointLocation", ""))
+            # Spark plans micro-batch N after writing offsets/N (and commits/N-1)
+            if crash_at == "before_tasks" and _planned(checkpoint) == batch and _fire_once(flag):
+                _kill_driver()
+            if (
+                crash_at == "after_checkpoint"
+                and os.path.exists(os.path.join(checkpoint, "commits", str(batch)))
+                and _fire_once(flag)
+            ):
+                _kill_driver()
+            self.options = options
+            plain = super().streamWriter(schema, overwrite)
+            writer = CrashingStreamWriter(plain.uri, plain.schema, plain.options, plain.query_id)
+            writer.crash_at, writer.crash_flag, writer.crash_batch = crash_at, flag, batch
+            return writer
+
+    return CrashingStreamSource
+
+
+def _planned(checkpoint: str) -> int:
+    offsets = os.path.join(checkpoint, "offsets")
+    names = [int(n) for n in os.listdir(offsets) if n.isdigit()] if os.path.isdir(offsets) else []
+    return max(names, default=-1)
+
+
+def register_crashing_stream_source(spark: Any) -> None:
+    spark.dataSource.register(_crashing_stream_source())

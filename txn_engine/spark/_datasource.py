@@ -137,6 +137,30 @@ class TxnLanceDataSource(DataSource):
         )
         return TxnLanceWriter(collector)
 
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        """The micro-batch writer of ``writeStream.format("txn_lance")`` (append output
+        mode; see ``txn_engine.spark._stream``). Spark calls this on the driver for every
+        micro-batch; it reads the query id from the checkpoint (or ``streamId``)."""
+        from txn_engine.spark._stream import (
+            TxnLanceStreamWriter,
+            parse_stream_options,
+            resolve_query_id,
+        )
+
+        options = dict(self.options)
+        uri = options.pop("path", None)
+        if not uri:
+            raise InvalidOperationError(
+                'txn_lance needs the dataset URI: df.writeStream.format("txn_lance").start(uri)'
+            )
+        if overwrite:
+            raise InvalidOperationError(
+                "txn_lance streaming supports the append output mode only (complete mode "
+                "would replace the table every micro-batch)"
+            )
+        parsed = parse_stream_options(options)
+        return TxnLanceStreamWriter(uri, _spark_to_arrow(schema), parsed, resolve_query_id(parsed))
+
 
 def _selected(plan: ReadPlan, options: ReadOptions) -> pa.Schema:
     if options.columns is None:

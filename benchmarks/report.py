@@ -1,6 +1,7 @@
 """Render a benchmarks results.json as the Markdown tables of docs/performance.md.
 
 python -m benchmarks.report [benchmarks/results/results.json]
+python -m benchmarks.report benchmarks/results/object_stores.json   # the object-store tables
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ def _num(x: Any, fmt: str) -> str:
 
 
 def render(results: dict[str, Any]) -> str:
-    """The Markdown tables for one results.json."""
+    """The Markdown tables for one results.json (or object_stores.json)."""
+    if "stores" in results:
+        return render_object_stores(results)
     out = ["| fragments | mode | pylance ms | txn_engine ms | ratio |", "|---:|---|---:|---:|---:|"]
     for r in results["append_latency"]:
         out.append(
@@ -75,6 +78,146 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+#: Issue 14's targets: (name, test over one store's results) -- see docs/performance.md.
+WARM_VS_PYLANCE = 0.5
+WARM_VS_FLOOR = 1.3
+COLD_VS_PYLANCE = 0.7
+CONTENTION_VS_PYLANCE = 1.5
+COMMITTER_VS_PYLANCE = 5.0
+LOCAL_WARM10_VS_FLOOR = 2.0
+
+
+def _cell(x: dict[str, Any]) -> str:
+    return (
+        f"{x['commits_per_s']:.1f} ({x['p50_ms']:.0f}/{x['p99_ms']:.0f}; {x['failures']}"
+        + (f"; {x['unaccounted']:+d} unaccounted" if x.get("unaccounted") else "")
+        + ")"
+    )
+
+
+def targets(entry: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
+    """(target, measured, bound, met) for one store's results: latency targets are upper
+    bounds on ratios, throughput targets lower bounds."""
+    out: list[tuple[str, float, float, bool]] = []
+    local = entry["kind"] == "local"
+    floor = entry["floor"]["put_if_absent_ms"]
+    for r in entry.get("append_latency", []):
+        name = f"{r['mode']} {r['fragments']:,}"
+        if local:
+            out.append((f"{name}: txn_engine / pylance", r["ratio"], 1.0, r["ratio"] <= 1.0))
+            if r["mode"] == "warm" and r["fragments"] == min(
+                x["fragments"] for x in entry.get("append_latency", [])
+            ):
+                ratio = r["txn_engine_ms"] / floor
+                bound = LOCAL_WARM10_VS_FLOOR
+                out.append((f"{name}: txn_engine / floor", ratio, bound, ratio <= bound))
+        elif r["mode"] == "warm":
+            out.append(
+                (f"{name}: / pylance", r["ratio"], WARM_VS_PYLANCE, r["ratio"] <= WARM_VS_PYLANCE)
+            )
+            ratio = r["txn_engine_ms"] / floor
+            out.append((f"{name}: / floor", ratio, WARM_VS_FLOOR, ratio <= WARM_VS_FLOOR))
+        else:
+            bound = COLD_VS_PYLANCE
+            out.append((f"{name}: / pylance", r["ratio"], bound, r["ratio"] <= bound))
+    for r in entry.get("contention", []):
+        if "throughput_ratio" not in r:
+            continue
+        bound = 1.0 if local else CONTENTION_VS_PYLANCE
+        ok = r["throughput_ratio"] >= bound and r["txn_engine"]["failures"] == 0
+        name = f"{r['processes']} procs {r['read_version']}: commits/s vs pylance, 0 failed"
+        out.append((name, r["throughput_ratio"], bound, ok))
+    th = entry.get("threads")
+    if th and "committer_ratio" in th:
+        ok = th["committer_ratio"] >= COMMITTER_VS_PYLANCE and th["committer"]["failures"] == 0
+        out.append(
+            (
+                f"{th['threads']} threads Committer vs pylance",
+                th["committer_ratio"],
+                COMMITTER_VS_PYLANCE,
+                ok,
+            )
+        )
+    return out
+
+
+def render_object_stores(results: dict[str, Any]) -> str:
+    """The Markdown tables for one object_stores.json: per store the floor, Append latency,
+    contention, threads, backoff schedules if compared, and the targets met or missed."""
+    out: list[str] = []
+    for entry in results["stores"]:
+        floor = entry["floor"]
+        what = "fsynced exclusive create" if entry["kind"] == "local" else "conditional PUT"
+        out += [
+            f"#### {entry['store']}",
+            "",
+            f"Floor: one {what} {floor['put_if_absent_ms']:.2f} ms, one GET "
+            f"{floor['get_ms']:.2f} ms (medians).",
+            "",
+            "| fragments | mode | pylance ms | txn_engine ms | ratio | x floor |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        for r in entry.get("append_latency", []):
+            out.append(
+                f"| {r['fragments']:,} | {r['mode']} | {r['pylance_ms']:.1f} | "
+                f"{r['txn_engine_ms']:.1f} | {r['ratio']:.2f} | "
+                f"{r['txn_engine_ms'] / floor['put_if_absent_ms']:.2f} |"
+            )
+        out += [
+            "",
+            "| processes | read version | pylance | txn_engine | attempts | longest sleep ms "
+            "| ratio |",
+            "|---:|---|---|---|---:|---:|---:|",
+        ]
+        for r in entry.get("contention", []):
+            p, t = r.get("pylance"), r["txn_engine"]
+            out.append(
+                f"| {r['processes']} | {r['read_version']} | {_cell(p) if p else 'n/a'} | "
+                f"{_cell(t)} | {_num(t.get('attempts_per_commit'), '.2f')} | "
+                f"{_num(t.get('max_sleep_ms'), '.0f')} | {_num(r.get('throughput_ratio'), '.2f')} |"
+            )
+        th = entry.get("threads")
+        if th:
+            committer = (
+                _cell(th["committer"]) + f", {th['committer'].get('versions', 'n/a')} versions"
+                if "committer" in th
+                else "n/a (no `txn_engine.Committer` in this build)"
+            )
+            out += [
+                "",
+                f"{th['threads']} threads of one process: pylance {_cell(th['pylance'])}; "
+                f"txn_engine `commit` {_cell(th['txn_engine'])} (ratio "
+                f"{th['throughput_ratio']:.2f}); `Committer` {committer}.",
+            ]
+        if entry.get("backoff"):
+            out += [
+                "",
+                "Backoff schedules (txn_engine only, same store, same run):",
+                "",
+                "| schedule | processes | read version | commits/s (p50/p99; failed) | attempts "
+                "| longest sleep ms |",
+                "|---|---:|---|---|---:|---:|",
+            ]
+            for r in entry["backoff"]:
+                t = r["txn_engine"]
+                out.append(
+                    f"| {r['policy']} | {r['processes']} | {r['read_version']} | {_cell(t)} | "
+                    f"{_num(t.get('attempts_per_commit'), '.2f')} | "
+                    f"{_num(t.get('max_sleep_ms'), '.0f')} |"
+                )
+        checks = targets(entry)
+        missed = [c for c in checks if not c[3]]
+        out += ["", f"Targets met: {len(checks) - len(missed)} of {len(checks)}."]
+        for name, measured, bound, _ in missed:
+            out.append(f"- missed: {name} = {measured:.2f} (target {bound:g})")
+        out.append("")
+    out.append(
+        "Cells: commits/s (p50/p99 ms; failed commits). Ratio: txn_engine / pylance (latency: "
+        "below 1 is faster; throughput: above 1 is more)."
+    )
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.report",
@@ -85,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         "results",
         nargs="?",
         default="benchmarks/results/results.json",
-        help="the results file written by python -m benchmarks.run",
+        help="the results file written by python -m benchmarks.run (results.json, or "
+        "object_stores.json from --stores)",
     )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     sys.stdout.write(render(json.loads(Path(args.results).read_text())))

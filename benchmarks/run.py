@@ -18,6 +18,10 @@ Workloads:
 7. cleanup: deleting 100,000 orphan files on local disk (and 10,000 on moto S3) against
    pylance's ``cleanup_old_versions`` (``benchmarks/cleanup.py``; 2,000 local under
    ``--quick``).
+
+``--stores s3,azure,gcs,local`` (or ``all``) runs the object-store benchmarks instead
+(``benchmarks/object_stores.py``: emulators on loopback, each also behind a per-request
+delay; with ``--quick`` a seconds-long smoke on moto).
 """
 
 from __future__ import annotations
@@ -291,7 +295,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
     parser.add_argument("--out", default="benchmarks/results")
+    from benchmarks import object_stores
+
+    parser.add_argument(
+        "--stores",
+        type=object_stores.parse_stores,
+        default=None,
+        help="run the object-store benchmarks on these stores (s3,azure,gcs,local or all)",
+    )
+    object_stores.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.stores is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            object_stores.run(
+                ["s3"] if args.quick else args.stores,
+                quick=args.quick,
+                delay_ms=args.delay_ms,
+                out_dir=Path(args.out),
+                workdir=Path(tmp),
+                compare_backoff=args.compare_backoff,
+            )
+        print(f"results: {Path(args.out) / 'object_stores.json'}")
+        return 0
     sizes = [10, 100] if args.quick else [10, 1_000, 10_000, 100_000]
     runs = 3 if args.quick else 7
     procs = [1, 2] if args.quick else [1, 2, 4, 8]

@@ -2,8 +2,8 @@
 
 :class:`RetryPolicy` says how long a commit may keep trying: at most ``max_attempts``
 attempts and, optionally, at most ``deadline`` seconds. Between attempts the loop sleeps a
-:class:`SlotBackoff` delay, like Lance: the time unit is 1.1 x the duration of the first
-attempt (so the delay adapts to how long a commit takes on this store), and attempt ``n``
+:class:`SlotBackoff` delay, like Lance: the time unit is 1.1 x the duration of an attempt
+(so the delay adapts to how long a commit takes on this store), and attempt ``n``
 (0-based) waits a random whole number of units below a slot count.
 
 The slot count is where txn_engine differs from Lance by default. Lance doubles it on
@@ -20,6 +20,23 @@ units over 19 sleeps). ``RetryPolicy.lance()`` gives Lance's schedule and budget
 Backoff decides only *when* an attempt starts, never what it commits: the conflict checks
 and exactly-once guarantees are the same under every policy.
 
+Two more differences fit the schedule to object stores, where a request costs 20-100 ms
+(measured on moto's S3 behind a proxy adding 25 ms per request, 4-8 writer processes; see
+docs/performance.md):
+
+* the slot count stops growing at ``max_slots`` (default 8: after the first lost race a
+  writer waits at most 7 units). Unbounded, a writer that lost four or five races drew from
+  36-49 slots of a 100-300 ms unit: single sleeps of 2.9 s (4 writers) and 10 s (8 writers),
+  p99 commit latency 9.6 s / 38 s against a median of 0.3 s. On a store, the tail of a
+  contended commit is mostly lost races (a writer that retries must list, read and create
+  while fresh writers need one create), not sleep; a short window keeps losers in the race;
+* the unit follows the *shortest* attempt so far (``unit_basis="shortest"``), not the first,
+  and is at most ``max_unit`` (default 0.2 s). The first attempt also pays one-off costs
+  (the store's atomicity probe on the first create in a process, the ``.txn`` copy, and one
+  read per version it is behind: a writer 60 versions behind measured 1-2 s); a retry costs
+  a listing, a read and a create, the window in which two writers collide: 3 round trips,
+  0.1-0.2 s on stores answering in 25-70 ms. Local disk (units of 1-5 ms) is unaffected.
+
 Clock, sleep and randomness are injectable so tests run instantly and deterministically::
 
     clock = FakeClock()
@@ -35,10 +52,13 @@ from typing import Literal
 
 import attrs
 
-__all__ = ["RetryBudget", "RetryPolicy", "SlotBackoff", "SlotGrowth"]
+__all__ = ["RetryBudget", "RetryPolicy", "SlotBackoff", "SlotGrowth", "UnitBasis"]
 
 #: How the number of backoff slots grows with each lost race.
 SlotGrowth = Literal["quadratic", "exponential"]
+
+#: Which attempt duration the adaptive backoff unit is taken from.
+UnitBasis = Literal["shortest", "first"]
 
 
 @attrs.frozen(kw_only=True)
@@ -51,10 +71,17 @@ class RetryPolicy:
       only if it can start (after its backoff sleep) before the deadline. ``None`` = no time
       limit (Lance's commit loop has none). An attempt in progress is never interrupted.
     * ``initial_unit``: backoff unit (seconds) until the first attempt's duration is known.
-    * ``unit_factor``: the unit becomes ``unit_factor`` x the first attempt's duration
-      (Lance: 1.1); set ``adaptive=False`` to always use ``initial_unit``.
+    * ``unit_factor``: the unit becomes ``unit_factor`` x an attempt's duration (Lance: 1.1);
+      set ``adaptive=False`` to always use ``initial_unit``.
+    * ``unit_basis``: which attempt: ``"shortest"`` (default: the shortest attempt so far,
+      so the unit follows what a retry costs on this store) or ``"first"`` (Lance: the first
+      attempt, which also pays one-off costs such as opening the store).
+    * ``max_unit``: upper bound of the adaptive unit, seconds (default 0.2, about three
+      requests to an object store); ``None`` = unbounded (Lance).
     * ``slot_growth``: ``"quadratic"`` (default: ``(n + 2)**2`` slots after the n-th lost
       race) or ``"exponential"`` (Lance: ``2**(n + 2)``).
+    * ``max_slots``: the slot count stops growing here (default 8: a writer that lost many
+      races waits at most 7 units, not seconds); ``None`` = unbounded (Lance).
     * ``max_delay``: optional cap of a single sleep, seconds.
     * ``clock`` (monotonic seconds), ``sleep`` and ``randbelow`` (``n -> int in [0, n)``)
       are injectable for tests; they do not take part in equality.
@@ -65,7 +92,10 @@ class RetryPolicy:
     initial_unit: float = 0.05
     unit_factor: float = 1.1
     adaptive: bool = True
+    unit_basis: UnitBasis = "shortest"
+    max_unit: float | None = 0.2
     slot_growth: SlotGrowth = "quadratic"
+    max_slots: int | None = 8
     max_delay: float | None = None
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
     sleep: Callable[[float], None] = attrs.field(default=time.sleep, eq=False, repr=False)
@@ -76,7 +106,7 @@ class RetryPolicy:
     def __attrs_post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        for name in ("deadline", "initial_unit", "unit_factor", "max_delay"):
+        for name in ("deadline", "initial_unit", "unit_factor", "max_delay", "max_unit"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
@@ -84,11 +114,22 @@ class RetryPolicy:
             raise ValueError(
                 f"slot_growth must be 'quadratic' or 'exponential', got {self.slot_growth!r}"
             )
+        if self.unit_basis not in ("shortest", "first"):
+            raise ValueError(f"unit_basis must be 'shortest' or 'first', got {self.unit_basis!r}")
+        if self.max_slots is not None and self.max_slots < 1:
+            raise ValueError(f"max_slots must be >= 1 or None, got {self.max_slots}")
 
     @classmethod
     def lance(cls) -> RetryPolicy:
-        """Lance's commit retry loop exactly: 20 attempts, slots doubling from 4."""
-        return cls(max_attempts=20, slot_growth="exponential")
+        """Lance's commit retry loop exactly: 20 attempts, slots doubling from 4 without a
+        cap, unit 1.1 x the first attempt without a cap."""
+        return cls(
+            max_attempts=20,
+            slot_growth="exponential",
+            max_slots=None,
+            unit_basis="first",
+            max_unit=None,
+        )
 
     @classmethod
     def replanning(cls) -> RetryPolicy:
@@ -103,24 +144,29 @@ class RetryPolicy:
 
 class SlotBackoff:
     """Slot backoff: the n-th delay (0-based) is ``randbelow(slots) * unit`` where
-    ``slots`` is ``(n + 2)**2`` (quadratic) or ``2**(n + 2)`` (exponential, Lance's)."""
+    ``slots`` is ``(n + 2)**2`` (quadratic) or ``2**(n + 2)`` (exponential, Lance's), at
+    most ``max_slots`` when given."""
 
     def __init__(
         self,
         unit: float,
         randbelow: Callable[[int], int],
         growth: SlotGrowth = "exponential",
+        max_slots: int | None = None,
     ) -> None:
         self.unit = unit
         self.attempt = 0
         self.growth = growth
+        self.max_slots = max_slots
         self._randbelow = randbelow
 
     def slots(self) -> int:
         """Number of slots the next delay is drawn from."""
         if self.growth == "quadratic":
-            return (self.attempt + 2) ** 2
-        return int(2 ** (self.attempt + 2))
+            slots = (self.attempt + 2) ** 2
+        else:
+            slots = int(2 ** (self.attempt + 2))
+        return slots if self.max_slots is None else min(slots, self.max_slots)
 
     def next_delay(self) -> float:
         """The next delay in seconds (advances the attempt counter)."""
@@ -142,8 +188,12 @@ class RetryBudget:
         self.started = policy.clock()
         self.attempts = 0
         self.first_attempt_seconds: float | None = None
-        self.backoff = SlotBackoff(policy.initial_unit, policy.randbelow, policy.slot_growth)
+        self.shortest_attempt_seconds: float | None = None
+        self.backoff = SlotBackoff(
+            policy.initial_unit, policy.randbelow, policy.slot_growth, policy.max_slots
+        )
         self.slept: list[float] = []
+        self._attempt_started: float | None = None
 
     def elapsed(self) -> float:
         return self.policy.clock() - self.started
@@ -151,6 +201,7 @@ class RetryBudget:
     def start_attempt(self) -> int:
         """Count an attempt; returns its 1-based number."""
         self.attempts += 1
+        self._attempt_started = self.policy.clock()
         return self.attempts
 
     def exhausted_reason(self) -> str | None:
@@ -166,10 +217,22 @@ class RetryBudget:
         """After a lost attempt: sleep the backoff delay and return ``True``, or return
         ``False`` (without sleeping) when no further attempt fits the budget."""
         p = self.policy
+        now = p.clock()
         if self.first_attempt_seconds is None:
-            self.first_attempt_seconds = self.elapsed()
-            if p.adaptive:
-                self.backoff.unit = p.unit_factor * self.first_attempt_seconds
+            self.first_attempt_seconds = now - self.started
+            duration = self.first_attempt_seconds
+        else:
+            duration = now - (self._attempt_started if self._attempt_started is not None else now)
+        if self.shortest_attempt_seconds is None or duration < self.shortest_attempt_seconds:
+            self.shortest_attempt_seconds = duration
+        if p.adaptive:
+            basis = (
+                self.first_attempt_seconds
+                if p.unit_basis == "first"
+                else self.shortest_attempt_seconds
+            )
+            unit = p.unit_factor * basis
+            self.backoff.unit = unit if p.max_unit is None else min(unit, p.max_unit)
         if self.exhausted_reason() is not None:
             return False
         delay = self.backoff.next_delay()

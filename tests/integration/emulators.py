@@ -9,8 +9,12 @@
 * :class:`LoopbackProxy` (fixture ``loopback_proxy``): an HTTP reverse proxy on 127.0.0.1
   in front of any of them that can strip request headers (a store that ignores
   ``If-None-Match``), drop chosen responses after the server acted on the request (lost
-  responses), and translate object_store's GCS XML-API uploads into the JSON-API uploads
-  fake-gcs-server implements.
+  responses), translate object_store's GCS XML-API uploads into the JSON-API uploads
+  fake-gcs-server implements, and add a fixed delay to every request (``delay=0.025``: a
+  store whose round trips, not the emulator's CPU, dominate; used by ``benchmarks``).
+
+``start_moto``, ``start_azurite`` and ``start_fake_gcs`` start a server outside pytest too
+(the fixtures wrap them; ``benchmarks.object_stores`` calls them directly).
 
 Each server listens on 127.0.0.1 on a free port, is waited for until it answers HTTP, and is
 killed at the end of the session. A missing emulator **fails** the test that needs it with a
@@ -281,24 +285,33 @@ server.main(sys.argv[1:])
 """
 
 
-@pytest.fixture(scope="session")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
-    """moto (S3 + DynamoDB) on 127.0.0.1:<free port>, with one bucket."""
+def start_moto(workdir: Path) -> tuple[ServerProcess, S3Info]:
+    """Start moto (S3 + DynamoDB, requests serialized) with one bucket; the caller stops it."""
     _require_module("moto.server", "moto[server]")
     _require_module("boto3", "boto3")
     _require_module("s3fs", "s3fs")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
     server = start_server(
         "moto_server",
         [sys.executable, "-c", _MOTO_LAUNCHER, "-H", "127.0.0.1", "-p", str(port)],
-        log,
+        workdir / "moto.log",
         f"{endpoint}/moto-api/",
     )
     try:
         info = S3Info(endpoint, "txn-engine-tests")
         info.boto3_client("s3").create_bucket(Bucket=info.bucket)
+    except BaseException:
+        server.stop()
+        raise
+    return server, info
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
+    """moto (S3 + DynamoDB) on 127.0.0.1:<free port>, with one bucket."""
+    server, info = start_moto(tmp_path_factory.mktemp("moto"))
+    try:
         yield info
     finally:
         server.stop()
@@ -317,14 +330,12 @@ def azurite_executable() -> str:
     pytest.fail(f"azurite-blob not found (looked at {candidates[:2]} and PATH); {INSTALL_HINT}")
 
 
-@pytest.fixture(scope="session")
-def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureInfo]:
-    """azurite blob on 127.0.0.1:<free port> (telemetry off), with one container."""
+def start_azurite(workdir: Path) -> tuple[ServerProcess, AzureInfo]:
+    """Start azurite blob (telemetry off) with one container; the caller stops it."""
     _require_module("adlfs", "adlfs")
     _require_module("azure.storage.blob", "azure-storage-blob")
     exe = azurite_executable()
     port = free_port()
-    workdir = tmp_path_factory.mktemp("azurite")
     endpoint = f"http://127.0.0.1:{port}/{AZURE_ACCOUNT}"
     server = start_server(
         "azurite-blob",
@@ -350,6 +361,17 @@ def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureIn
         client = BlobServiceClient.from_connection_string(info.connection_string)
         client.create_container(info.container)
         client.close()
+    except BaseException:
+        server.stop()
+        raise
+    return server, info
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureInfo]:
+    """azurite blob on 127.0.0.1:<free port> (telemetry off), with one container."""
+    server, info = start_azurite(tmp_path_factory.mktemp("azurite"))
+    try:
         yield info
     finally:
         server.stop()
@@ -367,14 +389,12 @@ def fake_gcs_executable() -> str:
     return str(bins[0])
 
 
-@pytest.fixture(scope="session")
-def fake_gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsInfo]:
-    """fake-gcs-server (http, in-memory) on 127.0.0.1:<free port>, with one bucket."""
+def start_fake_gcs(workdir: Path) -> tuple[ServerProcess, GcsInfo]:
+    """Start fake-gcs-server (http, in-memory) with one bucket; the caller stops it."""
     _require_module("gcsfs", "gcsfs")
     exe = fake_gcs_executable()
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    workdir = tmp_path_factory.mktemp("fake-gcs")
     server = start_server(
         "fake-gcs-server",
         [
@@ -407,6 +427,17 @@ def fake_gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsInf
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200, response.read()
+    except BaseException:
+        server.stop()
+        raise
+    return server, info
+
+
+@pytest.fixture(scope="session")
+def fake_gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsInfo]:
+    """fake-gcs-server (http, in-memory) on 127.0.0.1:<free port>, with one bucket."""
+    server, info = start_fake_gcs(tmp_path_factory.mktemp("fake-gcs"))
+    try:
         yield info
     finally:
         server.stop()
@@ -439,7 +470,9 @@ class LoopbackProxy:
     * ``gcs_xml_uploads``: ``PUT /bucket/object`` (object_store's GCS XML-API upload,
       which fake-gcs-server does not implement) is sent as the equivalent JSON-API media
       upload, with ``x-goog-if-generation-match`` as ``ifGenerationMatch``; the answer
-      carries the ``ETag``/``x-goog-generation`` headers the XML API would.
+      carries the ``ETag``/``x-goog-generation`` headers the XML API would;
+    * ``delay``: seconds every request waits before it is forwarded (concurrent requests
+      wait concurrently), so each round trip costs at least that much, as on a remote store.
 
     ``requests`` records ``(method, path, headers-as-forwarded)``; ``dropped`` counts
     dropped responses. ``stop()`` shuts it down (the fixture does).
@@ -452,7 +485,10 @@ class LoopbackProxy:
         strip_headers: frozenset[str] = frozenset(),
         drop_response: Callable[[str, str, bytes], bool] | None = None,
         gcs_xml_uploads: bool = False,
+        delay: float = 0.0,
     ) -> None:
+        if delay < 0:
+            raise ValueError(f"delay must be >= 0, got {delay}")
         parsed = urllib.parse.urlsplit(upstream)
         assert parsed.hostname in {"127.0.0.1", "localhost"}, "loopback upstreams only"
         self.upstream_host = parsed.hostname
@@ -460,6 +496,7 @@ class LoopbackProxy:
         self.strip_headers = frozenset(h.lower() for h in strip_headers)
         self.drop_response = drop_response
         self.gcs_xml_uploads = gcs_xml_uploads
+        self.delay = delay
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.dropped = 0
         self._lock = threading.Lock()
@@ -536,6 +573,8 @@ class LoopbackProxy:
         headers["Content-Length"] = str(len(body))
         with self._lock:
             self.requests.append((handler.command, handler.path, dict(headers)))
+        if self.delay:
+            time.sleep(self.delay)
         conn = http.client.HTTPConnection(self.upstream_host, self.upstream_port, timeout=60)
         try:
             conn.request(method, path, body=body, headers=headers)

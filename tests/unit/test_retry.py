@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import attrs
 import pytest
 
 from txn_engine.retry import RetryPolicy, SlotBackoff
@@ -35,7 +36,25 @@ def test_slot_backoff_slots_double_from_four_in_lances_schedule() -> None:
     assert b.attempt == 4
 
 
-def test_slot_backoff_slots_grow_quadratically_by_default() -> None:
+def test_slot_backoff_slots_grow_quadratically() -> None:
+    draws: list[int] = []
+
+    def top(n: int) -> int:
+        draws.append(n)
+        return n - 1
+
+    # uncapped (max_slots=None): the growth law itself; the default caps it (next test)
+    b = RetryPolicy(randbelow=top, max_slots=None).budget().backoff
+    assert [b.next_delay() for _ in range(5)] == pytest.approx(
+        [0.05 * 3, 0.05 * 8, 0.05 * 15, 0.05 * 24, 0.05 * 35]
+    )
+    assert draws == [4, 9, 16, 25, 36]
+
+
+def test_default_slots_grow_quadratically_up_to_eight() -> None:
+    """Issue 14 item 4: on a store with 25 ms requests the unbounded quadratic schedule slept
+    up to 2.9 s (4 writers) and 10 s (8 writers); capped at 8 slots a writer waits at most
+    7 units however often it lost."""
     draws: list[int] = []
 
     def top(n: int) -> int:
@@ -43,19 +62,104 @@ def test_slot_backoff_slots_grow_quadratically_by_default() -> None:
         return n - 1
 
     b = RetryPolicy(randbelow=top).budget().backoff
-    assert [b.next_delay() for _ in range(5)] == pytest.approx(
-        [0.05 * 3, 0.05 * 8, 0.05 * 15, 0.05 * 24, 0.05 * 35]
-    )
-    assert draws == [4, 9, 16, 25, 36]
+    delays = [b.next_delay() for _ in range(40)]
+    assert draws[:3] == [4, 8, 8]
+    assert set(draws[1:]) == {8}
+    assert max(delays) == pytest.approx(0.05 * 7)
 
 
 def test_default_budget_waits_far_less_in_total_than_lances() -> None:
-    """50 quadratic attempts allow fewer units of sleep than Lance's 20 doubling ones."""
-    quadratic = sum((n + 2) ** 2 - 1 for n in range(RetryPolicy().max_attempts - 1))
+    """50 capped attempts allow far fewer units of sleep than Lance's 20 doubling ones (and
+    than the uncapped quadratic schedule's 42,875 units)."""
+    policy = RetryPolicy()
+    capped = sum(
+        min((n + 2) ** 2, policy.max_slots or 0) - 1 for n in range(policy.max_attempts - 1)
+    )
     lance = RetryPolicy.lance()
     exponential = sum(2 ** (n + 2) - 1 for n in range(lance.max_attempts - 1))
-    assert (lance.max_attempts, lance.slot_growth) == (20, "exponential")
-    assert quadratic < exponential / 40  # 42,875 vs 2,097,129 units
+    assert (lance.max_attempts, lance.slot_growth, lance.max_slots) == (20, "exponential", None)
+    assert capped == 3 + 7 * 48  # 339 units
+    assert capped < exponential / 2000  # vs 2,097,129 units
+
+
+def test_lances_schedule_is_uncapped_and_keeps_the_first_attempts_unit() -> None:
+    clock = FakeClock()
+    draws: list[int] = []
+
+    def top(n: int) -> int:
+        draws.append(n)
+        return n - 1
+
+    policy = attrs.evolve(RetryPolicy.lance(), clock=clock.now, sleep=clock.sleep, randbelow=top)
+    assert (policy.unit_basis, policy.max_slots, policy.max_unit) == ("first", None, None)
+    budget = policy.budget()
+    for duration in (0.1, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01):
+        budget.start_attempt()
+        clock.t += duration
+        assert budget.wait()
+    assert draws == [4, 8, 16, 32, 64, 128, 256]
+    assert budget.backoff.unit == pytest.approx(0.11)  # the first attempt's, not the shortest
+
+
+def test_unit_follows_the_shortest_attempt_by_default() -> None:
+    """The first attempt also pays one-off costs (opening the store, the atomicity probe, the
+    .txn write); a retry costs a listing, a read and a put. The unit follows the cheapest."""
+    clock = FakeClock()
+    policy = RetryPolicy(clock=clock.now, sleep=clock.sleep, randbelow=lambda n: 1, max_unit=None)
+    budget = policy.budget()
+    budget.start_attempt()
+    clock.t += 0.3  # first attempt: 300 ms
+    assert budget.wait()
+    assert budget.backoff.unit == pytest.approx(0.33)
+    budget.start_attempt()
+    clock.t += 0.08  # a retry: 80 ms
+    assert budget.wait()
+    assert budget.backoff.unit == pytest.approx(0.088)
+    budget.start_attempt()
+    clock.t += 0.5  # a slower retry does not raise it again
+    assert budget.wait()
+    assert budget.backoff.unit == pytest.approx(0.088)
+    assert clock.sleeps == pytest.approx([0.33, 0.088, 0.088])
+    assert budget.shortest_attempt_seconds == pytest.approx(0.08)
+    assert budget.first_attempt_seconds == pytest.approx(0.3)
+
+
+def test_unit_is_capped_at_max_unit_by_default() -> None:
+    """A first attempt that read 60 versions it was behind (1.5 s on a 25 ms store) must not
+    make every later sleep seconds long: the unit stops at 0.2 s (about three requests)."""
+    clock = FakeClock()
+    policy = RetryPolicy(clock=clock.now, sleep=clock.sleep, randbelow=lambda n: n - 1)
+    assert policy.max_unit == 0.2
+    budget = policy.budget()
+    budget.start_attempt()
+    clock.t += 1.5
+    assert budget.wait()
+    assert budget.backoff.unit == pytest.approx(0.2)
+    assert clock.sleeps == [pytest.approx(0.6)]  # 3 units of 0.2 s, not of 1.65 s
+    budget.start_attempt()
+    clock.t += 0.05  # a cheap retry lowers it below the cap
+    assert budget.wait()
+    assert budget.backoff.unit == pytest.approx(0.055)
+    assert RetryPolicy.lance().max_unit is None
+
+
+def test_longest_sleep_is_bounded_by_the_shortest_attempt() -> None:
+    """Whatever the draws and attempt durations, no single default sleep exceeds
+    7 units of min(1.1 x the shortest attempt so far, 0.2 s)."""
+    rng = random.Random(11)
+    for _ in range(50):
+        clock = FakeClock()
+        budget = RetryPolicy(clock=clock.now, sleep=clock.sleep, randbelow=rng.randrange).budget()
+        shortest = float("inf")
+        for _ in range(30):
+            budget.start_attempt()
+            duration = rng.uniform(0.01, 0.5)
+            shortest = min(shortest, duration)
+            clock.t += duration
+            before = len(clock.sleeps)
+            assert budget.wait()
+            if len(clock.sleeps) > before:
+                assert clock.sleeps[-1] <= 7 * min(1.1 * shortest, 0.2) + 1e-9
 
 
 def test_slot_backoff_delays_are_whole_units_within_bounds() -> None:
@@ -72,7 +176,8 @@ def test_slot_backoff_delays_are_whole_units_within_bounds() -> None:
 
 def test_unit_adapts_to_first_attempt_duration() -> None:
     clock = FakeClock()
-    policy = RetryPolicy(clock=clock.now, sleep=clock.sleep, randbelow=lambda n: 1)
+    # max_unit=None: the adaptation itself (the default caps the unit at 0.2 s, tested below)
+    policy = RetryPolicy(clock=clock.now, sleep=clock.sleep, randbelow=lambda n: 1, max_unit=None)
     budget = policy.budget()
     budget.start_attempt()
     clock.t += 0.2  # the first attempt took 200 ms
@@ -159,4 +264,11 @@ def test_policy_validation_and_equality() -> None:
     assert RetryPolicy().max_attempts == 50
     with pytest.raises(ValueError, match="slot_growth"):
         RetryPolicy(slot_growth="linear")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unit_basis"):
+        RetryPolicy(unit_basis="last")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_slots"):
+        RetryPolicy(max_slots=0)
+    assert (RetryPolicy().max_slots, RetryPolicy().unit_basis) == (8, "shortest")
+    with pytest.raises(ValueError, match="max_unit"):
+        RetryPolicy(max_unit=-0.1)
     assert RetryPolicy().deadline is None

@@ -1,0 +1,86 @@
+"""The object-store benchmarks run end to end (quick: moto only) and the delay proxy delays.
+
+The full run (three emulators, each also behind a 25 ms proxy) is not part of the test suite:
+``python -m benchmarks.run --stores all`` (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.report import render, targets
+from benchmarks.run import main
+
+
+def _load_emulators() -> Any:
+    name = "txn_engine_tests_emulators"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).with_name("emulators.py")
+        )
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+emu = _load_emulators()
+moto_server = emu.moto_server
+loopback_proxy = emu.loopback_proxy
+
+
+def test_delay_proxy_holds_every_request(
+    moto_server: Any, loopback_proxy: Callable[..., Any]
+) -> None:
+    fast = loopback_proxy(moto_server.endpoint)
+    slow = loopback_proxy(moto_server.endpoint, delay=0.2)
+
+    def seconds(endpoint: str) -> float:
+        start = time.perf_counter()
+        with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=30) as response:
+            response.read()
+        return time.perf_counter() - start
+
+    seconds(fast.endpoint)
+    assert seconds(slow.endpoint) >= 0.2
+    assert len(slow.requests) == 1  # forwarded once, after the delay
+    assert min(seconds(fast.endpoint) for _ in range(3)) < 0.2
+
+
+def test_quick_object_store_benchmark_through_benchmarks_run(tmp_path: Path) -> None:
+    assert main(["--quick", "--stores", "s3", "--delay-ms", "25", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "object_stores.json").read_text())
+    assert [s["store"] for s in results["stores"]] == ["s3", "s3+25ms"]
+    direct, delayed = results["stores"]
+    # every request through the delayed proxy waits 25 ms: so does the conditional PUT
+    assert delayed["floor"]["put_if_absent_ms"] >= 25
+    assert 0 < direct["floor"]["put_if_absent_ms"] < delayed["floor"]["put_if_absent_ms"]
+    assert {(r["fragments"], r["mode"]) for r in direct["append_latency"]} == {
+        (10, "cold"),
+        (10, "warm"),
+    }
+    for row in direct["append_latency"]:
+        assert row["pylance_ms"] > 0
+        assert row["txn_engine_ms"] > 0
+    for row in direct["contention"]:
+        for engine in ("pylance", "txn_engine"):
+            assert row[engine]["commits"] == 2 * row["processes"]
+            assert row[engine]["failures"] == 0
+            assert row[engine]["unaccounted"] == 0  # every acknowledged commit landed once
+    threads = direct["threads"]
+    assert threads["txn_engine"]["commits"] == threads["threads"] * 2
+    assert threads["txn_engine"]["unaccounted"] == 0
+    assert (tmp_path / "object_store_s3.png").stat().st_size > 1000
+    table = render(results)
+    assert "#### s3+25ms" in table
+    assert "| 10 | warm |" in table
+    assert targets(direct)  # each cell is checked against a stated target

@@ -28,14 +28,18 @@ are never deleted (they belong to other tables), and neither is anything outside
 directories above.
 
 Order of work (what makes it safe beside running writers and readers, see
-``docs/cleanup.md``): read leases → list → read manifests → plan → read leases again
-(recompute if a new lease pins more) → delete manifests, oldest first (a partial run leaves a
-contiguous prefix gap) → read leases once more and keep the files of every version a lease
-now pins → delete the files in concurrent batches.
+``docs/cleanup.md`` and the model in ``models/commit_protocol.pml``): put up a marker
+``_txn_engine/cleaning/<uuid>.json`` (lease takers wait while it is there) → read leases →
+list → read manifests → plan → read leases again (recompute if a new lease pins more) →
+delete manifests, oldest first (a partial run leaves a contiguous prefix gap; stopped
+before the marker expires) → remove the marker → read leases once more and keep the files
+of every version a lease now pins → list the versions again and keep the files of every
+version that landed meanwhile → delete the files in concurrent batches.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -60,7 +64,7 @@ from txn_engine.errors import (
 from txn_engine.format.deletion import DELETIONS_DIR
 from txn_engine.format.io import read_manifest_entry
 from txn_engine.format.naming import TRANSACTIONS_DIR, VersionEntry, scan_versions
-from txn_engine.lease import LeaseInfo, read_leases
+from txn_engine.lease import CLEANING_DIR, LeaseInfo, read_leases
 from txn_engine.storage import open_storage
 from txn_engine.storage._files import is_staging_name
 from txn_engine.storage.base import Storage
@@ -90,6 +94,9 @@ BRANCHES_DIR = "_refs/branches"
 _NS = 1_000_000_000
 _BATCH = 1000
 _LEASE_ROUNDS = 5
+#: How long a cleanup marker lives, and how long before its expiry manifest deletes stop.
+_MARKER_TTL_NS = 600 * _NS
+_MARKER_MARGIN_NS = 60 * _NS
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -627,8 +634,6 @@ class CleanupReport:
 
 
 def _read_json_refs(storage: Storage, directory: str) -> list[tuple[str, dict[str, Any]]]:
-    import json
-
     out: list[tuple[str, dict[str, Any]]] = []
     for name in sorted(storage.list(directory)):
         if not name.endswith(".json"):
@@ -950,11 +955,9 @@ def cleanup(
     clock: Callable[[], int] = (lambda: now_ns) if now_ns is not None else time.time_ns
     aliases = _root_aliases(storage)
 
-    leases = read_leases(storage)
-    oldest = _oldest_live(leases, clock())
-    state = _read_state(storage, aliases)
-
-    def make(oldest_lease: int | None, infos: Sequence[LeaseInfo]) -> CleanupPlan:
+    if dry_run:
+        leases = read_leases(storage)
+        state = _read_state(storage, aliases)
         return _build_plan(
             storage,
             state,
@@ -962,44 +965,53 @@ def cleanup(
             older_than_ns=older_ns,
             keep_versions=keep_versions,
             retention_ns=retention_ns,
-            oldest_lease=oldest_lease,
-            leases=infos,
+            oldest_lease=_oldest_live(leases, clock()),
+            leases=leases,
         )
-
-    plan = make(oldest, leases)
-    if dry_run:
-        return plan
-    # leases taken while we read: a lease pinning a version we plan to remove moves the
-    # plan (bounded rounds; the last round's plan only ever keeps more)
-    for _ in range(_LEASE_ROUNDS):
-        leases = read_leases(storage)
-        again = _oldest_live(leases, clock())
-        merged = _min_opt(oldest, again)
-        if merged == oldest:
-            break
-        oldest = merged
-        plan = make(oldest, leases)
-
-    manifests = [d.path for d in plan.deletes if d.reason == "manifest"]
-    for path in manifests:  # oldest first: a partial run leaves a contiguous prefix gap
-        storage.delete(path)
+    marker = f"{CLEANING_DIR}/{uuid_module.uuid4()}.json"
+    deadline = clock() + _MARKER_TTL_NS
+    # the marker goes up before the first lease read: a lease written after that read waits
+    # for the marker to go before checking its version (txn_engine.lease)
+    storage.put(
+        marker,
+        json.dumps({"started_at_ns": clock(), "expires_at_ns": deadline}).encode(),
+    )
+    try:
+        plan, state, oldest, removed_now = _plan_and_delete_manifests(
+            storage,
+            aliases,
+            clock=clock,
+            deadline=deadline - _MARKER_MARGIN_NS,
+            older_ns=older_ns,
+            keep_versions=keep_versions,
+            retention_ns=retention_ns,
+        )
+    finally:
+        storage.delete(marker)
+    manifests = [d.path for d in plan.deletes if d.reason == "manifest"][: len(removed_now)]
 
     # a lease written between our last read and the manifest deletes pins a version whose
-    # manifest may be gone; keep the files of that version and every later one
+    # manifest may be gone; keep the files of that version and every later one (and of the
+    # planned versions whose manifests the deadline left in place)
     leases = read_leases(storage)
     late = _oldest_live(leases, clock())
     floor = _lease_floor(leases, clock())
     protect_files: set[str] = set()
     protect_dirs: set[str] = set()
-    if late is not None and (oldest is None or late < oldest):
-        for v in plan.removed_versions:
-            if v >= late:
-                protect_files |= state.refs[v].files
-                protect_dirs |= state.refs[v].index_dirs
+    for v in plan.removed_versions:
+        if v not in removed_now or (
+            late is not None and (oldest is None or late < oldest) and v >= late
+        ):
+            protect_files |= state.refs[v].files
+            protect_dirs |= state.refs[v].index_dirs
+    # ...and a version that landed since we listed references its files (a writer may have
+    # committed an "orphan" and released its lease in the meantime)
+    settled = _protect_new_versions(storage, state, aliases, protect_files, protect_dirs)
     files = [
         d.path
         for d in plan.deletes
-        if d.reason != "manifest"
+        if settled
+        and d.reason != "manifest"
         and d.path not in protect_files
         and not _in_dirs(d.path, protect_dirs)
         and not (
@@ -1008,7 +1020,7 @@ def cleanup(
             and (d.mtime_ns is None or d.mtime_ns >= floor)
         )
     ]
-    kept_late = len(plan.deletes) - len(manifests) - len(files)
+    kept_late = len(plan.deletes) - len(plan.removed_versions) - len(files)
     total = len(manifests) + len(files)
     reporter = _progress_for(progress, total)
     if reporter is not None:
@@ -1030,6 +1042,77 @@ def cleanup(
         kept_for_new_leases=kept_late,
         seconds=time.monotonic() - started,
     )
+
+
+def _plan_and_delete_manifests(
+    storage: Storage,
+    aliases: set[str],
+    *,
+    clock: Callable[[], int],
+    deadline: int,
+    older_ns: int,
+    keep_versions: int,
+    retention_ns: int,
+) -> tuple[CleanupPlan, _State, int | None, list[int]]:
+    """Steps 1-3 (under the marker): leases, state, plan, manifest deletes, oldest first
+    and only before ``deadline``. Returns the plan, the state, the oldest lease and the
+    versions whose manifests were deleted."""
+    leases = read_leases(storage)
+    oldest = _oldest_live(leases, clock())
+    state = _read_state(storage, aliases)
+
+    def make(oldest_lease: int | None, infos: Sequence[LeaseInfo]) -> CleanupPlan:
+        return _build_plan(
+            storage,
+            state,
+            now_ns=clock(),
+            older_than_ns=older_ns,
+            keep_versions=keep_versions,
+            retention_ns=retention_ns,
+            oldest_lease=oldest_lease,
+            leases=infos,
+        )
+
+    plan = make(oldest, leases)
+    # leases taken while we read: a lease pinning a version we plan to remove moves the
+    # plan (bounded rounds; the last round's plan only ever keeps more)
+    for _ in range(_LEASE_ROUNDS):
+        leases = read_leases(storage)
+        merged = _min_opt(oldest, _oldest_live(leases, clock()))
+        if merged == oldest:
+            break
+        oldest = merged
+        plan = make(oldest, leases)
+    removed_now: list[int] = []
+    paths = [d.path for d in plan.deletes if d.reason == "manifest"]
+    for version, path in zip(plan.removed_versions, paths, strict=True):
+        if clock() >= deadline:
+            break  # the marker is about to expire: leave the rest for the next run
+        storage.delete(path)  # oldest first: a partial run leaves a contiguous prefix gap
+        removed_now.append(version)
+    return plan, state, oldest, removed_now
+
+
+def _protect_new_versions(
+    storage: Storage,
+    state: _State,
+    aliases: set[str],
+    files: set[str],
+    dirs: set[str],
+) -> bool:
+    """Add the references of every version listed now but not when the plan was made;
+    False when one cannot be read (then no file may be deleted this run)."""
+    for entry in scan_versions(storage):
+        if entry.version in state.refs:
+            continue
+        try:
+            mf = read_manifest_entry(storage, entry)
+            f, d = referenced_files(mf.manifest, mf.indices, aliases=aliases, what=entry.path)
+        except TxnEngineError:
+            return False
+        files |= f
+        dirs |= d
+    return True
 
 
 def _min_opt(a: int | None, b: int | None) -> int | None:

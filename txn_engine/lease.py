@@ -18,16 +18,23 @@ before writing them and has not committed yet).
 
 Protocol (what makes a lease effective):
 
-1. the holder writes the lease object, then checks that the leased version's manifest still
-   exists (with ``version=None`` it re-resolves the latest and tries again if the version it
-   recorded was removed meanwhile);
-2. cleanup reads the leases before it deletes any manifest, and again after deleting
-   manifests and before deleting any data, deletion, index or transaction file.
+1. cleanup writes a marker ``_txn_engine/cleaning/<uuid>.json`` (with an expiry) before
+   it reads the leases, deletes manifests only while the marker is unexpired, and removes
+   the marker when it is done deleting manifests; it reads the leases again (and lists the
+   versions again) before it deletes any data, deletion, index or transaction file;
+2. the holder writes the lease object, waits until no unexpired cleanup marker exists, and
+   then checks that the leased version's manifest still exists (with ``version=None`` it
+   re-resolves the latest and tries again if the version it recorded was removed).
 
-So a lease whose step-1 check succeeded is seen by cleanup's second read at the latest,
-and every file of the leased version (and later ones) is kept. A lease that expired (its
-holder stalled for longer than ``ttl``) protects nothing: :meth:`Lease.renew` then raises
-:class:`~txn_engine.errors.LeaseExpiredError` and the holder must re-plan.
+A cleanup that read the leases before the lease was written was already running (its
+marker was there) when the holder looked for markers, so the holder waited for its
+manifest deletes to end and its check sees them; a cleanup that started later reads the
+lease. Either way, once :func:`lease` returns, the leased version and every later one stay,
+with every file they reference (the model in ``models/commit_protocol.pml`` checks this).
+
+A lease that expired (its holder stalled for longer than ``ttl``) protects nothing:
+:meth:`Lease.renew` then raises :class:`~txn_engine.errors.LeaseExpiredError` and the
+holder must re-plan.
 
 Expiry is judged with the cleaner's wall clock against the holder's ``expires_at_ns``: keep
 clock skew between machines well below ``ttl`` (the default ``ttl`` is ten minutes).
@@ -59,15 +66,19 @@ from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 
 __all__ = [
+    "CLEANING_DIR",
     "LEASES_DIR",
     "Lease",
     "LeaseInfo",
     "lease",
     "read_leases",
+    "running_cleanups",
 ]
 
 #: Where lease objects live, relative to the dataset root.
 LEASES_DIR = "_txn_engine/leases"
+#: Where running cleanups put their markers (see the module docstring).
+CLEANING_DIR = "_txn_engine/cleaning"
 _NS = 1_000_000_000
 _ACQUIRE_ATTEMPTS = 8
 
@@ -145,6 +156,26 @@ def read_leases(storage: Storage) -> list[LeaseInfo]:
     return found
 
 
+def running_cleanups(storage: Storage, now_ns: int) -> list[int]:
+    """Expiry times (ns) of the cleanup markers that are still unexpired at ``now_ns``.
+
+    A marker that cannot be read or decoded is ignored (cleanup writes whole objects; a
+    malformed one is not a running cleanup's).
+    """
+    out: list[int] = []
+    for name in storage.list(CLEANING_DIR):
+        if not name.endswith(".json"):
+            continue
+        try:
+            obj = json.loads(storage.get(f"{CLEANING_DIR}/{name}"))
+        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            continue
+        expires = obj.get("expires_at_ns") if isinstance(obj, dict) else None
+        if _count(expires) and expires > now_ns:
+            out.append(expires)
+    return out
+
+
 def _default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -152,6 +183,7 @@ def _default_owner() -> str:
 class Lease:
     """A held lease (see the module docstring); use it as a context manager.
 
+    Taking a lease waits while a cleanup is deleting manifests (see the module docstring).
     ``version`` is the pinned version (the latest at acquisition when none was given).
     The lease renews itself from a daemon thread every ``ttl / 3`` seconds until
     :meth:`release`; :meth:`renew` renews now. ``expired`` turns true when a renewal came
@@ -168,11 +200,13 @@ class Lease:
         owner: str,
         renew_in_background: bool = True,
         clock: Callable[[], int] = time.time_ns,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not ttl > 0:
             raise InvalidStorageArgumentError(f"lease ttl must be positive, got {ttl!r}")
         self._storage = storage
         self._clock = clock
+        self._sleep = sleep
         self._ttl_ns = int(ttl * _NS)
         self._ttl = ttl
         self._owner = owner
@@ -205,6 +239,7 @@ class Lease:
             if version is not None:
                 resolve_version(self._storage, target)  # VersionNotFoundError if absent
             self._write(target)
+            self._wait_for_cleanups()
             try:
                 resolve_version(self._storage, target)
             except (VersionNotFoundError, DatasetNotFoundError):
@@ -218,6 +253,16 @@ class Lease:
             f"{self._storage.uri}: the latest version kept being cleaned up while a lease "
             f"was taken ({_ACQUIRE_ATTEMPTS} attempts)"
         )
+
+    def _wait_for_cleanups(self) -> None:
+        """Wait until no cleanup that may have missed this lease is deleting manifests."""
+        delay = 0.02
+        while True:
+            running = running_cleanups(self._storage, self._clock())
+            if not running:
+                return
+            self._sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     @property
     def version(self) -> int:

@@ -7,6 +7,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,10 +27,11 @@ from txn_engine.errors import (
     CleanupAbortedError,
     DatasetNotFoundError,
     InvalidStorageArgumentError,
+    VersionNotFoundError,
 )
 from txn_engine.format.io import resolve_version
 from txn_engine.format.naming import list_versions
-from txn_engine.lease import LEASES_DIR, Lease
+from txn_engine.lease import CLEANING_DIR, LEASES_DIR, Lease
 from txn_engine.model import BasePath, DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.storage import LocalStorage, MemoryStorage
@@ -465,3 +467,84 @@ def test_lease_clock_stamps_the_object() -> None:
     assert obj["created_at_ns"] == 10 * NS
     assert obj["expires_at_ns"] == 12 * NS
     held.release()
+
+
+class _Hooked(MemoryStorage):
+    """Runs ``hook`` once, right after the first manifest delete."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: Callable[[], None] | None = None
+        self.seen_markers: list[list[str]] = []
+
+    def delete(self, path: str) -> None:
+        super().delete(path)
+        if path.startswith("_versions/"):
+            self.seen_markers.append(list(self.list(CLEANING_DIR)))
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                hook()
+
+
+def test_manifests_are_deleted_under_a_marker_that_is_removed_after() -> None:
+    store = _Hooked()
+    _history(store)
+    cleanup(store, older_than=ZERO, progress=False)
+    assert len(store.seen_markers) == 4
+    assert all(len(m) == 1 for m in store.seen_markers)
+    assert store.list(CLEANING_DIR) == []
+
+
+def test_a_version_that_lands_during_cleanup_keeps_its_orphan_files() -> None:
+    """An in-flight writer's file is an orphan when cleanup lists; the writer commits (and
+    releases its lease) before the file deletes: the re-listing keeps the file."""
+    store = _Hooked()
+    _history(store)
+    store.put("data/in-flight.lance", b"x")
+    frag = Fragment(0, (DataFile("in-flight.lance", (0,), (0,), 2, 2, 1),), 5)
+    store.hook = lambda: commit(store, Transaction(5, Append([frag])))
+    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert "data/in-flight.lance" in {d.path for d in report.plan.deletes}
+    assert store.exists("data/in-flight.lance")
+    assert _versions(store) == [5, 6]
+
+
+def test_lease_waits_for_a_running_cleanup_then_rechecks(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = MemoryStorage()
+    _history(store)
+    store.put(
+        f"{CLEANING_DIR}/c.json",
+        json.dumps({"started_at_ns": 0, "expires_at_ns": time.time_ns() + 60 * NS}).encode(),
+    )
+    victim = resolve_version(store, 4).path
+    sleeps: list[float] = []
+
+    def cleanup_finishes(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:  # the cleanup removes version 4, then its marker
+            store.delete(victim)
+            store.delete(f"{CLEANING_DIR}/c.json")
+
+    with pytest.raises(VersionNotFoundError):
+        Lease(store, 4, ttl=60.0, owner="t", renew_in_background=False, sleep=cleanup_finishes)
+    assert len(sleeps) == 2
+    assert store.list(LEASES_DIR) == []
+    # an expired marker (a crashed cleanup) is not waited for
+    store.put(f"{CLEANING_DIR}/old.json", json.dumps({"expires_at_ns": 1}).encode())
+    held = Lease(store, 5, ttl=60.0, owner="t", renew_in_background=False, sleep=sleeps.append)
+    assert len(sleeps) == 2
+    held.release()
+
+
+def test_manifest_deletes_stop_before_the_marker_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    import txn_engine.cleanup as cleanup_mod
+
+    monkeypatch.setattr(cleanup_mod, "_MARKER_MARGIN_NS", cleanup_mod._MARKER_TTL_NS)
+    store = MemoryStorage()
+    refs = _history(store)
+    report = cleanup(store, older_than=ZERO, now_ns=time.time_ns(), progress=False)
+    assert isinstance(report, CleanupReport)
+    assert report.plan.removed_versions == (1, 2, 3, 4)
+    assert _versions(store) == [1, 2, 3, 4, 5]  # nothing removed: no time left
+    assert set().union(*refs) <= _all_files(store)  # and their files stay

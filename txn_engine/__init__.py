@@ -22,6 +22,7 @@ from __future__ import annotations
 from txn_engine import errors as errors
 from txn_engine import interop as interop
 from txn_engine import writers as writers
+from txn_engine._version import __version__ as __version__
 from txn_engine.api import Table as Table
 from txn_engine.api import open as open
 from txn_engine.codec import transaction_from_proto as transaction_from_proto
@@ -76,8 +77,6 @@ from txn_engine.ops import operation_kind as operation_kind
 from txn_engine.retry import RetryPolicy as RetryPolicy
 from txn_engine.storage import open_storage as open_storage
 from txn_engine.transaction import Transaction as Transaction
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Append",

@@ -19,6 +19,7 @@ import attrs
 from pyroaring import BitMap
 
 from txn_engine._proto import file_pb2, table_pb2
+from txn_engine._version import __version__
 from txn_engine.errors import InvalidOperationError
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS, compute_feature_flags
 from txn_engine.format.rowids import (
@@ -82,8 +83,6 @@ class ManifestState:
 
 
 def _writer_version() -> table_pb2.Manifest.WriterVersion:
-    from txn_engine import __version__
-
     return table_pb2.Manifest.WriterVersion(library=WRITER_LIBRARY, version=__version__)
 
 

@@ -716,7 +716,7 @@ register(
 
 
 def _package_version() -> str:
-    from txn_engine import __version__
+    from txn_engine._version import __version__
 
     return __version__
 

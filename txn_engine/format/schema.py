@@ -72,7 +72,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from txn_engine._proto import file_pb2, table_pb2
 from txn_engine.errors import FormatError, InvalidOperationError, LimitExceededError
-from txn_engine.model import LanceField
+from txn_engine.format.fields import LanceField
 
 __all__ = [
     "EXTENSION_METADATA_KEY",

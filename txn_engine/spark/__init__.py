@@ -14,6 +14,13 @@ Two ways in (see ``docs/spark.md``):
       rows = df.mapInArrow(collector.map_in_arrow(), "fragment string").collect()
       collector.commit([r.fragment for r in rows])
 
+* row-level changes run on the executors and committed once by the driver::
+
+      from txn_engine.spark import delete, merge, update
+      delete(spark, uri, "id < 10")
+      update(spark, uri, set={"status": "'done'"}, where="id = 7")
+      merge(updates_df, uri, on="id")   # update matched rows, insert new keys
+
 Needs the ``spark`` extra (pyspark, pandas, pylance) for the data source; the commit hook
 itself needs only pylance on the executors.
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from txn_engine.spark._dml import DmlResult, delete, merge, update
 from txn_engine.spark._options import WriteOptions, parse_write_options
 from txn_engine.spark._staging import STAGING_DIR, SweepResult
 from txn_engine.spark._write import (
@@ -37,6 +45,7 @@ from txn_engine.spark._write import (
 
 __all__ = [
     "DATA_SOURCE_NAME",
+    "DmlResult",
     "FRAGMENT_COLUMN",
     "STAGING_DIR",
     "WRITE_ID_PROPERTY",
@@ -49,10 +58,13 @@ __all__ = [
     "WriteOptions",
     "activate",
     "commit_fragments",
+    "delete",
     "find_write",
+    "merge",
     "parse_write_options",
     "register",
     "sweep_staged_writes",
+    "update",
 ]
 
 DATA_SOURCE_NAME = "txn_lance"

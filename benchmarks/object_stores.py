@@ -52,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -148,6 +149,8 @@ def started_stores(kinds: list[str], delay_ms: float, workdir: Path) -> Iterator
                         upstream, delay=delay / 1000, gcs_xml_uploads=kind == "gcs"
                     )
                     stack.callback(proxy.stop)
+                    _PROXIES[name] = proxy
+                    stack.callback(_PROXIES.pop, name, None)
                     endpoint = proxy.endpoint
                 else:
                     endpoint = upstream
@@ -167,6 +170,41 @@ def started_stores(kinds: list[str], delay_ms: float, workdir: Path) -> Iterator
 
 
 # ---- helpers ------------------------------------------------------------------------------------
+
+#: The proxy in front of each store (by store name), in the process that started them: the
+#: requests it forwarded are the request-level profile of a commit.
+_PROXIES: dict[str, Any] = {}
+
+
+def _request_kind(method: str, path: str) -> str:
+    """``LIST``, ``PUT manifest``, ``GET txn``, ... for one forwarded request."""
+    name = urllib.parse.unquote(path)
+    if method == "GET" and ("list-type=" in name or "comp=list" in name):
+        return "LIST"
+    for marker, what in (
+        ("_transactions/", "txn"),
+        ("_versions/", "manifest"),
+        ("_latest", "hint"),
+        ("/data/", "data"),
+        ("_txn_engine/", "probe"),
+    ):
+        if marker in name:
+            return f"{method} {what}"
+    return f"{method} other"
+
+
+@contextlib.contextmanager
+def _requests(store: Store) -> Iterator[list[str]]:
+    """The kinds of the requests the store's proxy forwards inside the block (none recorded
+    for a store without a proxy)."""
+    seen: list[str] = []
+    proxy = _PROXIES.get(store.name)
+    before = len(proxy.requests) if proxy is not None else 0
+    try:
+        yield seen
+    finally:
+        if proxy is not None:
+            seen.extend(_request_kind(m, p) for m, p, _ in proxy.requests[before:])
 
 
 def _storage(store: Store, uri: str) -> Storage:
@@ -260,31 +298,35 @@ def floor(store: Store, runs: int) -> dict[str, float]:
 # ---- 2. append latency ------------------------------------------------------------------------
 
 
-def append_latency(store: Store, n_fragments: int, runs: int, warm: bool) -> dict[str, float]:
-    """Median ms per one-fragment Append for each engine (own table each)."""
-    out: dict[str, float] = {}
+def append_latency(store: Store, n_fragments: int, runs: int, warm: bool) -> dict[str, Any]:
+    """Median ms per one-fragment Append for each engine (own table each), and the requests
+    of the last timed commit of each (where a proxy sees them)."""
+    out: dict[str, Any] = {}
     p_uri = build_table(store, f"lat{n_fragments}p", n_fragments)
     meta, _ = _one_fragment(store, p_uri)
     samples = []
     ds = lance.dataset(p_uri, storage_options=store.options)
     version = ds.version
     for i in range(runs + 1):
-        start = time.perf_counter()
-        if warm:
-            ds = lance.LanceDataset.commit(
-                ds, lance.LanceOperation.Append([meta]), read_version=ds.version
-            )
-        else:
-            ds = lance.LanceDataset.commit(
-                p_uri,
-                lance.LanceOperation.Append([meta]),
-                read_version=version,
-                storage_options=store.options,
-            )
-            version = ds.version
+        with _requests(store) as requests:
+            start = time.perf_counter()
+            if warm:
+                ds = lance.LanceDataset.commit(
+                    ds, lance.LanceOperation.Append([meta]), read_version=ds.version
+                )
+            else:
+                ds = lance.LanceDataset.commit(
+                    p_uri,
+                    lance.LanceOperation.Append([meta]),
+                    read_version=version,
+                    storage_options=store.options,
+                )
+                version = ds.version
+            elapsed = time.perf_counter() - start
         if i:
-            samples.append(time.perf_counter() - start)
+            samples.append(elapsed)
     out["pylance_ms"] = 1000 * statistics.median(samples)
+    out["pylance_requests"] = requests
     _drop(store, p_uri)
 
     t_uri = build_table(store, f"lat{n_fragments}t", n_fragments)
@@ -294,23 +336,25 @@ def append_latency(store: Store, n_fragments: int, runs: int, warm: bool) -> dic
     base = Dataset.open(storage)
     version = base.version
     for i in range(runs + 1):
+        with _requests(store) as requests:
+            start = time.perf_counter()
+            if warm:
+                txn = te.Transaction(base.version, te.Append((frag,)))
+                result = commit(storage, txn, base=base)
+            else:
+                result = commit(
+                    t_uri,
+                    te.Transaction(version, te.Append((frag,))),
+                    storage_options=store.options,
+                )
+                version = result.version
+            elapsed = time.perf_counter() - start
         if warm:
-            start = time.perf_counter()
-            result = commit(storage, te.Transaction(base.version, te.Append((frag,))), base=base)
-            elapsed = time.perf_counter() - start
             base = Dataset.open(storage, version=result.version)  # pylance's handle is free
-        else:
-            start = time.perf_counter()
-            result = commit(
-                t_uri,
-                te.Transaction(version, te.Append((frag,))),
-                storage_options=store.options,
-            )
-            elapsed = time.perf_counter() - start
-            version = result.version
         if i:
             samples.append(elapsed)
     out["txn_engine_ms"] = 1000 * statistics.median(samples)
+    out["txn_engine_requests"] = requests
     _drop(store, t_uri)
     return out
 
@@ -668,13 +712,14 @@ def run(
     out_dir: Path,
     workdir: Path,
     compare_backoff: bool = False,
+    sizes: Sizes | None = None,
 ) -> dict[str, Any]:
     """Every workload on every store; writes ``object_stores.json`` and the plots.
 
-    ``compare_backoff``: on the delayed stores, also run the contended cells (4 and 8
+    ``compare_backoff``: on the delayed S3 store, also run the contended cells (4 and 8
     processes) with the previous backoff schedule (``POLICIES["previous"]``), txn_engine only.
     """
-    sizes = Sizes.of(quick)
+    sizes = sizes or Sizes.of(quick)
     results: dict[str, Any] = {
         "quick": quick,
         "delay_ms": delay_ms,
@@ -691,7 +736,7 @@ def run(
             }
             entry["floor"] = floor(store, sizes.floor_runs)
             print(f"   floor: {entry['floor']}", flush=True)
-            if quick and store.delay_ms:  # the smoke: the delayed proxy's floor only
+            if quick and store.delay_ms and sizes == Sizes.of(True):  # smoke: the floor only
                 results["stores"].append(entry)
                 continue
             latency = []
@@ -718,7 +763,7 @@ def run(
             entry["contention"] = contention(
                 store, list(sizes.procs), sizes.per, sizes.contention_runs, sizes.modes
             )
-            if compare_backoff and store.delay_ms:
+            if compare_backoff and store.delay_ms and store.kind == "s3":
                 previous = contention(
                     store,
                     [n for n in sizes.procs if n >= 4] or list(sizes.procs),
@@ -816,7 +861,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare-backoff",
         action="store_true",
-        help="also run the 4/8-process cells on the delayed stores with the previous backoff",
+        help="also run the 4/8-process cells on the delayed S3 store with the previous backoff",
     )
 
 

@@ -95,6 +95,14 @@ def _cell(x: dict[str, Any]) -> str:
     )
 
 
+def _requests(row: dict[str, Any]) -> str:
+    """``pylance / txn_engine`` request counts of one timed commit, where a proxy saw them."""
+    p, t = row.get("pylance_requests"), row.get("txn_engine_requests")
+    if not p and not t:
+        return "n/a"
+    return f"{len(p or [])} / {len(t or [])}"
+
+
 def targets(entry: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
     """(target, measured, bound, met) for one store's results: latency targets are upper
     bounds on ratios, throughput targets lower bounds."""
@@ -154,15 +162,22 @@ def render_object_stores(results: dict[str, Any]) -> str:
             f"Floor: one {what} {floor['put_if_absent_ms']:.2f} ms, one GET "
             f"{floor['get_ms']:.2f} ms (medians).",
             "",
-            "| fragments | mode | pylance ms | txn_engine ms | ratio | x floor |",
-            "|---:|---|---:|---:|---:|---:|",
+            "| fragments | mode | pylance ms | txn_engine ms | ratio | x floor | requests |",
+            "|---:|---|---:|---:|---:|---:|---:|",
         ]
         for r in entry.get("append_latency", []):
             out.append(
                 f"| {r['fragments']:,} | {r['mode']} | {r['pylance_ms']:.1f} | "
                 f"{r['txn_engine_ms']:.1f} | {r['ratio']:.2f} | "
-                f"{r['txn_engine_ms'] / floor['put_if_absent_ms']:.2f} |"
+                f"{r['txn_engine_ms'] / floor['put_if_absent_ms']:.2f} | {_requests(r)} |"
             )
+        for r in entry.get("append_latency", [])[:2]:
+            if r.get("txn_engine_requests") is not None and r.get("pylance_requests") is not None:
+                out.append(
+                    f"\nRequests of one {r['mode']} commit ({r['fragments']:,} fragments): "
+                    f"pylance {', '.join(r['pylance_requests'])}; txn_engine "
+                    f"{', '.join(r['txn_engine_requests'])}."
+                )
         out += [
             "",
             "| processes | read version | pylance | txn_engine | attempts | longest sleep ms "

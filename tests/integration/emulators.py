@@ -504,6 +504,9 @@ class LoopbackProxy:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY: headers and body go out in two writes; with Nagle's algorithm and
+            # the client's delayed ACK every response with a body stalled ~40 ms
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 return

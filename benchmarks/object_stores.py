@@ -23,14 +23,16 @@ Per store (medians; ratio = txn_engine / pylance):
    directory (what a durable manifest create costs);
 2. *append latency*: one one-fragment Append on tables of 10 / 1,000 / 10,000 fragments,
    cold (from a URI) and warm (pylance: the returned ``LanceDataset``; txn_engine: ``base=``
-   an opened ``Dataset``);
-3. *contention*: 1 / 4 / 8 spawned processes appending, fresh read version (open the latest,
-   commit from that handle) and stale (every commit planned at the starting version):
-   commits/s, p50/p99 latency, failed commits, attempts per commit (txn_engine), longest
-   single backoff sleep (txn_engine), and a landed-count check (versions created must equal
-   acknowledged commits);
-4. *threads*: 16 threads of one process appending: pylance (each thread its own commits),
-   txn_engine's plain ``commit`` (same), and ``txn_engine.Committer`` when it exists.
+   an opened ``Dataset``); 1 warm-up and 5 timed commits each; where a proxy is in front of
+   the store, the requests of the last timed commit (the request-level profile);
+3. *contention*: 1 / 4 / 8 spawned processes x 5 Appends, fresh read version (open the
+   latest, commit from that handle) and stale (every commit planned at the starting
+   version), all starting at one barrier, one run per cell: commits/s, p50/p99 latency,
+   failed commits, attempts per commit, longest single backoff sleep and the share of the
+   slowest 1% of commits' latency spent sleeping (txn_engine), and a landed-count check
+   (versions created must equal acknowledged commits);
+4. *threads*: 16 threads of one process x 2 Appends (fresh read version): pylance,
+   txn_engine's plain ``commit``, and ``txn_engine.Committer`` (one shared instance).
 
 Results: ``<out>/object_stores.json``; one plot per store ``<out>/object_store_<name>.png``
 (latency vs fragments and throughput vs writers, pylance beside). ``python -m
@@ -687,6 +689,10 @@ def describe_contention(store: str, row: dict[str, Any]) -> str:
 
 @attrs.frozen
 class Sizes:
+    """How much of each workload: table sizes, timed commits, floor samples, processes,
+    commits per process, runs per cell, read-version modes (stale?), threads, commits per
+    thread."""
+
     fragments: tuple[int, ...]
     runs: int
     floor_runs: int
@@ -701,7 +707,7 @@ class Sizes:
     def of(cls, quick: bool) -> Sizes:
         if quick:
             return cls((10,), 2, 3, (2,), 2, 1, (False,), 2, 2)
-        return cls((10, 1_000, 10_000), 5, 15, (1, 4, 8), 8, 1, (False, True), 16, 4)
+        return cls((10, 1_000, 10_000), 5, 15, (1, 4, 8), 5, 1, (False, True), 16, 2)
 
 
 def run(

@@ -265,9 +265,12 @@ class _Paused(te.Table):
     """A handle whose planning waits at a barrier once pylance is opened: every writer of
     the barrier has pinned its read version before any of them commits."""
 
-    def __init__(self, uri: str, barrier: threading.Barrier) -> None:
+    def __init__(
+        self, uri: str, barrier: threading.Barrier, after: threading.Event | None = None
+    ) -> None:
         super().__init__(uri)
         self._barrier = barrier
+        self._after = after
         self._waited = False
 
     def to_lance(self, version: int | None = None) -> Any:
@@ -275,6 +278,8 @@ class _Paused(te.Table):
         if not self._waited:
             self._waited = True
             self._barrier.wait(timeout=60)
+            if self._after is not None:  # and until the other writer has committed
+                assert self._after.wait(timeout=60)
         return out
 
 
@@ -300,12 +305,13 @@ def _run_all(jobs: list[Callable[[], Any]]) -> list[Any]:
 
 def test_append_planned_before_an_overwrite_conflicts(tmp_path: Path) -> None:
     uri = _base(tmp_path / "t.lance")
-    barrier = threading.Barrier(2)
-    table = _Paused(uri, barrier)
+    barrier, done = threading.Barrier(2), threading.Event()
+    table = _Paused(uri, barrier, done)
 
     def overwrite() -> None:
         barrier.wait(timeout=60)
         lance.write_dataset(_rows(500, 1), uri, mode="overwrite")
+        done.set()
 
     def append() -> te.CommitResult:
         return table.append(_rows(100, 2))
@@ -374,12 +380,13 @@ def test_pylance_alone_duplicates_that_key(tmp_path: Path) -> None:
 
 def test_an_upsert_re_plans_after_a_concurrent_pylance_append(tmp_path: Path) -> None:
     uri = _base(tmp_path / "t.lance")
-    barrier = threading.Barrier(2)
-    table = _Paused(uri, barrier)
+    barrier, done = threading.Barrier(2), threading.Event()
+    table = _Paused(uri, barrier, done)
 
     def pylance_append() -> None:
         barrier.wait(timeout=60)
         lance.write_dataset(_rows(2000, 1), uri, mode="append")
+        done.set()
 
     _run_all([pylance_append, lambda: table.merge_insert(_rows(2000, 1), on="id")])
     assert lance.dataset(uri).to_table().column("id").to_pylist().count(2000) == 1

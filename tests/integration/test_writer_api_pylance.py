@@ -378,6 +378,21 @@ def test_pylance_alone_duplicates_that_key(tmp_path: Path) -> None:
     assert lance.dataset(uri).to_table().column("id").to_pylist().count(1000) == 2
 
 
+def test_pylance_reads_and_commits_over_the_recorded_keys(tmp_path: Path) -> None:
+    uri = _base(tmp_path / "t.lance")
+    stale = lance.dataset(uri)
+    result = te.open(uri).merge_insert(_rows(100, 3), on="id")
+    assert result.transaction.operation.inserted_rows  # type: ignore[union-attr]
+    read_back = lance.dataset(uri).read_transaction(result.version)
+    assert read_back.read_version == 1
+    # pylance checks its own upsert planned at version 1 against ours: it decodes the record
+    planned, _ = (
+        stale.merge_insert("id").when_not_matched_insert_all().execute_uncommitted(_rows(500, 1))
+    )
+    lance.LanceDataset.commit(uri, planned, read_version=1)
+    assert lance.dataset(uri).count_rows() == 104
+
+
 def test_an_upsert_re_plans_after_a_concurrent_pylance_append(tmp_path: Path) -> None:
     uri = _base(tmp_path / "t.lance")
     barrier, done = threading.Barrier(2), threading.Event()

@@ -96,6 +96,7 @@ _log = logging.getLogger("txn_engine.spark")
 DML_STAGING_DIR = "_txn_engine/spark-dml"
 _SEP = "~"
 _DELETION_PATH = re.compile(r"_deletions/[0-9]+-[0-9]+-[0-9]+\.(arrow|bin)", re.ASCII)
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): .+$", re.M)
 _OWNER = f"txn_engine.spark.dml:{os.getpid()}"
 _ROWADDR = "_rowaddr"
 _PART = "_txn_part"
@@ -483,13 +484,14 @@ class _Context:
             raise
         except Exception as exc:
             text = str(exc)
-            first = next((line for line in text.splitlines() if "Error" in line), text[:500])
-            error = StorageError if "StorageError" in text or "OSError" in text else None
+            # the task's own error is the last "SomeError: ..." line of the worker traceback
+            causes = _ERROR_LINE.findall(text)
+            cause = causes[-1].strip() if causes else text[:500]
             message = (
                 f"{self.what} of {redact_uri(self.uri)}: the Spark job failed, nothing was "
-                f"committed and its files are removed: {first.strip()}"
+                f"committed and its files are removed: {cause}"
             )
-            if error is not None:
+            if "StorageError" in cause or "OSError" in cause:
                 raise StorageError(message) from exc
             raise InvalidOperationError(message) from exc
 

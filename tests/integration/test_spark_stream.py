@@ -9,8 +9,11 @@ Every table is read back with pylance 14.0.2.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+
+import spark_cluster  # noqa: E402
 
 from txn_engine import Transaction, UpdateConfig, commit  # noqa: E402
 from txn_engine.errors import (  # noqa: E402
@@ -305,3 +310,212 @@ def test_stream_options(tmp_path: Path) -> None:
     assert resolve_query_id(StreamOptions(WriteOptions(), str(tmp_path), "mine")) == "mine"
     with pytest.raises(InvalidOperationError, match="streamId"):
         resolve_query_id(StreamOptions(WriteOptions(), str(tmp_path / "nothing")))
+
+
+# --------------------------------------------------------------------------- Spark end to end
+
+DRIVER = r"""
+import json, os, sys
+
+spec = json.loads(sys.argv[1])
+sys.path.insert(0, spec["here"])
+import conftest_spark as cs
+os.environ[cs.DRIVER_PGID_ENV] = str(os.getpgid(0))  # inherited by the JVM and its workers
+from pyspark.sql import SparkSession
+
+from txn_engine.spark import register
+
+builder = (
+    SparkSession.builder.master(spec["master"])
+    .appName("txn_lance-stream-driver")
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "2")
+    .config("spark.driver.memory", "512m")
+)
+if spec["master"].startswith("spark://"):
+    builder = builder.config("spark.executor.memory", "512m").config("spark.executor.cores", "1")
+spark = builder.getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+register(spark)
+cs.register_crashing_stream_source(spark)
+out = {}
+for job in spec["jobs"]:
+    if job["kind"] == "stream":
+        frame = (
+            spark.readStream.schema("id long, name string")
+            .option("maxFilesPerTrigger", 1)
+            .json(job["source"])
+            .repartition(2)
+        )
+        query = (
+            frame.writeStream.format("txn_lance_crashing")
+            .option("checkpointLocation", job["checkpoint"])
+            .option("crash_at", job.get("crash_at", ""))
+            .option("crash_flag", job.get("crash_flag", ""))
+            .option("max_rows_per_file", "40")
+            .trigger(availableNow=True)
+            .start(job["uri"])
+        )
+        query.awaitTermination()
+        out[job["uri"]] = {"query_id": str(query.id)}
+    elif job["kind"] == "batch":
+        for lo, hi, parts in ((0, 1000, 4), (1000, 1500, 2)):
+            (
+                spark.range(lo, hi, numPartitions=parts)
+                .selectExpr("id", "concat('row-', cast(id as string)) as name")
+                .write.format("txn_lance")
+                .mode("append")
+                .option("max_rows_per_file", "300")
+                .save(job["uri"])
+            )
+    elif job["kind"] == "read":
+        row = spark.read.format("txn_lance").load(job["uri"]).selectExpr(
+            "count(*) as n", "sum(id) as s", "count(distinct id) as d"
+        ).collect()[0]
+        out["read:" + job["uri"]] = {"count": row.n, "sum": row.s, "distinct": row.d}
+with open(spec["result"], "w") as handle:
+    json.dump(out, handle)
+spark.stop()
+"""
+
+KILL_POINTS = ["before_tasks", "after_tasks", "after_commit", "after_checkpoint"]
+FILES, ROWS_PER_FILE = 4, 50  # four micro-batches (one file each) of 50 rows
+
+
+def make_source(directory: Path) -> None:
+    directory.mkdir(parents=True)
+    for i in range(FILES):
+        lines = [
+            json.dumps({"id": n, "name": f"row-{n}"})
+            for n in range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE)
+        ]
+        (directory / f"part-{i}.json").write_text("\n".join(lines) + "\n")
+
+
+def start_driver(work: Path, master: str, jobs: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
+    """A Spark application in a subprocess (its own process group, so a crash hook can
+    kill the whole driver: JVM, Python driver and driver-side Python workers)."""
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "driver.py"
+    script.write_text(DRIVER)
+    spec = {"here": HERE, "master": master, "jobs": jobs, "result": str(work / "result.json")}
+    log = (work / "driver.log").open("wb")
+    return subprocess.Popen(
+        [sys.executable, str(script), json.dumps(spec)],
+        env=spark_cluster.cluster_env(work),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen[bytes], work: Path, *, killed: bool) -> dict[str, Any]:
+    try:
+        code = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    log = (work / "driver.log").read_text(errors="replace")[-3000:]
+    if killed:
+        assert code == -9, f"the driver was not killed (exit {code}):\n{log}"
+        return {}
+    assert code == 0, f"the driver failed (exit {code}):\n{log}"
+    result: dict[str, Any] = json.loads((work / "result.json").read_text())
+    return result
+
+
+def stream_job(base: Path, point: str = "") -> dict[str, Any]:
+    return {
+        "kind": "stream",
+        "source": str(base / "source"),
+        "checkpoint": str(base / "checkpoint"),
+        "uri": str(base / "t.lance"),
+        "crash_at": point,
+        "crash_flag": str(base / "crash.flag") if point else "",
+    }
+
+
+def other_commits(uri: str, count: int) -> None:
+    storage = open_storage(uri)
+    start = lance.dataset(uri).version
+    for i in range(count):
+        txn = Transaction(start + i, UpdateConfig(config_updates=UpdateMap({"other": str(i)})))
+        commit(storage, txn)
+
+
+def check_stream_table(base: Path) -> None:
+    """Every source row exactly once, one version per micro-batch (each batch once, in
+    order), recorded under the checkpoint's query id; nothing staged or unreferenced."""
+    uri = str(base / "t.lance")
+    assert all_ids(uri) == list(range(FILES * ROWS_PER_FILE))
+    query_id = json.loads((base / "checkpoint" / "metadata").read_text())["id"]
+    versions = stream_versions(uri)
+    assert [(q, b) for _, q, b in versions] == [(query_id, str(b)) for b in range(FILES)]
+    assert_clean(uri)
+
+
+def crash_and_restart(tmp_path: Path, master: str, points: list[str], interleave: int) -> None:
+    """Kill a driver at each point (in parallel, one application per point), land
+    ``interleave`` other commits on the after_commit table, restart every query on its
+    checkpoint in one application, check each table."""
+    crashed = []
+    for point in points:
+        base = tmp_path / point
+        make_source(base / "source")
+        (base / "crash.flag").touch()
+        crashed.append((base, start_driver(base / "crash-run", master, [stream_job(base, point)])))
+    for base, proc in crashed:
+        finish(proc, base / "crash-run", killed=True)
+        assert not (base / "crash.flag").exists()  # the kill point was reached
+    if "after_commit" in points:
+        uri = str(tmp_path / "after_commit" / "t.lance")
+        assert [b for _, _, b in stream_versions(uri)] == ["0", "1"]  # batch 1 landed
+        other_commits(uri, interleave)
+    restart = tmp_path / "restart"
+    jobs = [stream_job(tmp_path / point) for point in points]
+    jobs += [{"kind": "read", "uri": job["uri"]} for job in jobs]
+    result = finish(start_driver(restart, master, jobs), restart, killed=False)
+    total = FILES * ROWS_PER_FILE
+    for point in points:
+        check_stream_table(tmp_path / point)
+        read = result["read:" + str(tmp_path / point / "t.lance")]
+        assert read == {"count": total, "sum": total * (total - 1) // 2, "distinct": total}
+
+
+def test_driver_killed_at_each_step_of_a_micro_batch_local(tmp_path: Path) -> None:
+    crash_and_restart(tmp_path, "local[2]", KILL_POINTS, interleave=500)
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A standalone master and two workers on 127.0.0.1 for this session."""
+    with spark_cluster.standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as master:
+        yield master
+
+
+def test_write_read_and_stream_on_a_standalone_cluster(tmp_path: Path, standalone: str) -> None:
+    """Executors on two workers: a batch write (create, then append), a read, and a stream
+    whose driver is killed after the commit PUT and restarted."""
+    written = str(tmp_path / "batch.lance")
+    first = tmp_path / "first"
+    base = tmp_path / "after_commit"
+    make_source(base / "source")
+    (base / "crash.flag").touch()
+    jobs = [
+        {"kind": "batch", "uri": written},
+        {"kind": "read", "uri": written},
+        stream_job(base, "after_commit"),
+    ]
+    finish(start_driver(first, standalone, jobs), first, killed=True)
+    ds = lance.dataset(written)
+    assert ds.version == 2
+    assert all_ids(written) == list(range(1500))
+    assert len(ds.get_fragments()) == 8  # 4 + 2 partitions, 300 rows per file at most
+    again = tmp_path / "again"
+    result = finish(
+        start_driver(again, standalone, [stream_job(base), {"kind": "read", "uri": written}]),
+        again,
+        killed=False,
+    )
+    assert result["read:" + written] == {"count": 1500, "sum": 1500 * 1499 // 2, "distinct": 1500}
+    check_stream_table(base)

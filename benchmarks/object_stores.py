@@ -719,10 +719,12 @@ def run(
     workdir: Path,
     compare_backoff: bool = False,
     sizes: Sizes | None = None,
+    plots_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Every workload on every store; writes ``object_stores.json`` and the plots.
 
-    ``compare_backoff``: on the delayed S3 store, also run the contended cells (4 and 8
+    ``plots_dir``: where the plots go (default ``out_dir``). ``compare_backoff``: on the
+    delayed S3 store, also run the contended cells (4 and 8
     processes) with the previous backoff schedule (``POLICIES["previous"]``), txn_engine only.
     """
     sizes = sizes or Sizes.of(quick)
@@ -802,9 +804,11 @@ def run(
             (out_dir / "object_stores.json").write_text(json.dumps(results, indent=2))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "object_stores.json").write_text(json.dumps(results, indent=2))
+    plots = plots_dir or out_dir
+    plots.mkdir(parents=True, exist_ok=True)
     for entry in results["stores"]:
         if "append_latency" in entry:
-            plot(entry, out_dir / f"object_store_{_slug(entry['store'])}.png")
+            plot(entry, plots / f"object_store_{_slug(entry['store'])}.png")
     return results
 
 
@@ -865,6 +869,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--delay-ms", type=float, default=25.0, help="per-request delay of the slow variants"
     )
     parser.add_argument(
+        "--plots", default=None, help="directory of the plots (default: --out; docs: docs)"
+    )
+    parser.add_argument(
         "--compare-backoff",
         action="store_true",
         help="also run the 4/8-process cells on the delayed S3 store with the previous backoff",
@@ -903,6 +910,7 @@ def main(argv: list[str] | None = None) -> int:
             out_dir=Path(args.out),
             workdir=Path(tmp),
             compare_backoff=args.compare_backoff,
+            plots_dir=Path(args.plots) if args.plots else None,
         )
     print(f"results: {Path(args.out) / 'object_stores.json'}")
     return 0

@@ -314,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 out_dir=Path(args.out),
                 workdir=Path(tmp),
                 compare_backoff=args.compare_backoff,
+                plots_dir=Path(args.plots) if args.plots else None,
             )
         print(f"results: {Path(args.out) / 'object_stores.json'}")
         return 0

@@ -58,13 +58,12 @@ from txn_engine.builder import ManifestState, build_manifest, validate
 from txn_engine.codec import operation_kind_of, transaction_from_proto, transaction_to_proto
 from txn_engine.conflicts.detect import (
     Conflict,
-    check,
     missing_history_conflict,
-    unreadable_conflict,
 )
 from txn_engine.conflicts.lineage import descends_from
-from txn_engine.conflicts.matrix import MATRIX, Outcome
-from txn_engine.conflicts.rebase import ConflictOptions, derive_affected_rows, find_fragment, rebase
+from txn_engine.conflicts.matrix import Outcome
+from txn_engine.conflicts.planner import Winner, plan_retry
+from txn_engine.conflicts.rebase import ConflictOptions, find_fragment
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     AtomicityUnsupportedError,
@@ -83,6 +82,7 @@ from txn_engine.errors import (
     StorageError,
     VersionNotFoundError,
 )
+from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import check_writer_flags
 from txn_engine.format.io import read_manifest_entry, read_transaction_and_manifest
 from txn_engine.format.manifest_file import (
@@ -100,7 +100,7 @@ from txn_engine.format.naming import (
     transaction_path,
 )
 from txn_engine.model import Fragment
-from txn_engine.ops import Clone, Delete, Restore, Update
+from txn_engine.ops import Clone, Restore
 from txn_engine.retry import RetryBudget, RetryPolicy
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
@@ -276,67 +276,6 @@ def _member_landed(state: _State, pb: transaction_pb2.Transaction, version: int)
             "commit the members one by one."
         ),
     )
-
-
-def _always_compatible(mine: str, other: str | None) -> bool:
-    """Whether the matrix makes this pair compatible whatever the two operations hold
-    (a constant rule: no predicate, no rebase)."""
-    if other is None:
-        return False
-    rule = MATRIX.get((mine, other))
-    return rule is not None and rule.outcome is Outcome.COMPATIBLE
-
-
-def _check_all(
-    state: _State,
-    loaded: list[tuple[VersionEntry, transaction_pb2.Transaction | None, Exception | None]],
-) -> frozenset[int]:
-    """Check my transaction against each newer version; raise on a conflict; return the
-    fragments whose deletion vectors need merging."""
-    rebase_ids: set[int] = set()
-    for entry, pb, error in loaded:
-        mine = state.txn
-        if pb is not None and _always_compatible(mine.kind, operation_kind_of(pb)):
-            continue  # decided by the kinds alone: the other's content is not needed
-        if pb is None:
-            conflict = (
-                missing_history_conflict(mine, entry.version, error)
-                if isinstance(error, (VersionNotFoundError, ObjectNotFoundError))
-                else unreadable_conflict(
-                    mine, entry.version, error or ValueError("?"), other_uuid=None
-                )
-            )
-            raise _conflict_error(mine, conflict)
-        try:
-            other = transaction_from_proto(pb)
-        except Exception as exc:  # undecodable or unknown operation: conservative conflict
-            raise _conflict_error(
-                mine, unreadable_conflict(mine, entry.version, exc, other_uuid=pb.uuid)
-            ) from exc
-        result = check(
-            mine, other, other_version=entry.version, initial_fragments=state.initial_fragment
-        )
-        if (
-            result.conflicts
-            and state.options.derive_affected_rows
-            and isinstance(mine.operation, (Delete, Update))
-            and mine.operation.affected_rows is None
-            and all(c.rule == "D1" for c in result.conflicts)
-        ):
-            rows = derive_affected_rows(state.storage, mine, state.initial_fragment)
-            if rows is not None:
-                op = attrs.evolve(mine.operation, affected_rows=rows)
-                state.txn = attrs.evolve(mine, operation=op)
-                result = check(
-                    state.txn,
-                    other,
-                    other_version=entry.version,
-                    initial_fragments=state.initial_fragment,
-                )
-        if result.conflicts:
-            raise _conflict_error(state.txn, result.conflicts[0])
-        rebase_ids |= result.rebase_fragment_ids
-    return frozenset(rebase_ids)
 
 
 def _settle(
@@ -577,7 +516,7 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
             state.manifest(latest.version)
         except (FormatError, VersionNotFoundError) as exc:
             latest_error = exc
-    loaded: list[tuple[VersionEntry, transaction_pb2.Transaction | None, Exception | None]] = []
+    winners: list[Winner] = []
     for entry in newer:
         pb: transaction_pb2.Transaction | None
         error: Exception | None
@@ -597,7 +536,7 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
                 entry.path,
                 already_committed=True,
             )
-        loaded.append((entry, pb, error))
+        winners.append(Winner(entry.version, pb, error))
     # only now (the uuid check above may have found this transaction already landed):
     # every version from the read version on must be there to be checked
     missing = _first_missing(listing, newer, state.checked_up_to)
@@ -606,25 +545,27 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
         missing = read_version  # the plan's own snapshot is gone
     if missing is not None:
         raise _conflict_error(state.txn, missing_history_conflict(state.txn, missing))
-    rebase_ids = _check_all(state, loaded)
-    base_file = state.manifest(latest.version)
+    base_file = state.manifest(latest.version) if winners else None
+    plan = plan_retry(
+        state.txn,
+        winners,
+        latest_version=latest.version,
+        latest_fragments=() if base_file is None else base_file.manifest.fragments,
+        initial_fragments=state.initial_fragment,
+        read_dv=lambda fid, pb: read_deletion_vector(storage, fid, pb),
+        options=state.options,
+    )
+    if isinstance(plan, Conflict):
+        raise _conflict_error(state.txn, plan)
+    if base_file is None:
+        base_file = state.manifest(latest.version)
     check_writer_flags(base_file.manifest)
-    if isinstance(state.txn.operation, (Delete, Update)):
-        moved = rebase(
-            storage,
-            state.txn,
-            latest_version=latest.version,
-            latest_fragments=base_file.manifest.fragments,
-            rebase_fragment_ids=rebase_ids,
-            initial_fragments=state.initial_fragment if rebase_ids else None,
-        )
-        if isinstance(moved, Conflict):
-            raise _conflict_error(state.txn, moved)
-        state.txn = moved
+    txn = state.txn = plan.transaction
     state.checked_up_to = latest.version
-    txn = state.txn
     current = _state_of(base_file)
     validate(current, txn)
+    for pending in plan.writes:  # merged deletion vectors, before the manifest naming them
+        storage.put(pending.path, pending.data)
     restore_source = None
     if isinstance(txn.operation, Restore):
         restore_source = _state_of(state.manifest(txn.operation.version))

@@ -28,6 +28,7 @@ from txn_engine.transaction import Transaction
 # (the package re-exports functions named like some submodules: fetch the modules themselves)
 commit_mod = importlib.import_module("txn_engine.commit")
 detect_mod = importlib.import_module("txn_engine.conflicts.detect")
+planner_mod = importlib.import_module("txn_engine.conflicts.planner")
 rebase_mod = importlib.import_module("txn_engine.conflicts.rebase")
 builder_mod = importlib.import_module("txn_engine.builder")
 _FAULTS = tuple(k for k in FAULT_KINDS if k != "latency")
@@ -118,7 +119,7 @@ def test_catches_a_rebase_that_drops_the_other_writers_deletions(
 
 def test_catches_missing_conflict_detection(patched: Callable[[Any, str, Any], None]) -> None:
     """An engine that never detects conflicts resurrects or loses rows."""
-    patched(commit_mod, "check", lambda *a, **k: detect_mod.Check())
+    patched(planner_mod, "check", lambda *a, **k: detect_mod.Check())
     _finds_a_failure(FourWritersDeletesAndCompactions)
 
 

@@ -666,7 +666,7 @@ def test_pairs_compatible_by_kind_are_not_decoded(monkeypatch: pytest.MonkeyPatc
     transactions' fragment lists are never turned into attrs values; a predicate pair
     (Delete after Delete) still decodes the other transaction."""
     inner = _appended(3)
-    decoded = _spy(monkeypatch, "txn_engine.commit", "transaction_from_proto")
+    decoded = _spy(monkeypatch, "txn_engine.conflicts.planner", "transaction_from_proto")
     r = commit(inner, Transaction(1, Append([frag()])))
     assert r.version == 5
     assert decoded == []

@@ -14,7 +14,10 @@
   txn_engine's :class:`~txn_engine.ops.Rewrite` carries none.)
 
 Nothing here raises for a conflict; :func:`rebase` returns a :class:`Conflict` instead.
-Storage and format errors propagate.
+Nothing here does I/O either: deletion vectors are read through the ``read_dv`` callable the
+caller passes (the commit loop reads them from storage), and the merged deletion files are
+returned as :class:`PendingDeletionFile` values for the caller to write before its manifest.
+Format errors raised by ``read_dv`` propagate.
 
 More permissive than Lance, off by default: :attr:`ConflictOptions.derive_affected_rows`
 computes the affected rows of a Delete/Update that carries none from its own deletion files
@@ -25,8 +28,9 @@ even when the caller did not record ``affected_rows``. See ``docs/conflicts.md``
 from __future__ import annotations
 
 import bisect
+import secrets
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 from pyroaring import BitMap, BitMap64
@@ -34,19 +38,46 @@ from pyroaring import BitMap, BitMap64
 from txn_engine._proto import table_pb2
 from txn_engine.conflicts.detect import Conflict, FragmentLookup
 from txn_engine.conflicts.matrix import Outcome
-from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
+from txn_engine.format.deletion import deletion_file_path, encode_bitmap_deletions
 from txn_engine.model import DeletionFile
 from txn_engine.ops import Delete, Update, UpdateMode
-from txn_engine.storage.base import Storage
 from txn_engine.transaction import Transaction
 
 __all__ = [
     "ConflictOptions",
+    "DeletionReader",
+    "PendingDeletionFile",
+    "Rebased",
     "derive_affected_rows",
     "find_fragment",
     "fragment_offsets",
     "rebase",
 ]
+
+#: Reads a fragment's deletion vector: ``(fragment_id, DeletionFile pb) -> offsets``.
+DeletionReader = Callable[[int, table_pb2.DeletionFile], BitMap]
+
+
+@attrs.frozen
+class PendingDeletionFile:
+    """A deletion file a rebase produced: write ``data`` at :attr:`path` before the
+    manifest that references it."""
+
+    fragment_id: int
+    deletion_file: table_pb2.DeletionFile
+    data: bytes
+
+    @property
+    def path(self) -> str:
+        return deletion_file_path(self.fragment_id, self.deletion_file)
+
+
+@attrs.frozen
+class Rebased:
+    """A transaction moved onto the latest version, and the deletion files it now needs."""
+
+    transaction: Transaction
+    writes: tuple[PendingDeletionFile, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -156,20 +187,20 @@ def _addresses(fragment_id: int, offsets: BitMap) -> BitMap64:
     return BitMap64.deserialize(_ONE_BUCKET.pack(1, fragment_id) + offsets.serialize())
 
 
-def _dv(storage: Storage, fragment_id: int, deletion: DeletionFile | None) -> BitMap:
+def _dv(read_dv: DeletionReader, fragment_id: int, deletion: DeletionFile | None) -> BitMap:
     if deletion is None:
         return BitMap()
-    return read_deletion_vector(storage, fragment_id, deletion.to_proto())
+    return read_dv(fragment_id, deletion.to_proto())
 
 
-def _pb_dv(storage: Storage, fragment: table_pb2.DataFragment) -> BitMap:
+def _pb_dv(read_dv: DeletionReader, fragment: table_pb2.DataFragment) -> BitMap:
     if not fragment.HasField("deletion_file"):
         return BitMap()
-    return read_deletion_vector(storage, fragment.id, fragment.deletion_file)
+    return read_dv(fragment.id, fragment.deletion_file)
 
 
 def derive_affected_rows(
-    storage: Storage, txn: Transaction, initial_fragments: FragmentLookup
+    txn: Transaction, initial_fragments: FragmentLookup, read_dv: DeletionReader
 ) -> BitMap64 | None:
     """The row addresses a Delete/Update removed, computed from its deletion files.
 
@@ -189,49 +220,52 @@ def derive_affected_rows(
         initial = initial_fragments(frag.id)
         if initial is None or initial.files != frag.files:
             return None
-        mine = _dv(storage, frag.id, frag.deletion_file)
-        before = _dv(storage, frag.id, initial.deletion_file)
+        mine = _dv(read_dv, frag.id, frag.deletion_file)
+        before = _dv(read_dv, frag.id, initial.deletion_file)
         rows |= _addresses(frag.id, mine - before)
     for fid in removed:
         initial = initial_fragments(fid)
         if initial is None:
             return None
         everything = BitMap(range(initial.physical_rows))
-        rows |= _addresses(fid, everything - _dv(storage, fid, initial.deletion_file))
+        rows |= _addresses(fid, everything - _dv(read_dv, fid, initial.deletion_file))
     return rows
 
 
 def rebase(
-    storage: Storage,
     txn: Transaction,
     *,
     latest_version: int,
     latest_fragments: Sequence[table_pb2.DataFragment],
     rebase_fragment_ids: frozenset[int],
     initial_fragments: FragmentLookup | None,
-) -> Transaction | Conflict:
+    read_dv: DeletionReader,
+    new_id: Callable[[], int] = lambda: secrets.randbits(64),
+) -> Rebased | Conflict:
     """Move ``txn`` onto ``latest_version`` (whose fragment list is ``latest_fragments``).
 
     ``rebase_fragment_ids`` are the fragments :func:`~txn_engine.conflicts.detect.check`
-    marked (rule D1). Returns the rebased transaction, or a retryable ``Conflict`` when my
-    affected rows clash with rows the latest version already deleted. Writes one ``.bin``
-    deletion file per merged fragment (nothing when there is nothing to merge).
+    marked (rule D1). Returns the rebased transaction with one ``.bin`` deletion file per
+    merged fragment to write (none when there is nothing to merge; ids from ``new_id``), or a
+    retryable ``Conflict`` when my affected rows clash with rows the latest version already
+    deleted.
     """
     op = txn.operation
     if not isinstance(op, (Delete, Update)):
-        return txn
+        return Rebased(txn)
     if not rebase_fragment_ids:
-        return txn.with_read_version(latest_version)
+        return Rebased(txn.with_read_version(latest_version))
     affected = op.affected_rows
     if affected is None or initial_fragments is None:  # D1 never marks fragments then
         raise ValueError("rebasing deletion vectors needs affected_rows and initial fragments")
     new_files: dict[int, DeletionFile] = {}
+    writes: list[PendingDeletionFile] = []
     now_empty: list[int] = []
     for fid in sorted(rebase_fragment_ids):
         latest = find_fragment(latest_fragments, fid)
         if latest is None:
             return _conflict(txn, latest_version, f"fragment {fid} no longer exists", [fid], ())
-        existing = _pb_dv(storage, latest)
+        existing = _pb_dv(read_dv, latest)
         mine = fragment_offsets(affected, fid)
         clash = existing & mine
         if clash:
@@ -249,7 +283,13 @@ def rebase(
         if physical and len(merged) >= physical:
             now_empty.append(fid)
             continue
-        pb = write_deletion_vector(storage, fid, latest_version, merged, encoding="bitmap")
+        pb = table_pb2.DeletionFile(
+            file_type=table_pb2.DeletionFile.BITMAP,
+            read_version=latest_version,
+            id=new_id(),
+            num_deleted_rows=len(merged),
+        )
+        writes.append(PendingDeletionFile(fid, pb, encode_bitmap_deletions(merged)))
         new_files[fid] = DeletionFile.from_proto(pb)
     updated = tuple(
         attrs.evolve(f, deletion_file=new_files[f.id]) if f.id in new_files else f
@@ -263,7 +303,7 @@ def rebase(
     else:
         ids = _extend(op.removed_fragment_ids, now_empty)
         new_op = attrs.evolve(op, updated_fragments=updated, removed_fragment_ids=ids)
-    return attrs.evolve(txn, read_version=latest_version, operation=new_op)
+    return Rebased(attrs.evolve(txn, read_version=latest_version, operation=new_op), tuple(writes))
 
 
 def _extend(ids: tuple[int, ...], more: list[int]) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from pyroaring import BitMap
 
 from txn_engine._proto import file_pb2, table_pb2
 from txn_engine._version import __version__
-from txn_engine.errors import InvalidOperationError
+from txn_engine.errors import InvalidOperationError, LimitExceededError
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS, compute_feature_flags
 from txn_engine.format.rowids import (
     decode_row_id_sequence,
@@ -897,6 +897,12 @@ def build_manifest(
         indices = retain_relevant_indices(indices, _schema_ids(m.fields), m.fragments)
     if len(m.fragments):
         top = m.fragments[-1].id
+        if top > 0xFFFFFFFF:  # Manifest.max_fragment_id is a u32
+            raise LimitExceededError(
+                f"fragment id {top} does not fit the manifest's u32 max_fragment_id "
+                "(fragment ids exhausted)",
+                limit="max_fragment_id",
+            )
         m.max_fragment_id = max(m.max_fragment_id, top) if m.HasField("max_fragment_id") else top
     if not m.HasField("data_format"):
         m.data_format.file_format = "lance"

@@ -21,7 +21,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from pyroaring import BitMap
 
-from txn_engine._proto import table_pb2, transaction_pb2
+from txn_engine._proto import file_pb2, table_pb2, transaction_pb2
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     CorruptDeletionFileError,
@@ -427,3 +427,27 @@ def test_unknown_deletion_file_type_in_a_transaction_is_a_format_error() -> None
     frag.deletion_file.file_type = 127  # type: ignore[assignment]
     with pytest.raises(CorruptDeletionFileError, match="type 127"):
         transaction_from_proto(txn)
+
+
+def test_commit_on_exhausted_fragment_ids_is_a_typed_error() -> None:
+    # found by the fuzz suite: a manifest whose max_fragment_id is u32::MAX made the next
+    # Append's builder raise protobuf's bare ValueError("Value out of range") from commit
+    from txn_engine.commit import commit
+    from txn_engine.model import DataFile, Fragment
+    from txn_engine.ops import Append
+    from txn_engine.transaction import Transaction
+
+    storage = MemoryStorage()
+    frag = table_pb2.DataFragment(id=0, physical_rows=3)
+    frag.files.add(path="0.lance", fields=[0], column_indices=[0], file_major_version=2)
+    m = table_pb2.Manifest(version=1, fragments=[frag], max_fragment_id=0xFFFFFFFF)
+    m.fields.add(name="a", id=0, parent_id=-1, logical_type="int64", type=file_pb2.Field.LEAF)
+    m.writer_version.library = "txn_engine"
+    m.data_format.file_format = "lance"
+    m.data_format.version = "2.0"
+    txn = transaction_pb2.Transaction(read_version=0, uuid=UUID)
+    txn.overwrite.SetInParent()
+    storage.put_if_absent(manifest_path(1, NamingScheme.V2), encode_manifest_file(m, (), txn))
+    new = Fragment(0, (DataFile("1.lance", (0,), (0,), 2, 0, 10),), 3)
+    with pytest.raises(LimitExceededError, match="max_fragment_id"):
+        commit(storage, Transaction(1, Append([new])))

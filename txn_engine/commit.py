@@ -64,7 +64,7 @@ from txn_engine.conflicts.lineage import descends_from
 from txn_engine.conflicts.matrix import Outcome
 from txn_engine.conflicts.planner import Winner, plan_retry
 from txn_engine.conflicts.rebase import ConflictOptions, find_fragment
-from txn_engine.dataset import Dataset
+from txn_engine.dataset import Dataset, as_base
 from txn_engine.errors import (
     AtomicityUnsupportedError,
     CommitStateUnknownError,
@@ -99,6 +99,7 @@ from txn_engine.format.naming import (
     transaction_file_name,
     transaction_path,
 )
+from txn_engine.interop import as_transaction
 from txn_engine.model import Fragment
 from txn_engine.ops import Clone, Restore
 from txn_engine.retry import RetryBudget, RetryPolicy
@@ -420,17 +421,20 @@ def _source_entry(source: Storage, version: int) -> VersionEntry:
 
 def commit(
     uri_or_storage: _Uri,
-    transaction: Transaction,
+    transaction: Transaction | Any,
     *,
     storage_options: Mapping[str, Any] | None = None,
     retry_policy: RetryPolicy | None = None,
     naming: NamingScheme | None = None,
     conflict_options: ConflictOptions | None = None,
-    base: Dataset | ManifestFile | None = None,
+    base: Dataset | ManifestFile | Any | None = None,
     timestamp_ns: int | None = None,
     enable_stable_row_ids: bool = False,
 ) -> CommitResult:
     """Commit ``transaction`` to the dataset at ``uri_or_storage``; return where it landed.
+
+    ``transaction`` is a :class:`~txn_engine.transaction.Transaction` or pylance's own
+    (``read_transaction``, any ``*_uncommitted`` call), converted on the way in.
 
     * ``retry_policy``: attempts / deadline / backoff when losing the race for a version
       (default :class:`RetryPolicy`: 50 attempts, slot backoff with quadratic growth;
@@ -439,7 +443,8 @@ def commit(
       existing dataset keeps its scheme.
     * ``conflict_options``: opt-in rules more permissive than Lance (default: none).
     * ``base``: the manifest at ``transaction.read_version`` if the caller has it (a
-      :class:`~txn_engine.dataset.Dataset` or ManifestFile), saving one read.
+      :class:`~txn_engine.dataset.Dataset`, a ManifestFile, or pylance's ``LanceDataset``).
+      With a Dataset the first attempt creates the next version without listing.
     * ``timestamp_ns``: the manifest timestamp (default: now).
     * ``enable_stable_row_ids``: only when creating a dataset (it cannot be switched on
       later; an existing dataset keeps its setting).
@@ -451,6 +456,8 @@ def commit(
     StorageError (before the manifest create: nothing landed).
     """
     storage = open_storage(uri_or_storage, storage_options)
+    transaction = as_transaction(transaction)  # pylance's Transaction is accepted too
+    base = as_base(base)
     policy = retry_policy or RetryPolicy()
     if transaction.read_version == 0 or isinstance(transaction.operation, Clone):
         return _commit_new(storage, transaction, naming, timestamp_ns, enable_stable_row_ids)
@@ -725,7 +732,7 @@ def replan_and_commit(
     while True:
         budget.start_attempt()
         snapshot = Dataset.open(storage)
-        txn = plan(snapshot)
+        txn = as_transaction(plan(snapshot))
         try:
             return commit(
                 storage,

@@ -23,6 +23,7 @@ from txn_engine.errors import (
     CorruptDeletionFileError,
     DataFileError,
     FormatError,
+    InvalidOperationError,
     TxnEngineError,
 )
 from txn_engine.format.datafile import legacy_row_count
@@ -35,6 +36,7 @@ from txn_engine.format.io import (
 )
 from txn_engine.format.manifest_file import ManifestFile
 from txn_engine.format.naming import NamingScheme, VersionEntry, list_versions
+from txn_engine.interop import is_pylance
 from txn_engine.model import Fragment
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from txn_engine.format.refs import Branch, Tag
     from txn_engine.transaction import Transaction
 
-__all__ = ["Dataset", "VersionInfo", "operation_name", "version_history"]
+__all__ = ["Dataset", "VersionInfo", "as_base", "operation_name", "version_history"]
 
 
 def operation_name(txn: transaction_pb2.Transaction) -> str | None:
@@ -59,7 +61,6 @@ def operation_name(txn: transaction_pb2.Transaction) -> str | None:
 
 def _tagged_version(storage: Storage, tag: str) -> int:
     """The main-line version tag ``tag`` names (VersionNotFoundError if none)."""
-    from txn_engine.errors import InvalidOperationError
     from txn_engine.format.refs import read_tag
 
     found = read_tag(storage, tag)
@@ -417,4 +418,19 @@ def _unreadable(entry: VersionEntry, exc: TxnEngineError) -> VersionInfo:
         tag="",
         manifest_name=entry.name,
         error=f"{type(exc).__name__}: {exc}",
+    )
+
+
+def as_base(value: object) -> Dataset | ManifestFile | None:
+    """What ``commit(base=...)`` takes: a :class:`Dataset`, a ManifestFile, None, or a
+    pylance ``LanceDataset`` (opened with txn_engine at the same version). Anything else
+    raises InvalidOperationError."""
+    if value is None or isinstance(value, (Dataset, ManifestFile)):
+        return value
+    if is_pylance(value, "LanceDataset"):
+        v: Any = value
+        return Dataset.open(str(v.uri), version=int(v.version))
+    raise InvalidOperationError(
+        f"expected a txn_engine.Dataset or a pylance LanceDataset as base, got "
+        f"{type(value).__module__}.{type(value).__qualname__}"
     )

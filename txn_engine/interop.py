@@ -11,7 +11,8 @@ pylance 14                             txn_engine
 ``lance.dataset.Transaction``          :class:`~txn_engine.transaction.Transaction`
 ``lance.dataset.Index``                :class:`~txn_engine.model.IndexMetadata`
 ``LanceSchema`` / ``pyarrow.Schema``   a tuple of :class:`~txn_engine.model.LanceField`
-``LanceDataset``                       :class:`~txn_engine.dataset.Dataset` (``base=``)
+``LanceDataset``                       :class:`~txn_engine.dataset.Dataset` (``base=``;
+                                       :func:`txn_engine.dataset.as_base`)
 =====================================  ==========================================
 
 Anything else is refused right there with :class:`~txn_engine.errors.InvalidOperationError`
@@ -36,13 +37,10 @@ from txn_engine.model import (
 )
 
 if TYPE_CHECKING:
-    from txn_engine.dataset import Dataset
-    from txn_engine.format.manifest_file import ManifestFile
     from txn_engine.ops import Operation, UpdateMap
     from txn_engine.transaction import Transaction
 
 __all__ = [
-    "as_base",
     "as_data_file",
     "as_fields",
     "as_fragment",
@@ -386,17 +384,3 @@ def as_transaction(value: object) -> Transaction:
             properties=dict(v.transaction_properties or {}),
         )
     raise _refuse("a txn_engine.Transaction or a pylance Transaction", value)
-
-
-def as_base(value: object) -> Dataset | ManifestFile | None:
-    """``commit(base=...)``: a :class:`~txn_engine.dataset.Dataset`, a ManifestFile, None,
-    or a pylance ``LanceDataset`` (opened with txn_engine at the same version)."""
-    from txn_engine.dataset import Dataset
-    from txn_engine.format.manifest_file import ManifestFile
-
-    if value is None or isinstance(value, (Dataset, ManifestFile)):
-        return value
-    if is_pylance(value, "LanceDataset"):
-        v: Any = value
-        return Dataset.open(str(v.uri), version=int(v.version))
-    raise _refuse("a txn_engine.Dataset or a pylance LanceDataset", value)

@@ -64,9 +64,6 @@ KNOWN: dict[tuple[str, str], str] = {
         "the external manifest store still recognises manifest paths inside the Storage "
         "protocol; it moves above format with the commit-handler seam"
     ),
-    ("txn_engine.interop", "txn_engine.dataset"): (
-        "pylance's LanceDataset as base= is converted to a Dataset in the interop module"
-    ),
 }
 
 

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import os
 import struct
+import tempfile
 import time
 import tracemalloc
 import uuid
@@ -57,7 +60,7 @@ from txn_engine.format.naming import list_versions
 from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
 from txn_engine.ops import Append, Delete, Overwrite
 from txn_engine.retry import RetryPolicy
-from txn_engine.storage import MemoryStorage
+from txn_engine.storage import LocalStorage, MemoryStorage
 from txn_engine.storage.base import Storage
 from txn_engine.transaction import Transaction
 from txn_engine.verify import verify
@@ -69,8 +72,8 @@ MEMORY_FACTOR = 64
 MEMORY_BASE = 24 << 20
 _PROFILE_EXAMPLES = settings().max_examples
 FUZZ = settings(
-    # dev/ci: at most 60 per property (seconds each); nightly digs as deep as its profile
-    max_examples=_PROFILE_EXAMPLES if _PROFILE_EXAMPLES > 100 else min(_PROFILE_EXAMPLES, 60),
+    # dev/ci: at most 40 per property (seconds each); nightly digs as deep as its profile
+    max_examples=_PROFILE_EXAMPLES if _PROFILE_EXAMPLES > 100 else min(_PROFILE_EXAMPLES, 40),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -150,12 +153,26 @@ def _policy() -> RetryPolicy:
     return RetryPolicy(max_attempts=3, sleep=lambda _s: None, randbelow=lambda _n: 0)
 
 
-def exercise(seed: Seed, replace: Mapping[str, bytes] | None = None) -> None:
-    """Every public read path over a copy of ``seed`` with ``replace`` applied."""
-    size = sum(len(v) for v in {**seed, **(replace or {})}.values())
+def exercise(
+    seed: Seed, replace: Mapping[str, bytes] | None = None, *, local: bool = False
+) -> None:
+    """Every public read path over a copy of ``seed`` with ``replace`` applied, in memory
+    or (``local``) in files on local disk."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _exercise(seed, replace, tmp if local else None)
 
-    def storage() -> MemoryStorage:
-        return storage_from(seed, replace)
+
+def _exercise(seed: Seed, replace: Mapping[str, bytes] | None, tmp: str | None) -> None:
+    size = sum(len(v) for v in {**seed, **(replace or {})}.values())
+    copies = itertools.count()
+
+    def storage() -> Storage:
+        if tmp is None:
+            return storage_from(seed, replace)
+        local = LocalStorage(os.path.join(tmp, str(next(copies))), fsync=False)
+        for path, blob in {**seed, **(replace or {})}.items():
+            local.put(path, blob)
+        return local
 
     def dataset_paths() -> None:
         ds = Dataset.open(storage())
@@ -346,7 +363,18 @@ def reassemble(prefix: bytes, manifest: bytes) -> bytes:
 
 def fuzz_manifest_bytes(seed: Seed, data: st.DataObject) -> None:
     path = data.draw(st.sampled_from(paths(seed, "_versions", ".manifest")))
-    exercise(seed, {path: data.draw(byte_mutations(seed[path]))})
+    blob = seed[path]
+    target = data.draw(st.sampled_from(["anywhere", "footer position", "length prefix"]))
+    if target == "anywhere":
+        blob = data.draw(byte_mutations(blob))
+    elif target == "footer position":  # huge or "negative" (as i64) manifest position
+        value = data.draw(st.sampled_from(EXTREMES))
+        blob = blob[:-FOOTER_SIZE] + struct.pack("<Q", value) + blob[-8:]
+    else:  # the manifest's own u32 length prefix declares up to 4 GiB
+        (pos,) = struct.unpack_from("<Q", blob, len(blob) - FOOTER_SIZE)
+        value = data.draw(st.sampled_from(EXTREMES)) & 0xFFFFFFFF
+        blob = blob[:pos] + struct.pack("<I", value) + blob[pos + 4 :]
+    exercise(seed, {path: blob}, local=data.draw(st.booleans()))
 
 
 def fuzz_manifest_protobuf(seed: Seed, data: st.DataObject) -> None:
@@ -357,7 +385,7 @@ def fuzz_manifest_protobuf(seed: Seed, data: st.DataObject) -> None:
         prefix = struct.pack("<I", len(prefix)) + prefix
     else:
         manifest = data.draw(protobuf_mutations(manifest))
-    exercise(seed, {path: reassemble(prefix, manifest)})
+    exercise(seed, {path: reassemble(prefix, manifest)}, local=data.draw(st.booleans()))
 
 
 def fuzz_transaction_files(seed: Seed, data: st.DataObject) -> None:
@@ -378,6 +406,7 @@ def fuzz_transaction_files(seed: Seed, data: st.DataObject) -> None:
     exercise(
         seed,
         {path: reassemble(b"", m.SerializeToString()), txn_path: data.draw(mutate(blob))},
+        local=data.draw(st.booleans()),
     )
 
 
@@ -445,7 +474,7 @@ def fuzz_deletion_files(seed: Seed, data: st.DataObject) -> None:
     df = frag.deletion_file
     new_path = f"_deletions/{frag.id}-{df.read_version}-{df.id}.{ext}"
     replace = {latest: reassemble(prefix, m.SerializeToString()), new_path: blob}
-    exercise(seed, replace)
+    exercise(seed, replace, local=data.draw(st.booleans()))
     for rows in (None, 10, 2**40):
         bounded(
             lambda rows=rows: decode_deletion_file(blob, file_type, physical_rows=rows),
@@ -488,7 +517,7 @@ def fuzz_version_listing(seed: Seed, data: st.DataObject) -> None:
         name = data.draw(version_names())
         content = data.draw(st.one_of(st.just(b""), st.binary(max_size=64), st.sampled_from(real)))
         extra[f"_versions/{name}"] = content
-    exercise(seed, extra)
+    exercise(seed, extra, local=data.draw(st.booleans()))
 
 
 @FUZZ
@@ -532,3 +561,4 @@ def test_seed_reads_cleanly() -> None:
     assert [v.operation for v in ds.versions()] == ["Overwrite", "Append", "Delete", "Delete"]
     assert verify(storage_from(seed), deep=True).ok
     exercise(seed)
+    exercise(seed, local=True)

@@ -26,6 +26,7 @@ import txn_engine as te
 from txn_engine.dataset import Dataset
 from txn_engine.errors import InvalidOperationError
 from txn_engine.format.deletion import deletion_file_path
+from txn_engine.lease import read_leases
 from txn_engine.ops import Delete, Update
 from txn_engine.spark import DmlResult, delete, merge, update
 from txn_engine.spark._dml import DML_STAGING_DIR
@@ -227,11 +228,32 @@ def test_update_equals_pylance(spark: Any, tmp_path: Any) -> None:
     assert_no_leftovers(uri)
 
 
+def test_update_keeps_stable_row_ids_as_pylance(spark: Any, tmp_path: Any) -> None:
+    uri = str(tmp_path / "stable.lance")
+    lance.write_dataset(rows(60), uri, max_rows_per_file=20, enable_stable_row_ids=True)
+    oracle = copy(uri, "oracle.lance")
+    lance.dataset(oracle).update({"score": "score + 100"}, where="id % 3 = 0")
+
+    update(spark, uri, set={"score": "score + 100"}, where="id % 3 = 0")
+
+    def by_row_id(path: str) -> dict[int, tuple[Any, ...]]:
+        table = lance.dataset(path).to_table(with_row_id=True).to_pydict()
+        return {
+            rid: (i, n, s)
+            for rid, i, n, s in zip(
+                table["_rowid"], table["id"], table["name"], table["score"], strict=True
+            )
+        }
+
+    assert by_row_id(uri) == by_row_id(oracle)
+    assert_no_leftovers(uri)
+
+
 @pytest.mark.parametrize(
     ("when_matched", "when_not_matched"), [("update", "insert"), ("delete", None)]
 )
 def test_merge_equals_pylance_merge_insert(
-    spark: Any, tmp_path: Any, when_matched: str, when_not_matched: str | None
+    spark: Any, tmp_path: Any, when_matched: Any, when_not_matched: Any
 ) -> None:
     uri = make_table(tmp_path)
     oracle = copy(uri, "oracle.lance")
@@ -253,7 +275,7 @@ def test_merge_equals_pylance_merge_insert(
         uri,
         on="id",
         when_matched=when_matched,
-        when_not_matched=when_not_matched,  # type: ignore[arg-type]
+        when_not_matched=when_not_matched,
     )
 
     assert content(uri) == content(oracle)
@@ -285,6 +307,8 @@ def test_concurrent_disjoint_deletes_in_one_fragment_all_land(spark: Any, tmp_pa
     )
     wait_started(control, errors)
     pinned = lance.dataset(uri).version
+    # the plan holds a lease on its read version until the commit is decided
+    assert [x.version for x in read_leases(open_storage(uri))] == [pinned]
     lance.dataset(uri).delete("id < 10")
     te.open(uri).delete("id >= 40 AND id < 50")
     open(os.path.join(control, "go"), "w").close()

@@ -388,6 +388,33 @@ def test_concurrent_spark_merges_insert_a_new_key_once(spark: Any, tmp_path: Any
     assert_no_leftovers(uri)
 
 
+def test_spark_merge_and_python_merge_insert_same_new_key(spark: Any, tmp_path: Any) -> None:
+    """txn_engine's Python writer upserts key 500 while a Spark merge that inserts it is
+    held: the Spark merge re-plans (the Python upsert's key record) and updates the row."""
+    uri = make_table(tmp_path, n=40, per_file=40)
+    control = str(tmp_path / "gate")
+    os.mkdir(control)
+    src = spark.createDataFrame([(500, "spark", 1.0)], "id long, name string, score double")
+    thread, out, errors = in_thread(lambda: merge(src, uri, on="id", task_hook=gate_hook(control)))
+    wait_started(control, errors)
+    te.open(uri).merge_insert(
+        pa.table({"id": pa.array([500], pa.int64()), "name": ["python"], "score": [2.0]}),
+        on="id",
+    )
+    open(os.path.join(control, "go"), "w").close()
+    result = join(thread, out, errors)
+
+    assert lance.dataset(uri).to_table(filter="id = 500").to_pydict() == {
+        "id": [500],
+        "name": ["spark"],
+        "score": [1.0],
+    }
+    assert result.attempts == 2
+    assert result.rows_updated == 1
+    assert result.rows_inserted == 0
+    assert_no_leftovers(uri)
+
+
 # --------------------------------------------------------------------------- failures
 
 

@@ -29,7 +29,7 @@ Each call
 4. on a retryable conflict (the same rows were changed concurrently, a fragment was
    rewritten, a concurrent upsert inserted one of this merge's new keys, ...) re-plans the
    whole operation at the latest version (a new Spark job) within ``retry_policy``
-   (default :meth:`RetryPolicy.replanning`).
+   (default :data:`DML_RETRY_POLICY`: 10 re-plans, 30 minutes).
 
 Files written by a plan that did not land (a failed task, a failed job, a preempted attempt)
 are deleted by the driver; nothing is committed then. A commit whose outcome is unknown
@@ -86,7 +86,7 @@ from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 from txn_engine.transaction import Transaction
 
-__all__ = ["DML_STAGING_DIR", "DmlResult", "delete", "merge", "update"]
+__all__ = ["DML_RETRY_POLICY", "DML_STAGING_DIR", "DmlResult", "delete", "merge", "update"]
 
 _log = logging.getLogger("txn_engine.spark")
 
@@ -100,6 +100,10 @@ _ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): .
 _OWNER = f"txn_engine.spark.dml:{os.getpid()}"
 _ROWADDR = "_rowaddr"
 _PART = "_txn_part"
+
+#: Default re-planning budget: 11 plans (10 re-plans) within 30 minutes. Lance's 30 s
+#: (:meth:`RetryPolicy.replanning`) is for planning in process; here each plan is a Spark job.
+DML_RETRY_POLICY = RetryPolicy(max_attempts=11, deadline=1800.0)
 
 MatchedAction = Literal["update", "delete"]
 NotMatchedAction = Literal["insert"]
@@ -159,10 +163,11 @@ def delete(
     A condition matching nothing still commits a version, as pylance does.
 
     ``storage_options`` are txn_engine's (and pylance's, unless ``lance_storage_options``
-    are given); ``retry_policy`` is the re-planning budget, ``commit_retry_policy`` the
-    budget of each commit. ``max_tasks`` caps the number of tasks (fragments are grouped
-    round-robin beyond it). ``task_hook(partition)`` runs on the executor at the start of
-    every task (fault injection in tests). Raises InvalidOperationError for a bad condition
+    are given); ``retry_policy`` is the re-planning budget (default
+    :data:`DML_RETRY_POLICY`), ``commit_retry_policy`` the budget of each commit.
+    ``max_tasks`` caps the number of tasks (fragments are grouped round-robin beyond it).
+    ``task_hook(partition)`` runs on the executor at the start of every task (fault
+    injection in tests). Raises InvalidOperationError for a bad condition
     or a failed job (nothing committed, its files removed), RetriesExhaustedError when
     concurrent writers kept preempting it, and the other commit errors.
     """
@@ -415,7 +420,7 @@ class _Context:
                 committed: CommitResult = replan_and_commit(
                     storage,
                     planned,
-                    retry_policy=self.retry_policy,
+                    retry_policy=self.retry_policy or DML_RETRY_POLICY,
                     commit_retry_policy=self.commit_retry_policy,
                     conflict_options=self.conflict_options,
                 )

@@ -16,17 +16,18 @@ Everything lives under ``$TXN_ENGINE_HISTORICAL_CACHE`` (default
 dependencies), ``<release>/tables/<name>`` (the tables) and a ``.done`` marker per venv and per
 table holding a hash of its recipe. A second run finds the markers and neither reinstalls nor
 regenerates (well under a second); a changed recipe regenerates only what changed. A cold run
-installs six releases (pip's own cache makes repeated installs cheap) and writes the tables,
-about two minutes on 2 cores with a warm pip cache. Runs take a file lock, so parallel test
+installs eight releases, three at a time (pip's own cache makes repeated installs cheaper),
+then writes the tables (measured times below). Runs take a file lock, so parallel test
 workers wait for one another instead of racing. Needs network access to the package index only
 on a cold run.
 
-Releases and what their tables cover (all on Python 3.11; every release's wheel is abi3, the
-pins are the pyarrow / numpy of its era, since old wheels break against numpy 2):
+Releases and what their tables cover (all on Python 3.11; every release's wheel is abi3; the
+pins are the pyarrow / numpy of its era: 0.10.5 itself requires pyarrow < 15.0.1 and 0.15.0
+numpy < 2, and an era's pyarrow keeps the old writers on the code paths they were tested on):
 
 * 0.3.19 (pyarrow 12.0.1, numpy < 2, pandas < 2.1; the oldest release on the index): the
-  oldest manifest layout (no fragment ids on disk, no feature flags, no index section,
-  no ``physical_rows``), ``_latest.manifest``, create / append / overwrite.
+  oldest manifest layout (no feature flags, no index section, no ``physical_rows``),
+  ``_latest.manifest``, create / append / overwrite.
 * 0.5.9 (pyarrow 12.0.1, numpy < 2, pandas < 2.1): V1 manifest naming (``_versions/N.manifest``)
   with ``_latest.manifest``; manifests without ``data_format``, ``writer_version``,
   ``physical_rows`` or transaction files; legacy Arrow (``.arrow``) deletion files; an IVF_PQ
@@ -50,14 +51,15 @@ pins are the pyarrow / numpy of its era, since old wheels break against numpy 2)
 Every release on the index down to 0.3.19 installs on this Python 3.11 machine (measured:
 ``pip download --no-deps`` finds an abi3 manylinux wheel for 0.3.19, 0.4.21, 0.5.9, 0.6.5,
 0.7.5, 0.8.0, 0.8.14, 0.10.5, 0.15.0, 0.18.2, 0.20.0, 0.27.1, 0.36.0, and 0.3.19 / 0.4.21 /
-0.5.9 / 0.7.5 / 0.8.0 / 0.8.14 install and write with the pins above; none failed). 0.4.21
-(0.3.19's layout plus fragment ids, no deletions yet) and the releases after 0.27 add nothing
-the tables above do not cover for txn_engine and would lengthen a cold run by an install each.
+0.5.9 / 0.7.5 / 0.8.0 / 0.8.14 / 0.10.5 / 0.15.0 install and write with the pins above; none
+failed). 0.4.21 (0.3.19's manifest plus an index section, no deletions yet) and the releases
+after 0.27 add nothing the tables above do not cover for txn_engine and would lengthen a cold
+run by an install each.
 
-Measured on 2 shared cores: cold (nothing cached, warm pip cache) about 5 minutes, dominated
-by the installs (three at a time); warm 0.4 s. ``--drop-venvs`` removes the installed releases
-after the tables are written (about 400 MB each); the tables stay cached and are regenerated
-only if their recipe changes.
+Measured on 2 shared, heavily loaded cores (load average 12-14): cold, seven releases 5 min
+18 s and 0.3.19 alone 70 s more, nearly all of it the installs; warm 0.4 s.
+``--drop-venvs`` removes the installed releases after the tables are written (about 400 MB
+each); the tables stay cached and are regenerated only if their recipe changes.
 """
 
 from __future__ import annotations

@@ -248,6 +248,11 @@ def test_local_fsyncs_file_and_directory(tmp_path: Path, monkeypatch: pytest.Mon
     assert len(synced) == 4
     LocalStorage(tmp_path, no_fsync_prefixes=()).put("_transactions/2-u.txn", b"x")
     assert len(synced) == 6
+    # leases protect processes of this machine, which a power cut ends too: no fsync
+    LocalStorage(tmp_path).put("_txn_engine/leases/u.json", b"{}")
+    assert len(synced) == 6
+    LocalStorage(tmp_path).put("_txn_engine/other.json", b"{}")  # anything else is synced
+    assert len(synced) == 8
 
 
 def test_local_without_hard_links_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

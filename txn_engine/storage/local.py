@@ -136,10 +136,13 @@ class LocalStorage:
     directories). Pass ``fsync=False`` to skip the file and directory fsyncs (faster, but a
     power loss may lose acknowledged commits; fine for tests and scratch data).
 
-    Files under ``no_fsync_prefixes`` (default ``_transactions/``) are written without
-    fsync even then: a ``.txn`` file is a redundant copy of the transaction every manifest
-    carries inline (which is what txn_engine and pylance 14 read), so losing one to a power
-    cut loses nothing, while its two fsyncs would sit inside every commit's race window.
+    Files under ``no_fsync_prefixes`` (default ``_transactions/`` and
+    ``_txn_engine/leases/``) are written without fsync even then: a ``.txn`` file is a
+    redundant copy of the transaction every manifest carries inline (which is what txn_engine
+    and pylance 14 read), so losing one to a power cut loses nothing, while its two fsyncs
+    would sit inside every commit's race window; a lease protects a writer or reader running
+    on this machine, which a power cut ends too (its two fsyncs were 3/4 of a writer-API
+    append: 40 ms -> 10 ms measured).
 
     Directories are not objects: :meth:`exists` is ``False`` for them, :meth:`get` raises
     :class:`~txn_engine.errors.ObjectNotFoundError`, and :meth:`list` names files only.
@@ -158,7 +161,7 @@ class LocalStorage:
         root: str | os.PathLike[str],
         *,
         fsync: bool = True,
-        no_fsync_prefixes: tuple[str, ...] = ("_transactions/",),
+        no_fsync_prefixes: tuple[str, ...] = ("_transactions/", "_txn_engine/leases/"),
     ) -> None:
         self._uri = os.fspath(root)
         self._root = local_path_from_uri(root)

@@ -49,11 +49,16 @@ __all__ = [
     "DmlResult",
     "FRAGMENT_COLUMN",
     "STAGING_DIR",
+    "STREAMS_DIR",
+    "STREAM_BATCH_ID_PROPERTY",
+    "STREAM_QUERY_ID_PROPERTY",
     "WRITE_ID_PROPERTY",
     "FragmentCollector",
     "SparkCommitResult",
+    "StreamProgress",
     "SweepResult",
     "TxnLanceDataSource",
+    "TxnLanceStreamWriter",
     "TxnLanceWriter",
     "WriteMode",
     "WriteOptions",
@@ -63,6 +68,7 @@ __all__ = [
     "find_write",
     "merge",
     "parse_write_options",
+    "read_progress",
     "register",
     "sweep_staged_writes",
     "update",
@@ -113,4 +119,19 @@ def __getattr__(name: str) -> Any:
         from txn_engine.spark import _datasource
 
         return getattr(_datasource, name)
+    if name in _STREAM_NAMES:
+        from txn_engine.spark import _stream
+
+        return getattr(_stream, name)
     raise AttributeError(f"module 'txn_engine.spark' has no attribute {name!r}")
+
+
+# the streaming sink (``writeStream.format("txn_lance")``, see docs/spark.md) imports pyspark
+_STREAM_NAMES = (
+    "STREAMS_DIR",
+    "STREAM_BATCH_ID_PROPERTY",
+    "STREAM_QUERY_ID_PROPERTY",
+    "StreamProgress",
+    "TxnLanceStreamWriter",
+    "read_progress",
+)

@@ -1,10 +1,11 @@
-"""The ``txn_lance`` PySpark data source (batch reads and writes).
+"""The ``txn_lance`` PySpark data source (batch reads and writes, and a streaming sink).
 
 ``register(spark)`` once per session, then::
 
     df.write.format("txn_lance").mode("append").save(uri)
     df.write.format("txn_lance").mode("overwrite").option("max_rows_per_file", 100_000).save(uri)
     spark.read.format("txn_lance").option("version", 3).load(uri)
+    df.writeStream.format("txn_lance").option("checkpointLocation", ckpt).start(uri)
 
 Reads: :meth:`TxnLanceDataSource.schema` pins the version when the DataFrame is created
 (``load()``), :meth:`TxnLanceDataSource.reader` reads that version's manifest once and

@@ -800,15 +800,14 @@ def run(
                 flush=True,
             )
             results["stores"].append(entry)
+            # written after every store: a long run interrupted keeps what it measured
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "object_stores.json").write_text(json.dumps(results, indent=2))
+            plots = plots_dir or out_dir
+            plots.mkdir(parents=True, exist_ok=True)
+            plot(entry, plots / f"object_store_{_slug(entry['store'])}.png")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "object_stores.json").write_text(json.dumps(results, indent=2))
-    plots = plots_dir or out_dir
-    plots.mkdir(parents=True, exist_ok=True)
-    for entry in results["stores"]:
-        if "append_latency" in entry:
-            plot(entry, plots / f"object_store_{_slug(entry['store'])}.png")
     return results
 
 

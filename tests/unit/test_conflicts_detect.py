@@ -1,13 +1,16 @@
 """Detection over attrs operations: the 29 measured pylance-14 scenarios, every predicate.
 
-``MEASURED`` is the pylance 14.0.2 conflict matrix (rows: mine = B, committed second;
-columns: other = A, committed first; Y lands, R retryable, X incompatible, E another error
-raised while building the manifest -- detection itself finds no conflict there).
+``MEASURED`` is the pylance 14.0.2 conflict matrix, read from ``tests/data/pylance14_matrix.json``
+(rows: mine = B, committed second; columns: other = A, committed first; Y lands, R retryable,
+X incompatible, E another error raised while building the manifest -- detection itself finds
+no conflict there).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 
 import pytest
 from pyroaring import BitMap64
@@ -58,37 +61,10 @@ from txn_engine.transaction import Transaction
 
 READ_VERSION = 1
 
-MEASURED = {
-    "Append": "YYYYYYYXYYYYYYRYRYXYYYYYYYYYY",
-    "Delete0": "YRRYRRYXYYYYRYRRYYXYYYYYYYRYR",
-    "Delete0b": "YRRYRRYXYYYYRYRRYYXYYYYYYYRYR",
-    "Delete1": "YYYRYYYXYYYYRYRRYYXYYYYYYYYYY",
-    "DeleteFrag0": "YRRYRRYXYYYYRYRRYYXYYYYYYYRYR",
-    "Update0": "YRRYRRYXYYYYRYRRRYXYYYYYYYRYR",
-    "Update2": "YYYYYYRXYYYYYRRRRYXYYYYYYYYRY",
-    "Overwrite": "YYYYYYYRYYYYYYYYYYYYYYYYYYYYY",
-    "CreateIndex01": "YYYYYYYXRRYYRYYYYYXYYYYYYYYYR",
-    "CreateIndex23": "YYYYYYYXRRYYYRYYYYXYYYYYYYYYR",
-    "CreateIdxVal01": "YYYYYYYXYYRYRYYYYYXYYYYYYYRRY",
-    "CreateIdxIdB01": "YYYYYYYXYYYRRYYYYYXYYYYYYYYYR",
-    "Rewrite01": "YRRRRRYXRYRRRYRRYYXYYYYYYYRYR",
-    "Rewrite23": "YYYYYYRXYRYYYRRRYYXYYYYYYYYRY",
-    "Merge": "RRRRRRRXYYYYRRRRXXXYYYRYYRRRR",
-    "MergeNN": "RRRRRRRXYYYYRRRRXXXYYYRYYRRRR",
-    "Project": "RYYYYRRXYYYYYYRRRRXYYYYYYYRRR",
-    "ProjectNN": "YYYYYYYXYYYYYYRRRRXYYYYYYYYYY",
-    "Restore": "YYYYYYYYYYYYYYYYYYYYYYXYYXYYY",
-    "Cfg_k1": "YYYYYYYYYYYYYYYYYYYXYXYYYYYYY",
-    "Cfg_k2": "YYYYYYYYYYYYYYYYYYYYXYYYYYYYY",
-    "Cfg_k1del": "YYYYYYYYYYYYYYYYYYYXYYYYYYYYY",
-    "CfgSchemaMeta": "YYYYYYYXYYYYYYRRYYXYYYXYYYYYY",
-    "CfgTableMeta": "YYYYYYYYYYYYYYYYYYYYYYYXYYYYY",
-    "CfgTableMeta2": "YYYYYYYYYYYYYYYYYYYYYYYYXYYYY",
-    "CfgFieldMeta": "YYYYYYYXYYYYYYRREEXYYYYYYXYYY",
-    "DataRepl0": "YYYYXRYXYYRYRYRRRXXYYYYYYYRYY",
-    "DataRepl2": "YYYYYYRXYYRYYRRRRXXYYYYYYYYRY",
-    "DataReplId0": "YYYYXRYXRRYRRYRRRYXYYYYYYYYYR",
-}
+#: The measured matrix, one source shared with tests/integration/test_matrix_pylance.py.
+MEASURED: dict[str, str] = json.loads(
+    (Path(__file__).parents[1] / "data" / "pylance14_matrix.json").read_text()
+)["rows"]
 ORDER = list(MEASURED)
 
 SCHEMA = (

@@ -24,12 +24,14 @@ Two more differences fit the schedule to object stores, where a request costs 20
 (measured on moto's S3 behind a proxy adding 25 ms per request, 4-8 writer processes; see
 docs/performance.md):
 
-* the slot count stops growing at ``max_slots`` (default 8: after the first lost race a
-  writer waits at most 7 units). Unbounded, a writer that lost four or five races drew from
-  36-49 slots of a 100-300 ms unit: single sleeps of 2.9 s (4 writers) and 10 s (8 writers),
-  p99 commit latency 9.6 s / 38 s against a median of 0.3 s. On a store, the tail of a
-  contended commit is mostly lost races (a writer that retries must list, read and create
-  while fresh writers need one create), not sleep; a short window keeps losers in the race;
+* the slot count stops growing at ``max_slots`` (default 4, which quadratic growth starts
+  at: a writer waits 0-3 units however often it lost). Unbounded, a writer that lost four or
+  five races drew from 36-49 slots of a 100-300 ms unit: single sleeps of 2.9 s (4 writers)
+  and 10 s (8 writers), p99 commit latency 9-38 s against a median of 0.3 s. On a store the
+  tail of a contended commit is mostly lost races (a writer that retries must list, read and
+  create, while one that just opened the table needs one create), and a growing window only
+  pushes the losers further back: measured with 4 and 8 writers on that store, caps of 4 and
+  8 slots gave p99 of 1.3-5.4 s and 1.4-6.6 s, the unbounded schedule 2.5-21 s;
 * the unit follows the *shortest* attempt so far (``unit_basis="shortest"``), not the first,
   and is at most ``max_unit`` (default 0.2 s). The first attempt also pays one-off costs
   (the store's atomicity probe on the first create in a process, the ``.txn`` copy, and one
@@ -80,8 +82,8 @@ class RetryPolicy:
       requests to an object store); ``None`` = unbounded (Lance).
     * ``slot_growth``: ``"quadratic"`` (default: ``(n + 2)**2`` slots after the n-th lost
       race) or ``"exponential"`` (Lance: ``2**(n + 2)``).
-    * ``max_slots``: the slot count stops growing here (default 8: a writer that lost many
-      races waits at most 7 units, not seconds); ``None`` = unbounded (Lance).
+    * ``max_slots``: the slot count stops growing here (default 4: a writer that lost many
+      races waits at most 3 units, not seconds); ``None`` = unbounded (Lance).
     * ``max_delay``: optional cap of a single sleep, seconds.
     * ``clock`` (monotonic seconds), ``sleep`` and ``randbelow`` (``n -> int in [0, n)``)
       are injectable for tests; they do not take part in equality.
@@ -95,7 +97,7 @@ class RetryPolicy:
     unit_basis: UnitBasis = "shortest"
     max_unit: float | None = 0.2
     slot_growth: SlotGrowth = "quadratic"
-    max_slots: int | None = 8
+    max_slots: int | None = 4
     max_delay: float | None = None
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
     sleep: Callable[[float], None] = attrs.field(default=time.sleep, eq=False, repr=False)

@@ -451,17 +451,26 @@ _DECODERS: Mapping[str, Callable[[T], Operation]] = {
 }
 
 
+def _arm_kind(arm: str) -> str:
+    """Lance's kind name of a ``Transaction.operation`` oneof arm (``create_index`` ->
+    ``CreateIndex``): the name of the operation type it decodes to."""
+    return "".join(part.capitalize() for part in arm.split("_"))
+
+
 #: The ``Transaction.operation`` oneof arm -> the operation kind it decodes to.
-ARM_KINDS: Mapping[str, str] = {
-    arm: "".join(part.capitalize() for part in arm.split("_")) for arm in _DECODERS
-}
+ARM_KINDS: Mapping[str, str] = {arm: _arm_kind(arm) for arm in _DECODERS}
 
 
 def operation_kind_of(pb: T) -> str | None:
-    """The operation kind of a Transaction message without decoding it (None when the
-    arm is empty or unknown)."""
+    """Lance's name of a Transaction message's operation kind (``"Append"``,
+    ``"CreateIndex"``, ...) without decoding it: for a decodable operation, the same name as
+    :func:`txn_engine.ops.operation_kind` of the decoded one. ``None`` when the ``operation``
+    oneof is empty; an arm this library does not decode is named too (pylance 14's
+    ``data_overlay`` is ``"DataOverlay"``)."""
     arm = pb.WhichOneof("operation")
-    return None if arm is None else ARM_KINDS.get(arm)
+    if arm is None:
+        return None
+    return ARM_KINDS.get(arm) or _arm_kind(arm)
 
 
 def decode_operation(pb: T) -> Operation:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from txn_engine._proto import table_pb2, transaction_pb2
+from txn_engine.codec import operation_kind_of
 from txn_engine.errors import (
     CorruptDeletionFileError,
     DataFileError,
@@ -47,16 +48,7 @@ if TYPE_CHECKING:
     from txn_engine.format.refs import Branch, Tag
     from txn_engine.transaction import Transaction
 
-__all__ = ["Dataset", "VersionInfo", "as_base", "operation_name", "version_history"]
-
-
-def operation_name(txn: transaction_pb2.Transaction) -> str | None:
-    """Lance's name of a transaction's operation (``"Append"``, ``"CreateIndex"``, ...),
-    or ``None`` if it carries none this library knows."""
-    field = txn.WhichOneof("operation")
-    if field is None:
-        return None
-    return "".join(part.capitalize() for part in field.split("_"))
+__all__ = ["Dataset", "VersionInfo", "as_base", "version_history"]
 
 
 def _tagged_version(storage: Storage, tag: str) -> int:
@@ -387,7 +379,7 @@ def version_history(
         except TxnEngineError as exc:
             error = str(exc)
         else:
-            op = operation_name(txn)
+            op = operation_kind_of(txn)
             read_version = txn.read_version
             uuid = txn.uuid
         out.append(

@@ -19,9 +19,10 @@ from txn_engine import (
     transaction_to_proto,
 )
 from txn_engine._proto import transaction_pb2
-from txn_engine.codec import decode_operation, encode_operation
+from txn_engine.codec import ARM_KINDS, decode_operation, encode_operation, operation_kind_of
 from txn_engine.errors import FormatError, UnknownOperationError
 from txn_engine.model import MemWal, MemWalId
+from txn_engine.ops import OPERATION_KINDS, operation_kind
 
 UUID = "8c1d8a52-63a5-4b27-9d8c-4f4b1f1c2a10"
 
@@ -61,6 +62,24 @@ def test_absent_or_unknown_operation_is_a_typed_error() -> None:
     with pytest.raises(UnknownOperationError):
         transaction_from_proto(pb)
     assert issubclass(UnknownOperationError, FormatError)
+
+
+def test_operation_kind_of_names_every_arm_without_decoding() -> None:
+    """One naming of operation kinds: a message's kind is the decoded operation's kind,
+    every Lance kind has its arm, and arms this library cannot decode are named too (the
+    history listing shows pylance's DataOverlay versions by name)."""
+    assert sorted(ARM_KINDS.values()) == sorted(OPERATION_KINDS)
+    assert operation_kind_of(transaction_pb2.Transaction()) is None
+    for arm, kind in ARM_KINDS.items():
+        pb = transaction_pb2.Transaction()
+        getattr(pb, arm).SetInParent()
+        assert operation_kind_of(pb) == kind
+        assert operation_kind(decode_operation(pb)) == kind
+    pb = transaction_pb2.Transaction()
+    pb.create_index.SetInParent()
+    assert operation_kind_of(pb) == "CreateIndex"
+    pb.data_overlay.SetInParent()
+    assert operation_kind_of(pb) == "DataOverlay"
 
 
 def test_legacy_rewrite_fields_become_the_first_group() -> None:

@@ -9,7 +9,7 @@ from pyroaring import BitMap
 
 import txn_engine as te
 from txn_engine._proto import table_pb2, transaction_pb2
-from txn_engine.dataset import Dataset, operation_name
+from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     DatasetNotFoundError,
     MixedNamingSchemeError,
@@ -111,15 +111,6 @@ def test_missing_transaction_is_reported_not_raised() -> None:
     assert info.operation is None
     assert info.transaction_error is not None
     assert "no inline transaction" in info.transaction_error
-
-
-def test_operation_names() -> None:
-    t = transaction_pb2.Transaction()
-    assert operation_name(t) is None
-    t.create_index.SetInParent()
-    assert operation_name(t) == "CreateIndex"
-    t.update_mem_wal_state.SetInParent()
-    assert operation_name(t) == "UpdateMemWalState"
 
 
 def test_errors() -> None:

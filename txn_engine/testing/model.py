@@ -52,6 +52,7 @@ from txn_engine.ops import (
     Update,
     UpdateBases,
     UpdateConfig,
+    UpdateMap,
     UpdateMemWalState,
 )
 from txn_engine.storage.base import Storage
@@ -348,11 +349,7 @@ def apply_effect(
             raise EffectError(f"restore of version {effect.version}: contents unknown")
         return history[effect.version]
     elif isinstance(effect, EditConfig):
-        for key, value in effect.entries:
-            if value is None:
-                config.pop(key, None)
-            else:
-                config[key] = value
+        config = UpdateMap(effect.entries).apply(config)
     elif isinstance(effect, NoRowChange):
         return contents
     else:  # pragma: no cover - exhaustive

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from pyroaring import BitMap64
 
+from txn_engine.builder import FRAG_REUSE_INDEX
 from txn_engine.conflicts.detect import (
-    FRAG_REUSE_INDEX_NAME,
     Conflict,
     check,
     detect,
@@ -262,8 +262,8 @@ def test_i1_index_without_bitmap_is_retryable_against_rewrite() -> None:
 
 
 def test_w1_fragment_reuse_index() -> None:
-    fri = index(FRAG_REUSE_INDEX_NAME, (), (0, 1))
-    ok = txn(CreateIndex([fri], [index(FRAG_REUSE_INDEX_NAME, (), (0,))]))
+    fri = index(FRAG_REUSE_INDEX, (), (0, 1))
+    ok = txn(CreateIndex([fri], [index(FRAG_REUSE_INDEX, (), (0,))]))
     assert detect(txn(OPS["Rewrite01"]), ok, other_version=2) == ()
     bad = txn(CreateIndex([fri, index("a", (0,), (5,))]))
     (c,) = detect(txn(OPS["Rewrite01"]), bad, other_version=2)

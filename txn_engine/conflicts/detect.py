@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import attrs
 
+from txn_engine.builder import FRAG_REUSE_INDEX
 from txn_engine.conflicts.matrix import MATRIX, Outcome, Rule
 from txn_engine.conflicts.upsert import upsert_conflict
 from txn_engine.model import Fragment, MemWal
@@ -38,7 +39,6 @@ from txn_engine.ops import (
 from txn_engine.transaction import Transaction
 
 __all__ = [
-    "FRAG_REUSE_INDEX_NAME",
     "Check",
     "Conflict",
     "FragmentLookup",
@@ -48,9 +48,6 @@ __all__ = [
     "modified_fragment_ids",
     "unreadable_conflict",
 ]
-
-#: Name of Lance's fragment-reuse system index (written by compaction with deferred remap).
-FRAG_REUSE_INDEX_NAME = "__lance_frag_reuse"
 
 _T = TypeVar("_T")
 
@@ -323,11 +320,11 @@ def _i2(c: _Ctx) -> None:
 def _w1(c: _Ctx) -> None:
     mine = _op(c.mine.operation, Rewrite)
     other = _op(c.other.operation, CreateIndex)
-    if any(i.name == FRAG_REUSE_INDEX_NAME for i in other.new_indices):
+    if any(i.name == FRAG_REUSE_INDEX for i in other.new_indices):
         if len(other.new_indices) != 1 or len(other.removed_indices) != 1:
             c.incompatible(
                 "a fragment-reuse index committed together with other index changes",
-                index_names=[FRAG_REUSE_INDEX_NAME],
+                index_names=[FRAG_REUSE_INDEX],
             )
         return
     covered = _bitmap_union(other.new_indices)

@@ -27,7 +27,6 @@ even when the caller did not record ``affected_rows``. See ``docs/conflicts.md``
 
 from __future__ import annotations
 
-import bisect
 import secrets
 import struct
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ import attrs
 from pyroaring import BitMap, BitMap64
 
 from txn_engine._proto import table_pb2
+from txn_engine.builder import find_fragment_index
 from txn_engine.conflicts.detect import Conflict, FragmentLookup
 from txn_engine.conflicts.matrix import Outcome
 from txn_engine.format.deletion import deletion_file_path, encode_bitmap_deletions
@@ -98,11 +98,10 @@ class ConflictOptions:
 def find_fragment(
     fragments: Sequence[table_pb2.DataFragment], fragment_id: int
 ) -> table_pb2.DataFragment | None:
-    """Binary search of a manifest's fragment list (sorted by id)."""
-    lo = bisect.bisect_left(fragments, fragment_id, key=lambda f: f.id)
-    if lo < len(fragments) and fragments[lo].id == fragment_id:
-        return fragments[lo]
-    return None
+    """The fragment ``fragment_id`` of a manifest's fragment list (sorted by id), or None
+    (the builder's binary search)."""
+    pos = find_fragment_index(fragments, fragment_id)
+    return None if pos < 0 else fragments[pos]
 
 
 # A 64-bit roaring bitmap's portable serialization is: the number of 32-bit buckets (u64 LE),

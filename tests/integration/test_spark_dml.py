@@ -150,6 +150,17 @@ def gate_hook(control: str, timeout: float = 120.0) -> Callable[[int], None]:
     return hook
 
 
+def record_hook(directory: str) -> Callable[[int], None]:
+    """A task hook that leaves one file per task (named by its group index)."""
+
+    def hook(partition: int) -> None:
+        import os as os_
+
+        open(os_.path.join(directory, str(partition)), "w").close()
+
+    return hook
+
+
 def wait_started(control: str, errors: list[BaseException], timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while not any(n.startswith("started-") for n in os.listdir(control)):
@@ -217,7 +228,17 @@ def test_update_equals_pylance(spark: Any, tmp_path: Any) -> None:
     oracle = copy(uri, "oracle.lance")
     lance.dataset(oracle).update({"name": "'changed'", "score": "score * 2"}, where="id >= 70")
 
-    result = update(spark, uri, set={"name": "'changed'", "score": "score * 2"}, where="id >= 70")
+    seen = tmp_path / "tasks"
+    seen.mkdir()
+    result = update(
+        spark,
+        uri,
+        set={"name": "'changed'", "score": "score * 2"},
+        where="id >= 70",
+        max_tasks=2,  # 3 fragments in 2 tasks
+        task_hook=record_hook(str(seen)),
+    )
+    assert sorted(os.listdir(seen)) == ["0", "1"]
 
     assert content(uri) == content(oracle)
     op = operation(uri)

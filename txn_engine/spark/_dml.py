@@ -501,6 +501,15 @@ class _Context:
             raise InvalidOperationError(message) from exc
 
 
+def _parallelism(spark: Any) -> int:
+    """Partitions for the merge's shuffle: the default parallelism (the shuffle partitions
+    setting where there is no SparkContext, as with Spark Connect)."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:
+        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions", "200")))
+
+
 def _removed_ids(op: Operation) -> tuple[int, ...]:
     if isinstance(op, Delete):
         return op.deleted_fragment_ids
@@ -874,7 +883,7 @@ def _plan_merge(
     src = source.select(*columns)
     how = "left" if when_not_matched == "insert" else "inner"
     joined = src.join(target, on=keys, how=how)
-    parts = max(1, int(spark.sparkContext.defaultParallelism))
+    parts = _parallelism(spark)
     part = F.when(
         F.col(_ROWADDR).isNull(), -1 - F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(parts))
     ).otherwise(F.shiftright(F.col(_ROWADDR), 32))

@@ -79,7 +79,7 @@ POLICIES: dict[str, Callable[[], RetryPolicy]] = {
     # the default RetryPolicy of this version
     "default": RetryPolicy,
     # the schedule before issue 14: unit from the first attempt, quadratic slots unbounded
-    "previous": lambda: RetryPolicy(unit_basis="first", max_slots=None, max_unit=None),
+    "previous": lambda: RetryPolicy(max_unit=None, max_window=None),
     # Lance's own schedule (doubling, 20 attempts)
     "lance": RetryPolicy.lance,
 }

@@ -2,8 +2,8 @@
 
 :class:`RetryPolicy` says how long a commit may keep trying: at most ``max_attempts``
 attempts and, optionally, at most ``deadline`` seconds. Between attempts the loop sleeps a
-:class:`SlotBackoff` delay, like Lance: the time unit is 1.1 x the duration of an attempt
-(so the delay adapts to how long a commit takes on this store), and attempt ``n``
+:class:`SlotBackoff` delay, like Lance: the time unit is 1.1 x the duration of the first
+attempt (so the delay adapts to how long a commit takes on this store), and attempt ``n``
 (0-based) waits a random whole number of units below a slot count.
 
 The slot count is where txn_engine differs from Lance by default. Lance doubles it on
@@ -20,29 +20,22 @@ units over 19 sleeps). ``RetryPolicy.lance()`` gives Lance's schedule and budget
 Backoff decides only *when* an attempt starts, never what it commits: the conflict checks
 and exactly-once guarantees are the same under every policy.
 
-Two more differences fit the schedule to object stores, where a request costs 20-100 ms
-(measured on moto's S3 behind a proxy adding 25 ms per request, 4-8 writer processes; see
-docs/performance.md):
+Two bounds fit the schedule to object stores, where a request costs 20-100 ms (measured on
+moto's S3 behind a proxy adding 25 ms per request, 4-8 writer processes; see
+docs/performance.md), and leave it unchanged on local disk, where a unit is milliseconds:
 
-* the slot count stops growing at ``max_slots`` (default 4, which quadratic growth starts
-  at: a writer waits 0-3 units however often it lost). Unbounded, a writer that lost four or
-  five races drew from 36-49 slots of a 100-300 ms unit: single sleeps of 2.9 s (4 writers)
-  and 10 s (8 writers), p99 commit latency 9-38 s against a median of 0.3 s. On a store the
-  tail of a contended commit is mostly lost races (a writer that retries must list, read and
-  create, while one that just opened the table needs one create), and a growing window only
-  pushes the losers further back: measured with 4 and 8 writers on that store, caps of 4 and
-  8 slots gave p99 of 1.3-5.4 s and 1.4-6.6 s, the unbounded schedule 2.5-21 s;
-* the unit follows the *shortest* attempt so far (``unit_basis="shortest"``), not the first,
-  and is at most ``max_unit`` (default 0.2 s). The first attempt also pays one-off costs
-  (the store's atomicity probe on the first create in a process, the ``.txn`` copy, and one
-  read per version it is behind: a writer 60 versions behind measured 1-2 s); a retry costs
-  a listing, a read and a create, the window in which two writers collide: 3 round trips,
-  0.1-0.2 s on stores answering in 25-70 ms. Local disk (units of 1-5 ms) is unaffected.
-
-Clock, sleep and randomness are injectable so tests run instantly and deterministically::
-
-    clock = FakeClock()
-    policy = RetryPolicy(max_attempts=5, clock=clock.now, sleep=clock.sleep)
+* the unit is at most ``max_unit`` (default 0.2 s, about three requests). The first attempt
+  also pays one-off costs (the store's atomicity probe on the first create in a process, the
+  ``.txn`` copy, and one read per version it is behind: 1-2 s for a writer 40-60 versions
+  behind on that store), and every later sleep is counted in its units;
+* the window a sleep is drawn from, slots x unit, is at most ``max_window`` (default 0.8 s):
+  slots grow quadratically until then. Unbounded, a writer that lost four or five races drew
+  from 36-49 slots of a 100-300 ms unit: single sleeps of 2.9 s (4 writers) and 10-13 s
+  (8 writers), p99 commit latency 8.7-38 s against a median of 0.3 s. On a store the tail of
+  a contended commit is mostly lost races (a writer that retries must list, read and create,
+  while one that just opened the table needs one create), and a growing window only pushes
+  the losers further back. On local disk (units of 1-15 ms) 0.8 s is 50-800 slots: the
+  quadratic schedule above, as measured there.
 """
 
 from __future__ import annotations
@@ -75,15 +68,17 @@ class RetryPolicy:
     * ``initial_unit``: backoff unit (seconds) until the first attempt's duration is known.
     * ``unit_factor``: the unit becomes ``unit_factor`` x an attempt's duration (Lance: 1.1);
       set ``adaptive=False`` to always use ``initial_unit``.
-    * ``unit_basis``: which attempt: ``"shortest"`` (default: the shortest attempt so far,
-      so the unit follows what a retry costs on this store) or ``"first"`` (Lance: the first
-      attempt, which also pays one-off costs such as opening the store).
+    * ``unit_basis``: which attempt: ``"first"`` (default, as Lance) or ``"shortest"`` (the
+      shortest attempt so far: what a retry costs on this store, without the first attempt's
+      one-off costs).
     * ``max_unit``: upper bound of the adaptive unit, seconds (default 0.2, about three
       requests to an object store); ``None`` = unbounded (Lance).
     * ``slot_growth``: ``"quadratic"`` (default: ``(n + 2)**2`` slots after the n-th lost
       race) or ``"exponential"`` (Lance: ``2**(n + 2)``).
-    * ``max_slots``: the slot count stops growing here (default 4: a writer that lost many
-      races waits at most 3 units, not seconds); ``None`` = unbounded (Lance).
+    * ``max_slots``: optional cap of the slot count (``None``: no cap, the default).
+    * ``max_window``: the slot count stops growing where slots x unit would exceed this many
+      seconds (default 0.8: no single sleep of a second or more on a slow store; on local
+      disk hundreds of slots); ``None`` = unbounded (Lance).
     * ``max_delay``: optional cap of a single sleep, seconds.
     * ``clock`` (monotonic seconds), ``sleep`` and ``randbelow`` (``n -> int in [0, n)``)
       are injectable for tests; they do not take part in equality.
@@ -94,10 +89,11 @@ class RetryPolicy:
     initial_unit: float = 0.05
     unit_factor: float = 1.1
     adaptive: bool = True
-    unit_basis: UnitBasis = "shortest"
+    unit_basis: UnitBasis = "first"
     max_unit: float | None = 0.2
     slot_growth: SlotGrowth = "quadratic"
-    max_slots: int | None = 4
+    max_slots: int | None = None
+    max_window: float | None = 0.8
     max_delay: float | None = None
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
     sleep: Callable[[float], None] = attrs.field(default=time.sleep, eq=False, repr=False)
@@ -108,7 +104,14 @@ class RetryPolicy:
     def __attrs_post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        for name in ("deadline", "initial_unit", "unit_factor", "max_delay", "max_unit"):
+        for name in (
+            "deadline",
+            "initial_unit",
+            "unit_factor",
+            "max_delay",
+            "max_unit",
+            "max_window",
+        ):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
@@ -131,6 +134,7 @@ class RetryPolicy:
             max_slots=None,
             unit_basis="first",
             max_unit=None,
+            max_window=None,
         )
 
     @classmethod
@@ -147,7 +151,7 @@ class RetryPolicy:
 class SlotBackoff:
     """Slot backoff: the n-th delay (0-based) is ``randbelow(slots) * unit`` where
     ``slots`` is ``(n + 2)**2`` (quadratic) or ``2**(n + 2)`` (exponential, Lance's), at
-    most ``max_slots`` when given."""
+    most ``max_slots`` and at most ``max_window / unit`` (never below 1) when given."""
 
     def __init__(
         self,
@@ -155,11 +159,13 @@ class SlotBackoff:
         randbelow: Callable[[int], int],
         growth: SlotGrowth = "exponential",
         max_slots: int | None = None,
+        max_window: float | None = None,
     ) -> None:
         self.unit = unit
         self.attempt = 0
         self.growth = growth
         self.max_slots = max_slots
+        self.max_window = max_window
         self._randbelow = randbelow
 
     def slots(self) -> int:
@@ -168,7 +174,11 @@ class SlotBackoff:
             slots = (self.attempt + 2) ** 2
         else:
             slots = int(2 ** (self.attempt + 2))
-        return slots if self.max_slots is None else min(slots, self.max_slots)
+        if self.max_slots is not None:
+            slots = min(slots, self.max_slots)
+        if self.max_window is not None and self.unit > 0:
+            slots = min(slots, max(1, int(self.max_window / self.unit)))
+        return slots
 
     def next_delay(self) -> float:
         """The next delay in seconds (advances the attempt counter)."""
@@ -192,7 +202,11 @@ class RetryBudget:
         self.first_attempt_seconds: float | None = None
         self.shortest_attempt_seconds: float | None = None
         self.backoff = SlotBackoff(
-            policy.initial_unit, policy.randbelow, policy.slot_growth, policy.max_slots
+            policy.initial_unit,
+            policy.randbelow,
+            policy.slot_growth,
+            policy.max_slots,
+            policy.max_window,
         )
         self.slept: list[float] = []
         self._attempt_started: float | None = None

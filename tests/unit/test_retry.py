@@ -43,42 +43,45 @@ def test_slot_backoff_slots_grow_quadratically() -> None:
         draws.append(n)
         return n - 1
 
-    # uncapped (max_slots=None): the growth law itself; the default caps it (next test)
-    b = RetryPolicy(randbelow=top, max_slots=None).budget().backoff
+    # max_window=None: the growth law itself; the default bounds the window (next test)
+    b = RetryPolicy(randbelow=top, max_window=None).budget().backoff
     assert [b.next_delay() for _ in range(5)] == pytest.approx(
         [0.05 * 3, 0.05 * 8, 0.05 * 15, 0.05 * 24, 0.05 * 35]
     )
     assert draws == [4, 9, 16, 25, 36]
 
 
-def test_default_slots_stop_at_four() -> None:
+def test_default_window_stops_growing_at_0_8_seconds() -> None:
     """Issue 14 item 4: on a store with 25 ms requests the unbounded quadratic schedule slept
-    up to 2.9 s (4 writers) and 10 s (8 writers); capped at 4 slots a writer waits at most
-    3 units however often it lost."""
-    draws: list[int] = []
+    up to 2.9 s (4 writers) and 10-13 s (8 writers). Slots now grow only while slots x unit
+    stays within 0.8 s: 4 slots of a 0.2 s unit, 16 of 0.05 s, 160 of 5 ms (local disk)."""
+    for unit, cap in ((0.2, 4), (0.05, 16), (0.005, 160)):
+        draws: list[int] = []
 
-    def top(n: int) -> int:
-        draws.append(n)
-        return n - 1
+        def top(n: int, draws: list[int] = draws) -> int:
+            draws.append(n)
+            return n - 1
 
-    b = RetryPolicy(randbelow=top).budget().backoff
-    delays = [b.next_delay() for _ in range(40)]
-    assert set(draws) == {4}
-    assert max(delays) == pytest.approx(0.05 * 3)
+        b = RetryPolicy(randbelow=top).budget().backoff
+        b.unit = unit
+        delays = [b.next_delay() for _ in range(40)]
+        assert draws == [min((n + 2) ** 2, cap) for n in range(40)]
+        assert max(delays) < 0.8
+        assert max(delays) == pytest.approx((cap - 1) * unit)
+    b = SlotBackoff(2.0, lambda n: n - 1, "quadratic", max_window=0.8)
+    assert b.slots() == 1  # a unit beyond the window: no sleep rather than a long one
+    assert SlotBackoff(0.1, lambda n: 0, "quadratic", max_slots=3).slots() == 3
 
 
 def test_default_budget_waits_far_less_in_total_than_lances() -> None:
-    """50 capped attempts allow far fewer units of sleep than Lance's 20 doubling ones (and
-    than the uncapped quadratic schedule's 42,875 units)."""
-    policy = RetryPolicy()
-    capped = sum(
-        min((n + 2) ** 2, policy.max_slots or 0) - 1 for n in range(policy.max_attempts - 1)
-    )
+    """50 quadratic attempts allow fewer units of sleep than Lance's 20 doubling ones, and
+    the default's window bounds every sleep below 0.8 s whatever the unit."""
+    quadratic = sum((n + 2) ** 2 - 1 for n in range(RetryPolicy().max_attempts - 1))
     lance = RetryPolicy.lance()
     exponential = sum(2 ** (n + 2) - 1 for n in range(lance.max_attempts - 1))
-    assert (lance.max_attempts, lance.slot_growth, lance.max_slots) == (20, "exponential", None)
-    assert capped == 3 * 49  # 147 units
-    assert capped < exponential / 2000  # vs 2,097,129 units
+    assert (lance.max_attempts, lance.slot_growth, lance.max_window) == (20, "exponential", None)
+    assert quadratic < exponential / 40  # 42,875 vs 2,097,129 units
+    assert RetryPolicy().max_window == 0.8  # so 49 sleeps total under 40 s on any store
 
 
 def test_lances_schedule_is_uncapped_and_keeps_the_first_attempts_unit() -> None:
@@ -90,7 +93,12 @@ def test_lances_schedule_is_uncapped_and_keeps_the_first_attempts_unit() -> None
         return n - 1
 
     policy = attrs.evolve(RetryPolicy.lance(), clock=clock.now, sleep=clock.sleep, randbelow=top)
-    assert (policy.unit_basis, policy.max_slots, policy.max_unit) == ("first", None, None)
+    assert (policy.unit_basis, policy.max_slots, policy.max_unit, policy.max_window) == (
+        "first",
+        None,
+        None,
+        None,
+    )
     budget = policy.budget()
     for duration in (0.1, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01):
         budget.start_attempt()
@@ -100,11 +108,17 @@ def test_lances_schedule_is_uncapped_and_keeps_the_first_attempts_unit() -> None
     assert budget.backoff.unit == pytest.approx(0.11)  # the first attempt's, not the shortest
 
 
-def test_unit_follows_the_shortest_attempt_by_default() -> None:
+def test_unit_follows_the_shortest_attempt_when_asked() -> None:
     """The first attempt also pays one-off costs (opening the store, the atomicity probe, the
     .txn write); a retry costs a listing, a read and a put. The unit follows the cheapest."""
     clock = FakeClock()
-    policy = RetryPolicy(clock=clock.now, sleep=clock.sleep, randbelow=lambda n: 1, max_unit=None)
+    policy = RetryPolicy(
+        clock=clock.now,
+        sleep=clock.sleep,
+        randbelow=lambda n: 1,
+        max_unit=None,
+        unit_basis="shortest",
+    )
     budget = policy.budget()
     budget.start_attempt()
     clock.t += 0.3  # first attempt: 300 ms
@@ -136,57 +150,25 @@ def test_unit_is_capped_at_max_unit_by_default() -> None:
     assert budget.backoff.unit == pytest.approx(0.2)
     assert clock.sleeps == [pytest.approx(0.6)]  # 3 units of 0.2 s, not of 1.65 s
     budget.start_attempt()
-    clock.t += 0.05  # a cheap retry lowers it below the cap
+    clock.t += 0.05  # the unit stays the first attempt's (capped)
     assert budget.wait()
-    assert budget.backoff.unit == pytest.approx(0.055)
+    assert budget.backoff.unit == pytest.approx(0.2)
+    assert clock.sleeps[1] == pytest.approx(0.6)  # still 4 slots: 0.8 s / 0.2 s
     assert RetryPolicy.lance().max_unit is None
 
 
-def test_longest_sleep_is_bounded_by_the_shortest_attempt() -> None:
-    """Whatever the draws and attempt durations, no single default sleep exceeds
-    3 units of min(1.1 x the shortest attempt so far, 0.2 s)."""
+def test_no_default_sleep_reaches_the_window() -> None:
+    """Whatever the draws and attempt durations (10 ms to 3 s), no single default sleep
+    reaches 0.8 s (the previous default slept up to 48 units of 3.3 s here)."""
     rng = random.Random(11)
     for _ in range(50):
         clock = FakeClock()
         budget = RetryPolicy(clock=clock.now, sleep=clock.sleep, randbelow=rng.randrange).budget()
-        shortest = float("inf")
         for _ in range(30):
             budget.start_attempt()
-            duration = rng.uniform(0.01, 0.5)
-            shortest = min(shortest, duration)
-            clock.t += duration
-            before = len(clock.sleeps)
+            clock.t += rng.uniform(0.01, 3.0)
             assert budget.wait()
-            if len(clock.sleeps) > before:
-                assert clock.sleeps[-1] <= 3 * min(1.1 * shortest, 0.2) + 1e-9
-
-
-def test_slot_backoff_delays_are_whole_units_within_bounds() -> None:
-    rng = random.Random(7)
-    for _ in range(200):
-        growth = rng.choice(["quadratic", "exponential"])
-        b = SlotBackoff(0.01, rng.randrange, growth)
-        for n in range(6):
-            d = b.next_delay()
-            slots = (n + 2) ** 2 if growth == "quadratic" else 2 ** (n + 2)
-            assert 0 <= d <= (slots - 1) * 0.01 + 1e-12
-            assert abs(d / 0.01 - round(d / 0.01)) < 1e-9
-
-
-def test_unit_adapts_to_first_attempt_duration() -> None:
-    clock = FakeClock()
-    # max_unit=None: the adaptation itself (the default caps the unit at 0.2 s, tested below)
-    policy = RetryPolicy(clock=clock.now, sleep=clock.sleep, randbelow=lambda n: 1, max_unit=None)
-    budget = policy.budget()
-    budget.start_attempt()
-    clock.t += 0.2  # the first attempt took 200 ms
-    assert budget.wait()
-    assert budget.backoff.unit == pytest.approx(0.22)
-    assert clock.sleeps == [pytest.approx(0.22)]
-    budget.start_attempt()
-    clock.t += 5.0  # later attempts do not change the unit
-    assert budget.wait()
-    assert budget.backoff.unit == pytest.approx(0.22)
+        assert max(clock.sleeps, default=0.0) < 0.8
 
 
 def test_non_adaptive_unit() -> None:
@@ -247,7 +229,7 @@ def test_deadline_reason_and_max_delay() -> None:
     budget.start_attempt()
     clock.t += 1.0
     assert budget.wait()
-    assert clock.sleeps == [0.05]  # capped (unit 1.1 s x 3 slots otherwise)
+    assert clock.sleeps == [0.05]  # capped (3 units of 0.2 s otherwise)
     clock.t = 11
     assert "deadline" in (budget.exhausted_reason() or "")
 
@@ -267,7 +249,15 @@ def test_policy_validation_and_equality() -> None:
         RetryPolicy(unit_basis="last")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_slots"):
         RetryPolicy(max_slots=0)
-    assert (RetryPolicy().max_slots, RetryPolicy().unit_basis) == (4, "shortest")
+    defaults = RetryPolicy()
+    assert (defaults.max_slots, defaults.unit_basis, defaults.max_unit, defaults.max_window) == (
+        None,
+        "first",
+        0.2,
+        0.8,
+    )
     with pytest.raises(ValueError, match="max_unit"):
         RetryPolicy(max_unit=-0.1)
+    with pytest.raises(ValueError, match="max_window"):
+        RetryPolicy(max_window=-1)
     assert RetryPolicy().deadline is None

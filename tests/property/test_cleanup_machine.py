@@ -1,0 +1,121 @@
+"""The writers machine with a cleaner between any two steps (txn_engine.testing.machine,
+``cleaner = True``): every file of every kept version exists, no acknowledged row is lost,
+commits across removed history are refused with HistoryUnavailableError (never a silent
+pass), leased writers never lose their history; plus mutation checks proving the cleaner
+invariants catch a cleanup that ignores leases or deletes referenced files."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from txn_engine.storage.base import Storage
+from txn_engine.storage.local import LocalStorage
+from txn_engine.testing.machine import WritersMachine
+
+cleanup_mod = importlib.import_module("txn_engine.cleanup")
+
+
+class CleanedWriters(WritersMachine):
+    """Every writer leases its snapshot (long leases, or short ones that expire unless the
+    writer commits within 3 steps, after which it must re-plan)."""
+
+    cleaner = True
+    lease_ttls = (3.0, 10.0**6)
+
+
+class CleanedWritersWithFaults(WritersMachine):
+    cleaner = True
+    lease_ttls = (3.0, 10.0**6)
+    faults = ("lost_response", "spurious_exists", "crash_before_manifest", "unknown_outcome")
+
+
+class CleanedLocalWriters(WritersMachine):
+    cleaner = True
+    lease_ttls = (3.0, 10.0**6)
+    kinds = ("append", "delete", "update", "compact", "overwrite", "restore")
+
+    def make_storage(self) -> Storage:
+        self.root = tempfile.mkdtemp(prefix="cleaned-writers-")
+        return LocalStorage(self.root, fsync=False)
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+TestCleanedWriters = CleanedWriters.TestCase
+TestCleanedWriters.settings = settings(stateful_step_count=60)
+TestCleanedWritersWithFaults = CleanedWritersWithFaults.TestCase
+TestCleanedWritersWithFaults.settings = settings(stateful_step_count=50)
+TestCleanedLocalWriters = CleanedLocalWriters.TestCase
+TestCleanedLocalWriters.settings = settings(stateful_step_count=30, max_examples=20)
+
+
+# ---- the cleaner invariants catch a broken cleanup -----------------------------------------
+
+_HUNT = settings(
+    phases=[Phase.generate],
+    report_multiple_bugs=False,
+    derandomize=True,
+    max_examples=300,
+    stateful_step_count=40,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+def _finds_a_failure(machine: type[WritersMachine]) -> str:
+    with pytest.raises(AssertionError) as info:
+        run_state_machine_as_test(machine, settings=_HUNT)
+    return str(info.value)
+
+
+@pytest.fixture
+def patched(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, str, Any], None]:
+    return lambda obj, name, value: monkeypatch.setattr(obj, name, value)
+
+
+def test_catches_a_cleanup_that_ignores_leases(patched: Callable[[Any, str, Any], None]) -> None:
+    """Without leases a planning writer's history (and files) go: a leased writer sees it."""
+    patched(cleanup_mod, "read_leases", lambda storage: [])
+    message = _finds_a_failure(CleanedWriters)
+    assert any(
+        sign in message
+        for sign in (
+            "leased writer",
+            "live lease",
+            "references removed files",
+            "deleted files",
+            "a silent pass",
+        )
+    ), message
+
+
+def test_catches_a_cleanup_that_deletes_files_kept_versions_reference(
+    patched: Callable[[Any, str, Any], None],
+) -> None:
+    """A cleanup that takes the kept versions' files for the removed versions' files."""
+    original = cleanup_mod._build_plan
+
+    def careless(storage: Any, state: Any, **kw: Any) -> Any:
+        plan = original(storage, state, **kw)
+        kept = {p for v in plan.kept_versions for p in state.refs[v].files}
+        extra = tuple(
+            cleanup_mod.PlannedDelete(p, "old-version")
+            for p in sorted(kept)
+            if p.startswith("data/") and plan.removed_versions
+        )
+        return attrs.evolve(plan, deletes=plan.deletes + extra)
+
+    patched(cleanup_mod, "_build_plan", careless)
+    message = _finds_a_failure(CleanedWriters)
+    assert "deleted files" in message or "references removed files" in message, message

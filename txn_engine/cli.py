@@ -495,7 +495,7 @@ def _configure_stress(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="pylance storage option (data files, read-back), repeatable",
+        help="override a storage option for pylance only (default: the -o set), repeatable",
     )
     p.add_argument("--json", action="store_true", help="machine-readable report")
 

@@ -79,6 +79,7 @@ from txn_engine.ops import (
 from txn_engine.redact import looks_secret, redact_text, redact_uri
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import open_storage
+from txn_engine.storage.options import lance_options
 from txn_engine.testing.fault_storage import FAULT_KINDS, ChaosStorage
 from txn_engine.testing.faults import SimulatedCrash
 from txn_engine.testing.journal import Journal, check_history, read_journals
@@ -710,16 +711,18 @@ def run_stress(
     (:class:`~txn_engine.testing.fault_storage.ChaosStorage`); ``max_attempts``,
     ``deadline`` and ``max_delay`` (cap of one backoff sleep) form each commit's
     :class:`~txn_engine.retry.RetryPolicy` (default: the engine's); ``replans``
-    bounds re-planning after retryable conflicts. ``storage_options`` configure
-    txn_engine's storage (:func:`~txn_engine.storage.open_storage`; fsspec options for
-    object stores), ``lance_storage_options`` pylance's (it writes the data files and reads
-    the result back). ``progress`` receives a live status line (None: quiet).
+    bounds re-planning after retryable conflicts. ``storage_options`` (Lance's names, see
+    ``docs/backends.md``) configure both txn_engine's storage and pylance's, which writes the
+    data files and reads the result back; ``lance_storage_options`` overrides pylance's set.
+    ``progress`` receives a live status line (None: quiet).
     ``keep_journals`` copies the writers' journals there.
 
     Every option is checked first (:func:`check_stress_options`), before the dataset is
     created. A run that committed nothing although commits were requested is a failure.
     """
     mix = dict(DEFAULT_MIX if mix is None else mix)
+    if lance_storage_options is None:  # one option set: pylance takes the same (Lance's names)
+        lance_storage_options = lance_options(str(uri), storage_options)
     check_stress_options(
         uri,
         writers=writers,

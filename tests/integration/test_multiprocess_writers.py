@@ -208,15 +208,15 @@ moto_server = emu.moto_server
 
 def test_stress_writer_processes_on_s3(moto_server: Any) -> None:
     """``txn-engine stress`` on ``s3://`` (moto): pylance-written data files, lost responses
-    injected, every version checked against the journals, pylance reads the result."""
+    injected, every version checked against the journals, pylance reads the result. One
+    storage option set in Lance's spelling serves the commits and pylance's data writers."""
     report = run_stress(
         moto_server.uri(emu.unique_name("stress")),
         writers=3,
         commits=8,
         fault_rate=0.2,
         fault_kinds=("lost_response", "spurious_exists"),
-        storage_options=moto_server.fsspec_options(),
-        lance_storage_options=moto_server.lance_options(),
+        storage_options=moto_server.lance_options(),  # one set, Lance's names, for both
         progress=None,
     )
     assert report.ok, report.render()

@@ -1040,3 +1040,23 @@ def test_pylance_ignores_inflight_staging_files(tmp_path: Path) -> None:
     assert ds.version == 1
     assert ds.count_rows() == 3
     assert sorted(st.list("_versions")) == before
+
+
+def test_lance_options_are_the_same_set_without_txn_engine_names() -> None:
+    """stress and the Spark source hand pylance the set the user gave txn_engine."""
+    from txn_engine.errors import InvalidStorageArgumentError
+    from txn_engine.storage.options import lance_options
+
+    given = {
+        "key": "AK",  # an old fsspec alias: resolved to Lance's name
+        "aws_endpoint": "http://127.0.0.1:9",
+        "txn_engine_backend": "obstore",
+    }
+    assert lance_options("s3://b/t.lance", given) == {
+        "aws_access_key_id": "AK",
+        "aws_endpoint": "http://127.0.0.1:9",
+    }
+    assert lance_options("/local/t.lance", given) is None
+    assert lance_options("s3://b/t.lance", None) is None
+    with pytest.raises(InvalidStorageArgumentError, match="pylance cannot take"):
+        lance_options("s3://b/t.lance", {"client_kwargs": {"verify": False}})

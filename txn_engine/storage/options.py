@@ -48,6 +48,7 @@ __all__ = [
     "OptionSpec",
     "StorageOptions",
     "is_secret",
+    "lance_options",
     "redact",
     "resolve_options",
     "store_kind",
@@ -603,3 +604,22 @@ def _put(values: dict[str, str], name: str, value: str, given_as: str) -> None:
     values[name] = value
 
 
+def lance_options(uri: str, options: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """The storage options to hand pylance for ``uri``, from the same set txn_engine takes:
+    Lance's names (aliases resolved), without txn_engine's own options. None for local
+    paths and when nothing is left. Raises like :func:`resolve_options` (an unknown name, or
+    an fsspec-only spelling pylance cannot take)."""
+    if not options:
+        return None
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    if store_kind(scheme) is None:
+        return None
+    resolved = resolve_options(scheme, options)
+    if resolved.fsspec_extra:
+        raise InvalidStorageArgumentError(
+            f"storage option(s) {sorted(resolved.fsspec_extra)} exist only for the fsspec "
+            "backend; pylance cannot take them: give Lance's names instead"
+        )
+    own = {BACKEND_OPTION, UNSAFE_OPTION}
+    out = {k: v for k, v in resolved.values.items() if k not in own}
+    return out or None

@@ -486,3 +486,61 @@ def test_bad_condition_is_refused_before_any_task(spark: Any, tmp_path: Any) -> 
     with pytest.raises(InvalidOperationError, match="no column"):
         update(spark, uri, set={"nope": "1"})
     assert lance.dataset(uri).version == version
+
+
+# --------------------------------------------------------------------------- stragglers
+
+
+def test_a_straggling_task_removes_its_own_deletion_file(tmp_path: Any) -> None:
+    """A task attempt that writes a deletion file after its plan was finalised (the
+    plan's record is gone) deletes the file and fails."""
+    from pyroaring import BitMap
+
+    from txn_engine.spark._dml import _delete_rows
+
+    uri = make_table(tmp_path, n=20, per_file=20)
+    storage = open_storage(uri)
+    snapshot = Dataset.open(storage)
+    pb = snapshot.manifest.fragments[0]
+    before = listing(uri, "_deletions")
+    with pytest.raises(InvalidOperationError, match="abandoned"):
+        _delete_rows(
+            storage,
+            "0000000000000-0123456789abcdef",
+            snapshot.version,
+            pb.id,
+            pb.SerializeToString(),
+            BitMap([1, 2]),
+        )
+    assert listing(uri, "_deletions") == before
+    assert listing(uri, DML_STAGING_DIR) == set()
+
+
+def test_discard_removes_files_marked_while_it_ran(tmp_path: Any) -> None:
+    """A task that marked a deletion file between the driver's first listing and the
+    removal of the plan's record (so it saw the record) is caught by the second listing."""
+    from txn_engine.spark._dml import _Attempt, _discard, _marker, _record
+    from txn_engine.storage import LocalStorage
+
+    key = "0000000000000-0123456789abcdef"
+    late = "_deletions/7-3-99.arrow"
+
+    class Racing(LocalStorage):
+        def delete(self, path: str) -> None:
+            if path == _record(key):  # a task marks its file just before the record goes
+                self.put(late, b"x")
+                self.put(_marker(key, late), b"")
+            super().delete(path)
+
+    storage = Racing(str(tmp_path))
+    early = "_deletions/5-3-42.arrow"
+    storage.put(_record(key), b"")
+    for path in (early, "_deletions/6-3-43.bin"):
+        storage.put(path, b"x")
+        storage.put(_marker(key, path), b"")
+
+    removed = _discard(storage, _Attempt(key), keep={"_deletions/6-3-43.bin"})
+
+    assert removed == 2
+    assert sorted(storage.list("_deletions")) == ["6-3-43.bin"]
+    assert storage.list(DML_STAGING_DIR) == []

@@ -381,8 +381,11 @@ class _Context:
                     sweep_on_plan=False,
                 ),
             )
-            return _Attempt(collector.write_key, collector)
-        return _Attempt(_staging.new_write_key())
+            attempt = _Attempt(collector.write_key, collector)
+        else:
+            attempt = _Attempt(_staging.new_write_key())
+        self.storage().put(_record(attempt.key), b"")
+        return attempt
 
     def run(self, plan: Callable[[Dataset, list[_Attempt]], _Planned]) -> DmlResult:
         """Plan (a Spark job) at the pinned latest version, commit, re-plan on a
@@ -540,22 +543,24 @@ def _mark_deletion_file(storage: Storage, key: str, path: str) -> None:
     storage.put(_marker(key, path), b"")
 
 
-def _discard(storage: Storage, attempt: _Attempt, *, keep: Iterable[str]) -> int:
-    """Delete the files ``attempt`` wrote that are not in ``keep``, then its markers.
-    Best effort (failures are logged; a later sweep of staged writes handles data files).
-    Returns the number of files deleted."""
-    keep_set = set(keep)
+def _record(key: str) -> str:
+    """The object that says plan ``key`` is open (its tasks may still write)."""
+    return f"{DML_STAGING_DIR}/{key}.open"
+
+
+def _remove_marked(storage: Storage, key: str, keep: set[str]) -> int:
+    """Delete the deletion files marked for ``key`` (not in ``keep``) and their markers."""
     removed = 0
-    prefix = f"{attempt.key}{_SEP}"
+    prefix = f"{key}{_SEP}"
     try:
         names = [n for n in storage.list(DML_STAGING_DIR) if n.startswith(prefix)]
     except (StorageError, OSError) as exc:
         _log.warning("listing %s failed: %r", DML_STAGING_DIR, exc)
-        names = []
+        return 0
     for name in names:
         path = urllib.parse.unquote(name[len(prefix) :])
         try:
-            if _DELETION_PATH.fullmatch(path) and path not in keep_set:
+            if _DELETION_PATH.fullmatch(path) and path not in keep:
                 try:
                     storage.delete(path)
                     removed += 1
@@ -564,6 +569,23 @@ def _discard(storage: Storage, attempt: _Attempt, *, keep: Iterable[str]) -> int
             storage.delete(f"{DML_STAGING_DIR}/{name}")
         except (StorageError, OSError) as exc:
             _log.warning("could not remove %s: %r", path, exc)
+    return removed
+
+
+def _discard(storage: Storage, attempt: _Attempt, *, keep: Iterable[str]) -> int:
+    """Delete the files ``attempt`` wrote that are not in ``keep``, then its markers, then
+    its record, then what a straggling task marked meanwhile (a task that finds the record
+    gone after marking removes its own file). Best effort (failures are logged; a later
+    sweep of staged writes handles data files). Returns the number of files deleted."""
+    keep_set = set(keep)
+    removed = _remove_marked(storage, attempt.key, keep_set)
+    try:
+        storage.delete(_record(attempt.key))
+    except ObjectNotFoundError:
+        pass
+    except (StorageError, OSError) as exc:
+        _log.warning("could not remove %s: %r", _record(attempt.key), exc)
+    removed += _remove_marked(storage, attempt.key, keep_set)
     if attempt.collector is not None:
         stats = _staging.finalize(storage, attempt.collector.write_key, keep_set)
         removed += stats.files_removed
@@ -619,7 +641,15 @@ def _delete_rows(
         message["removed"] = True
         return message
     deletion = write_deletion_vector(storage, fragment_id, version, total)
-    _mark_deletion_file(storage, key, deletion_file_path(fragment_id, deletion))
+    path = deletion_file_path(fragment_id, deletion)
+    _mark_deletion_file(storage, key, path)
+    if not storage.exists(_record(key)):  # the plan was finalised: a straggling attempt
+        storage.delete(path)
+        storage.delete(_marker(key, path))
+        raise InvalidOperationError(
+            f"plan {key} was committed or abandoned while this task attempt was running; "
+            "its deletion file was removed"
+        )
     pb.deletion_file.CopyFrom(deletion)
     message["fragment"] = base64.b64encode(pb.SerializeToString()).decode()
     return message

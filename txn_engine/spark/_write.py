@@ -69,6 +69,21 @@ WRITE_ID_PROPERTY = "txn_engine.spark.write_id"
 #: Column name (and Spark DDL ``"fragment string"``) of the batches
 #: :meth:`FragmentCollector.map_in_arrow` yields.
 FRAGMENT_COLUMN = "fragment"
+#: Backoff between the driver's commit calls whose outcome was unknown (a storage failure
+#: at the wrong moment; each call first looks for the transaction by its uuid): a fixed
+#: 50 ms unit, slots doubling from 4, at most 2 s a sleep. Its ``max_attempts`` is replaced
+#: by the ``commit_attempts`` write option.
+UNKNOWN_OUTCOME_RETRY = RetryPolicy(
+    max_attempts=3,
+    adaptive=False,
+    initial_unit=0.05,
+    slot_growth="exponential",
+    max_slots=None,
+    max_delay=2.0,
+)
+#: Re-planning budget of ``mergeSchema``'s column addition when a concurrent commit preempts
+#: it: at least 3 plans (``commit_attempts`` when larger), the commit loop's backoff between.
+MERGE_SCHEMA_RETRY = RetryPolicy(max_attempts=3)
 #: Namespace for turning a caller-chosen write id into a transaction uuid.
 _WRITE_ID_NAMESPACE = uuid_mod.UUID("5b0d8a52-61f4-4c55-9d8e-2f3b1a7c9e01")
 
@@ -589,11 +604,12 @@ class FragmentCollector:
         from txn_engine.commit import commit as txn_commit
 
         policy = self._retry_policy()
+        retry = attrs.evolve(UNKNOWN_OUTCOME_RETRY, max_attempts=self.options.commit_attempts)
+        budget = retry.budget()  # the commit_attempts calls and the sleeps between them
         last: BaseException | None = None
         spent = 0.0
-        calls = 0
-        for attempt in range(1, self.options.commit_attempts + 1):
-            calls += 1
+        while True:
+            attempt = budget.start_attempt()
             t0 = time.perf_counter()
             try:
                 result = txn_commit(storage, txn, retry_policy=policy)
@@ -608,7 +624,7 @@ class FragmentCollector:
                 keep = (
                     _operation_files(result.transaction) if result.already_committed else referenced
                 )
-                return result.version, result.already_committed, calls, spent, keep
+                return result.version, result.already_committed, attempt, spent, keep
             spent += time.perf_counter() - t0
             _log.warning(
                 "commit of write %s, call %d: outcome unknown (%r); retrying (a landed "
@@ -617,8 +633,9 @@ class FragmentCollector:
                 attempt,
                 last,
             )
-            if attempt < self.options.commit_attempts:
-                time.sleep(min(0.05 * 2**attempt, 2.0))
+            if not budget.wait():
+                break
+        calls_made = budget.attempts
         try:
             landed = self._landed(storage)
         except Exception:  # the history is unreadable too: the outcome stays unknown
@@ -627,12 +644,12 @@ class FragmentCollector:
             return (
                 landed.version,
                 True,
-                calls,
+                calls_made,
                 spent,
                 _landed_files(landed.transaction),
             )
         raise CommitStateUnknownError(
-            f"the commit of write {self.write_id} to {self.uri} failed {calls} time(s) "
+            f"the commit of write {self.write_id} to {self.uri} failed {calls_made} time(s) "
             f"with an unknown outcome; last error: {last!r}",
             read_version=self.read_version,
             operation=txn.kind,
@@ -764,8 +781,10 @@ def _add_columns(storage: Storage, uri: str, data: pa.Schema, options: WriteOpti
     from txn_engine.format.schema import arrow_to_fields, max_field_id
     from txn_engine.ops import Merge
 
-    last: RetryableConflictError | None = None
-    for _ in range(max(3, options.commit_attempts)):
+    attempts = max(MERGE_SCHEMA_RETRY.max_attempts, options.commit_attempts)
+    budget = attrs.evolve(MERGE_SCHEMA_RETRY, max_attempts=attempts).budget()
+    while True:
+        budget.start_attempt()
         current = Dataset.open(storage)
         have = set(current.schema.names)
         new = [field.with_nullable(True) for field in data if field.name not in have]
@@ -789,13 +808,12 @@ def _add_columns(storage: Storage, uri: str, data: pa.Schema, options: WriteOpti
         )
         try:
             result = txn_commit(storage, txn, retry_policy=_retry_policy(options))
-        except RetryableConflictError as exc:
-            last = exc
-            continue
+        except RetryableConflictError:
+            if budget.wait():
+                continue  # re-plan on the version that preempted this one
+            raise
         _log.info("mergeSchema: %s gained columns %s in version %d", uri, names, result.version)
         return result.version
-    assert last is not None
-    raise last
 
 
 def check_lossless(data: pa.Schema, table: pa.Schema, *, what: str = "cannot write") -> None:

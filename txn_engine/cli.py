@@ -73,7 +73,11 @@ def _index_type(index: table_pb2.IndexMetadata) -> str:
 
 
 def _open(args: argparse.Namespace) -> Dataset:
-    return Dataset.open(args.uri, version=getattr(args, "version", None))
+    return Dataset.open(
+        args.uri,
+        version=getattr(args, "version", None),
+        storage_options=_parse_options(getattr(args, "storage_option", [])),
+    )
 
 
 def _tags_by_version(ds: Dataset) -> dict[int, list[str]]:
@@ -96,6 +100,7 @@ def _version_or_tag(text: str) -> int | str:
 def _configure_log(p: argparse.ArgumentParser) -> None:
     p.add_argument("uri", help="dataset URI or path")
     p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    _storage_option_arguments(p)
 
 
 def _run_log(args: argparse.Namespace, out: TextIO) -> int:
@@ -104,7 +109,7 @@ def _run_log(args: argparse.Namespace, out: TextIO) -> int:
 
     # no Dataset.open: the latest manifest may be the damaged one; every damaged version
     # is listed with its error (exit 1) and the others as usual
-    storage = open_storage(args.uri)
+    storage = open_storage(args.uri, _parse_options(args.storage_option))
     versions = version_history(storage)
     if not versions:
         Dataset.open(storage)  # raises DatasetNotFoundError with the usual message
@@ -157,6 +162,7 @@ def _configure_show(p: argparse.ArgumentParser) -> None:
         help="version number or tag name to show (default latest)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    _storage_option_arguments(p)
 
 
 def _summary(ds: Dataset) -> dict[str, Any]:
@@ -521,8 +527,9 @@ def _storage_option_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="txn_engine storage option (fsspec options on object stores), repeatable; "
-        "a VALUE starting with { is parsed as JSON",
+        help="storage option in Lance's names (aws_access_key_id, aws_endpoint, aws_region, "
+        "allow_http, azure_storage_account_name, ...), repeatable; a VALUE starting with { "
+        "is parsed as JSON",
     )
 
 

@@ -940,3 +940,29 @@ def test_environment_credentials_as_for_pylance(
     assert Dataset.open(storage).count_rows() == 5
     storage.put_if_absent("_versions/probe-env.manifest", b"x")
     assert open_storage(uri, info.lance_options()).get("_versions/probe-env.manifest") == b"x"
+
+
+def test_cli_log_and_show_take_lance_option_names(moto_server: Any, capsys: Any) -> None:
+    """Every CLI command takes the storage options a user gives pylance (``-o``), and no
+    secret value appears in what it prints."""
+    import json
+
+    from txn_engine.cli import main
+
+    uri = moto_server.uri(emu.unique_name("cli"))
+    options = moto_server.lance_options()
+    lance.write_dataset(pa.table({"id": [1, 2]}), uri, storage_options=options)
+    lance.write_dataset(pa.table({"id": [3]}), uri, mode="append", storage_options=options)
+    flags = [f"-o{k}={v}" for k, v in options.items()]
+    assert main(["log", uri, "--json", *flags]) == 0
+    out = capsys.readouterr().out
+    assert [v["version"] for v in json.loads(out)] == [1, 2]
+    assert main(["show", uri, "--version", "1", *flags]) == 0
+    shown = capsys.readouterr().out
+    assert "2" in shown
+    for text in (out, shown):
+        assert options["aws_secret_access_key"] not in text
+    assert main(["log", uri, "-o", "no_such_option=1"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown storage option" in err
+    assert "aws_access_key_id" in err  # the accepted names are listed

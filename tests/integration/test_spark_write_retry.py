@@ -29,22 +29,9 @@ pytestmark = pytest.mark.pylance
 SCHEMA = pa.schema([("id", pa.int64())])
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-        self.sleeps: list[float] = []
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.t += seconds
-
-
-def _on_fake_clock(policy: Any, clock: FakeClock) -> Any:
-    """``policy`` with a fake clock, and the highest slot drawn every time."""
-    return attrs.evolve(policy, clock=clock.now, sleep=clock.sleep, randbelow=lambda n: n - 1)
+def _recorded(policy: Any, sleeps: list[float]) -> Any:
+    """``policy`` recording its sleeps instead of sleeping, drawing the highest slot."""
+    return attrs.evolve(policy, sleep=sleeps.append, randbelow=lambda n: n - 1)
 
 
 def _dataset(tmp_path: Path) -> str:
@@ -59,9 +46,9 @@ def test_unknown_outcome_calls_back_off_by_the_retry_policy(
     """Every call loses its response and the history stays unreadable: ``commit_attempts``
     calls, with the policy's sleeps between them (50 ms unit, slots doubling from 4), then
     CommitStateUnknownError naming the number of calls."""
-    clock = FakeClock()
+    sleeps: list[float] = []
     monkeypatch.setattr(
-        _write, "UNKNOWN_OUTCOME_RETRY", _on_fake_clock(_write.UNKNOWN_OUTCOME_RETRY, clock)
+        _write, "UNKNOWN_OUTCOME_RETRY", _recorded(_write.UNKNOWN_OUTCOME_RETRY, sleeps)
     )
     uri = _dataset(tmp_path)
     flag = tmp_path / "lose"
@@ -77,24 +64,22 @@ def test_unknown_outcome_calls_back_off_by_the_retry_policy(
     with pytest.raises(CommitStateUnknownError, match="failed 3 time"):
         collector.commit(fragments)
     assert not flag.exists()  # the fault fired
-    assert clock.sleeps == [pytest.approx(3 * 0.05), pytest.approx(7 * 0.05)]
+    assert sleeps == [pytest.approx(3 * 0.05), pytest.approx(7 * 0.05)]
     assert lance.dataset(uri).version == 2  # it landed; nobody could tell
 
 
-def test_unknown_outcome_sleep_is_capped(tmp_path: Path) -> None:
+def test_unknown_outcome_sleep_is_capped() -> None:
     """The policy's single sleep never exceeds 2 s, however many calls were lost."""
-    clock = FakeClock()
-    budget = attrs.evolve(
-        _on_fake_clock(_write.UNKNOWN_OUTCOME_RETRY, clock), max_attempts=10
-    ).budget()
+    sleeps: list[float] = []
+    budget = attrs.evolve(_recorded(_write.UNKNOWN_OUTCOME_RETRY, sleeps), max_attempts=10).budget()
     while True:
         budget.start_attempt()
         if not budget.wait():
             break
     assert budget.attempts == 10
-    assert len(clock.sleeps) == 9
-    assert clock.sleeps[:3] == [pytest.approx(s * 0.05) for s in (3, 7, 15)]
-    assert max(clock.sleeps) <= 2.0
+    assert len(sleeps) == 9
+    assert sleeps[:3] == [pytest.approx(s * 0.05) for s in (3, 7, 15)]
+    assert max(sleeps) <= 2.0
 
 
 def test_merge_schema_replans_within_its_retry_budget(
@@ -102,15 +87,12 @@ def test_merge_schema_replans_within_its_retry_budget(
 ) -> None:
     """A column addition preempted on every plan: re-planned with the policy's backoff
     between plans, then the last conflict is raised; nothing is committed."""
-    clock = FakeClock()
-    monkeypatch.setattr(
-        _write, "MERGE_SCHEMA_RETRY", _on_fake_clock(_write.MERGE_SCHEMA_RETRY, clock)
-    )
+    sleeps: list[float] = []
+    monkeypatch.setattr(_write, "MERGE_SCHEMA_RETRY", _recorded(_write.MERGE_SCHEMA_RETRY, sleeps))
     plans: list[int] = []
 
     def preempted(storage: Any, txn: Any, **_: Any) -> Any:
         plans.append(txn.read_version)
-        clock.t += 0.01  # each commit takes 10 ms: the backoff unit follows it
         raise RetryableConflictError(f"preempted {len(plans)}", read_version=txn.read_version)
 
     # the module, not the function txn_engine re-exports under the same name
@@ -120,6 +102,6 @@ def test_merge_schema_replans_within_its_retry_budget(
     with pytest.raises(RetryableConflictError, match="preempted 4"):
         FragmentCollector.plan(uri, schema=wider, merge_schema=True, commit_attempts=4)
     assert plans == [1, 1, 1, 1]
-    assert len(clock.sleeps) == 3
-    assert all(s > 0 for s in clock.sleeps)
+    assert len(sleeps) == 3  # between the plans, as long as a plan took (not slept here)
+    assert all(s > 0 for s in sleeps)
     assert lance.dataset(uri).version == 1

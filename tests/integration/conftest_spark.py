@@ -212,17 +212,33 @@ def _fire_once(flag: str) -> bool:
     return True
 
 
+def _crash(flag: str, barrier: str, parties: int, *, timeout: float = 300.0) -> None:
+    """At a crash point: once per ``flag``. With a ``barrier`` directory, announce this
+    point there and hold it until ``parties`` points (of concurrent queries in the same
+    driver) are held, so one kill stops every query at its own point."""
+    if not _fire_once(flag):
+        return
+    if barrier:
+        open(os.path.join(barrier, flag.strip(os.sep).replace(os.sep, "_")), "w").close()
+        deadline = time.monotonic() + timeout
+        while len(os.listdir(barrier)) < parties and time.monotonic() < deadline:
+            time.sleep(0.05)
+    _kill_driver()
+
+
 def _crashing_stream_source() -> type:
     """The ``txn_lance`` source with a crash point: options ``crash_at`` (``before_tasks``,
     ``after_tasks``, ``after_commit``, ``after_checkpoint``), ``crash_batch`` (the
-    micro-batch, default 1) and ``crash_flag`` (a file; the crash fires once, when it
-    removes the file)."""
+    micro-batch, default 1), ``crash_flag`` (a file; the crash fires once, when it
+    removes the file) and ``crash_barrier`` / ``crash_parties`` (see :func:`_crash`)."""
     from txn_engine.spark._datasource import TxnLanceDataSource
     from txn_engine.spark._stream import TxnLanceStreamWriter
 
     class CrashingStreamWriter(TxnLanceStreamWriter):
         crash_at = ""
         crash_flag = ""
+        crash_barrier = ""
+        crash_parties = 1
         crash_batch = 1
         batch = -1
 
@@ -232,8 +248,8 @@ def _crashing_stream_source() -> type:
 
         def _hook(self, stage: str) -> None:
             wanted = {"after_tasks": "tasks_done", "after_commit": "committed"}.get(self.crash_at)
-            if stage == wanted and self.batch == self.crash_batch and _fire_once(self.crash_flag):
-                _kill_driver()
+            if stage == wanted and self.batch == self.crash_batch:
+                _crash(self.crash_flag, self.crash_barrier, self.crash_parties)
 
     class CrashingStreamSource(TxnLanceDataSource):
         @classmethod
@@ -244,21 +260,22 @@ def _crashing_stream_source() -> type:
             options = dict(self.options)
             crash_at = options.pop("crash_at", "")
             flag = options.pop("crash_flag", "")
-            batch = int(options.pop("crash_batch", "1"))
+            batch = int(options.pop("crash_batch", "") or 1)
+            barrier = options.pop("crash_barrier", "")
+            parties = int(options.pop("crash_parties", "") or 1)
             checkpoint = options.get("checkpointlocation", options.get("checkpointLocation", ""))
             # Spark plans micro-batch N after writing offsets/N (and commits/N-1)
-            if crash_at == "before_tasks" and _planned(checkpoint) == batch and _fire_once(flag):
-                _kill_driver()
-            if (
-                crash_at == "after_checkpoint"
-                and os.path.exists(os.path.join(checkpoint, "commits", str(batch)))
-                and _fire_once(flag)
+            if crash_at == "before_tasks" and _planned(checkpoint) == batch:
+                _crash(flag, barrier, parties)
+            if crash_at == "after_checkpoint" and os.path.exists(
+                os.path.join(checkpoint, "commits", str(batch))
             ):
-                _kill_driver()
+                _crash(flag, barrier, parties)
             self.options = options
             plain = super().streamWriter(schema, overwrite)
             writer = CrashingStreamWriter(plain.uri, plain.schema, plain.options, plain.query_id)
             writer.crash_at, writer.crash_flag, writer.crash_batch = crash_at, flag, batch
+            writer.crash_barrier, writer.crash_parties = barrier, parties
             return writer
 
     return CrashingStreamSource

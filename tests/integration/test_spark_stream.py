@@ -340,7 +340,27 @@ register(spark)
 cs.register_crashing_stream_source(spark)
 out = {}
 for job in spec["jobs"]:
-    if job["kind"] == "stream":
+    if job["kind"] == "streams":  # started together, then awaited (crash points + barrier)
+        queries = []
+        for stream in job["streams"]:
+            frame = (
+                spark.readStream.schema("id long, name string")
+                .option("maxFilesPerTrigger", 1)
+                .json(stream["source"])
+                .repartition(2)
+            )
+            writer = frame.writeStream.format("txn_lance_crashing")
+            for key in ("crash_at", "crash_flag", "crash_barrier", "crash_parties"):
+                writer = writer.option(key, str(stream.get(key, "")))
+            queries.append(
+                writer.option("checkpointLocation", stream["checkpoint"])
+                .option("max_rows_per_file", "40")
+                .trigger(availableNow=True)
+                .start(stream["uri"])
+            )
+        for query in queries:
+            query.awaitTermination()
+    elif job["kind"] == "stream":
         frame = (
             spark.readStream.schema("id long, name string")
             .option("maxFilesPerTrigger", 1)
@@ -373,13 +393,15 @@ for job in spec["jobs"]:
             "count(*) as n", "sum(id) as s", "count(distinct id) as d"
         ).collect()[0]
         out["read:" + job["uri"]] = {"count": row.n, "sum": row.s, "distinct": row.d}
+# executors that ran tasks (the driver's block manager is not one of them)
+out["executors"] = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
 with open(spec["result"], "w") as handle:
     json.dump(out, handle)
 spark.stop()
 """
 
 KILL_POINTS = ["before_tasks", "after_tasks", "after_commit", "after_checkpoint"]
-FILES, ROWS_PER_FILE = 4, 50  # four micro-batches (one file each) of 50 rows
+FILES, ROWS_PER_FILE = 3, 50  # three micro-batches (one file each) of 50 rows
 
 
 def make_source(directory: Path) -> None:
@@ -455,25 +477,37 @@ def check_stream_table(base: Path) -> None:
 
 
 def crash_and_restart(tmp_path: Path, master: str, points: list[str], interleave: int) -> None:
-    """Kill a driver at each point (in parallel, one application per point), land
-    ``interleave`` other commits on the after_commit table, restart every query on its
-    checkpoint in one application, check each table."""
-    crashed = []
+    """Run one query per kill point, concurrently in one driver; each holds at its point
+    until all are there, then the driver application is killed. Land ``interleave`` other
+    commits on the after_commit table, restart every query on its checkpoint in one
+    application, check each table."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    streams = []
     for point in points:
         base = tmp_path / point
         make_source(base / "source")
         (base / "crash.flag").touch()
-        crashed.append((base, start_driver(base / "crash-run", master, [stream_job(base, point)])))
-    for base, proc in crashed:
-        finish(proc, base / "crash-run", killed=True)
-        assert not (base / "crash.flag").exists()  # the kill point was reached
+        streams.append(
+            {**stream_job(base, point), "crash_barrier": str(barrier), "crash_parties": len(points)}
+        )
+    crash_run = tmp_path / "crash-run"
+    finish(
+        start_driver(crash_run, master, [{"kind": "streams", "streams": streams}]),
+        crash_run,
+        killed=True,
+    )
+    for point in points:
+        assert not (tmp_path / point / "crash.flag").exists()  # the kill point was reached
+    assert len(os.listdir(barrier)) == len(points)  # all held at their points together
     if "after_commit" in points:
         uri = str(tmp_path / "after_commit" / "t.lance")
         assert [b for _, _, b in stream_versions(uri)] == ["0", "1"]  # batch 1 landed
         other_commits(uri, interleave)
     restart = tmp_path / "restart"
-    jobs = [stream_job(tmp_path / point) for point in points]
-    jobs += [{"kind": "read", "uri": job["uri"]} for job in jobs]
+    streams = [stream_job(tmp_path / point) for point in points]
+    jobs = [{"kind": "streams", "streams": streams}]
+    jobs += [{"kind": "read", "uri": stream["uri"]} for stream in streams]
     result = finish(start_driver(restart, master, jobs), restart, killed=False)
     total = FILES * ROWS_PER_FILE
     for point in points:
@@ -510,7 +544,7 @@ def test_write_read_and_stream_on_a_standalone_cluster(tmp_path: Path, standalon
     ds = lance.dataset(written)
     assert ds.version == 2
     assert all_ids(written) == list(range(1500))
-    assert len(ds.get_fragments()) == 8  # 4 + 2 partitions, 300 rows per file at most
+    assert len(ds.get_fragments()) == 6  # one fragment per partition (4 + 2; 250 rows each)
     again = tmp_path / "again"
     result = finish(
         start_driver(again, standalone, [stream_job(base), {"kind": "read", "uri": written}]),
@@ -518,4 +552,39 @@ def test_write_read_and_stream_on_a_standalone_cluster(tmp_path: Path, standalon
         killed=False,
     )
     assert result["read:" + written] == {"count": 1500, "sum": 1500 * 1499 // 2, "distinct": 1500}
+    assert result["executors"] == 2  # one executor on each worker
     check_stream_table(base)
+
+
+def test_abort_removes_the_batch_files_unless_it_landed(tmp_path: Path) -> None:
+    """Spark aborts a micro-batch whose tasks failed: its files go, the table is unchanged;
+    the abort of a batch that did land (the driver lost track) keeps what it references."""
+    from txn_engine.spark._stream import TxnLanceStreamMessage, TxnLanceStreamWriter
+
+    uri = str(tmp_path / "t.lance")
+    run_batch(uri, 0, 0, 100)
+    writer = TxnLanceStreamWriter(
+        uri, SCHEMA, StreamOptions(WriteOptions(), stream_id=QUERY), QUERY
+    )
+
+    def task_messages(batch: int, lo: int, hi: int) -> list[Any]:
+        key, frags = write_stream_task(
+            uri,
+            [rows(lo, hi)],
+            schema=SCHEMA,
+            options=WriteOptions(),
+            query_id=QUERY,
+            batch_id=batch,
+        )
+        return [TxnLanceStreamMessage(key, tuple(frags), QUERY, batch, 0, 0), None]
+
+    before = set(os.listdir(os.path.join(uri, "data")))
+    writer.abort(task_messages(1, 100, 200), 1)
+    assert set(os.listdir(os.path.join(uri, "data"))) == before
+    assert lance.dataset(uri).version == 1
+    assert_clean(uri)
+    with pytest.raises(Crash):
+        run_batch(uri, 1, 100, 200, hook=crash_at("committed"))
+    writer.abort(task_messages(1, 100, 200), 1)  # landed: its files stay, the replay's go
+    assert all_ids(uri) == list(range(200))
+    assert_clean(uri)

@@ -149,10 +149,46 @@ def targets(entry: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
     return out
 
 
+def summary_table(results: dict[str, Any]) -> list[str]:
+    """One row per store: the ratios issue 14 sets targets for (10-fragment Appends, the
+    lowest contention ratio, failed commits, the 16-thread Committer)."""
+    out = [
+        "| store | floor ms | warm 10 vs pylance | warm 10 vs floor | cold 10 vs pylance | "
+        "lowest contention ratio | failed (pylance / txn_engine) | unaccounted | "
+        "Committer vs pylance |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for entry in results["stores"]:
+        rows = {(r["fragments"], r["mode"]): r for r in entry.get("append_latency", [])}
+        if not rows:
+            continue
+        small = min(f for f, _ in rows)
+        warm, cold = rows[(small, "warm")], rows[(small, "cold")]
+        floor = entry["floor"]["put_if_absent_ms"]
+        cells = [r for r in entry.get("contention", []) if "throughput_ratio" in r]
+        lowest = min((r["throughput_ratio"] for r in cells), default=None)
+        failed = (
+            f"{sum(r['pylance']['failures'] for r in cells)} / "
+            f"{sum(r['txn_engine']['failures'] for r in cells)}"
+        )
+        unaccounted = sum(
+            abs(r[e].get("unaccounted", 0)) for r in cells for e in ("pylance", "txn_engine")
+        )
+        th = entry.get("threads") or {}
+        out.append(
+            f"| {entry['store']} | {floor:.1f} | {warm['ratio']:.2f} | "
+            f"{warm['txn_engine_ms'] / floor:.2f} | {cold['ratio']:.2f} | "
+            f"{_num(lowest, '.2f')} | {failed} | {unaccounted} | "
+            f"{_num(th.get('committer_ratio'), '.2f')} |"
+        )
+    return out
+
+
 def render_object_stores(results: dict[str, Any]) -> str:
-    """The Markdown tables for one object_stores.json: per store the floor, Append latency,
-    contention, threads, backoff schedules if compared, and the targets met or missed."""
-    out: list[str] = []
+    """The Markdown tables for one object_stores.json: a summary, then per store the floor,
+    Append latency, contention, threads, backoff schedules if compared, and the targets met
+    or missed."""
+    out: list[str] = [*summary_table(results), ""]
     for entry in results["stores"]:
         floor = entry["floor"]
         what = "fsynced exclusive create" if entry["kind"] == "local" else "conditional PUT"

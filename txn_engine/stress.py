@@ -46,9 +46,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
-from pyroaring import BitMap, BitMap64
 
-from txn_engine._proto import table_pb2
 from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
@@ -61,18 +59,13 @@ from txn_engine.errors import (
     StorageError,
     TxnEngineError,
 )
-from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
 from txn_engine.format.io import latest_version
 from txn_engine.format.schema import arrow_to_lance_fields
 from txn_engine.model import DataFile, Fragment
 from txn_engine.ops import (
     Append,
-    Delete,
     Operation,
     Overwrite,
-    Rewrite,
-    RewriteGroup,
-    Update,
     UpdateConfig,
     UpdateMap,
 )
@@ -89,11 +82,9 @@ from txn_engine.testing.model import (
     EditConfig,
     Effect,
     LanceFileRows,
-    NoRowChange,
-    RemoveRows,
     Row,
-    SetValues,
 )
+from txn_engine.testing.planning import compaction, live_offsets, row_change
 from txn_engine.transaction import Transaction
 from txn_engine.verify import verify
 
@@ -260,27 +251,26 @@ class _Planner:
     def plan(
         self, kind: str, ds: Dataset
     ) -> tuple[Operation, Effect, dict[str, tuple[Row, ...]]] | None:
-        """``(operation, intended effect, new data files' rows)`` or None if impossible."""
-
+        """``(operation, intended effect, new data files' rows)`` or None if impossible.
+        The operations are built by :mod:`txn_engine.testing.planning`, as the Hypothesis
+        machine's; only the choices (a seeded ``random.Random``) are the stress run's own."""
         rng = self.rng
+        files: dict[str, tuple[Row, ...]] = {}
+
+        def new_fragment(rows: Sequence[Row]) -> Any:
+            frag = self._new_fragment(rows)
+            files[frag.files[0].path] = tuple(rows)
+            return frag
+
         if kind == "append":
             rows = tuple((self.next_rid + i, 0) for i in range(ROWS_PER_APPEND))
             self.next_rid += ROWS_PER_APPEND
-            frag = self._new_fragment(rows)
-            return Append((frag,)), AddRows(rows), {frag.files[0].path: rows}
+            return Append((new_fragment(rows),)), AddRows(rows), files
         if kind == "config":
             key = SHARED_CONFIG_KEY if rng.random() < 0.3 else f"stress.w{self.spec.writer}"
             value = f"{self.spec.writer}.{rng.randrange(1 << 30)}"
             config = UpdateConfig(config_updates=UpdateMap({key: value}))
-            return config, EditConfig(((key, value),)), {}
-
-        def alive(pb: Any) -> list[int]:
-            deleted = (
-                read_deletion_vector(self.storage, pb.id, pb.deletion_file)
-                if pb.HasField("deletion_file")
-                else BitMap()
-            )
-            return [o for o in range(pb.physical_rows) if o not in deleted]
+            return config, EditConfig(((key, value),)), files
 
         if kind == "compact":
             targets = self._find(ds, self.own)
@@ -288,10 +278,10 @@ class _Planner:
                 return None
             start = rng.randrange(len(targets) - 1)
             olds = targets[start : start + rng.randint(2, 4)]
-            live = tuple(self.known[pb.files[0].path][o] for pb in olds for o in alive(pb))
-            frag = self._new_fragment(live)
-            group = RewriteGroup(tuple(Fragment.from_proto(pb) for pb in olds), (frag,))
-            return Rewrite((group,)), NoRowChange("compaction"), {frag.files[0].path: live}
+            rewrite, no_change = compaction(
+                self.storage, olds, lambda pb: self.known[pb.files[0].path], new_fragment
+            )
+            return rewrite, no_change, files
 
         # delete / shared-delete / update: some rows of one fragment whose rows are known
         if kind == "shared-delete" or (kind == "update" and rng.random() < 0.5):
@@ -302,39 +292,24 @@ class _Planner:
         if not candidates:
             return None
         pb = rng.choice(candidates)
-        offsets = alive(pb)
-        if not offsets:
+        alive = live_offsets(self.storage, pb)
+        if not alive:
             return None
-        if pb.files[0].path == self.spec.seed_path:  # a hot spot: writers clash on rows
-            offsets = offsets[:HOT_ROWS]
+        offsets = alive[:HOT_ROWS] if pb.files[0].path == self.spec.seed_path else alive
+        # (the seed fragment is a hot spot: writers clash on its first rows)
         chosen = sorted(rng.sample(offsets, min(len(offsets), rng.randint(1, 3))))
-        rows = self.known[pb.files[0].path]
-        affected = BitMap64((pb.id << 32) | o for o in chosen)
-        alive_now = BitMap(alive(pb))
-        whole = len(chosen) == len(alive_now)
-        updated: tuple[Any, ...] = ()
-        if not whole:
-            deleted = BitMap(range(pb.physical_rows)) - alive_now
-            dv = write_deletion_vector(self.storage, pb.id, ds.version, deleted | BitMap(chosen))
-            copy = table_pb2.DataFragment()
-            copy.CopyFrom(pb)
-            copy.deletion_file.CopyFrom(dv)
-            updated = (Fragment.from_proto(copy),)
-        removed = (pb.id,) if whole else ()
-        rids = [rows[o][0] for o in chosen]
-        if kind != "update":
-            delete = Delete(updated, removed, "rid in (...)", affected_rows=affected)
-            return delete, RemoveRows(rids), {}
-        new_rows = tuple((rid, rng.randint(1, 1 << 30)) for rid in rids)
-        frag = self._new_fragment(new_rows)
-        op_u = Update(
-            removed_fragment_ids=removed,
-            updated_fragments=updated,
-            new_fragments=(frag,),
-            fields_modified=(1,),
-            affected_rows=affected,
+        values = None if kind != "update" else [rng.randint(1, 1 << 30) for _ in chosen]
+        op, effect = row_change(
+            self.storage,
+            ds.version,
+            pb,
+            self.known[pb.files[0].path],
+            alive,
+            chosen,
+            new_values=values,
+            new_fragment=new_fragment,
         )
-        return op_u, SetValues(new_rows), {frag.files[0].path: new_rows}
+        return op, effect, files
 
     def landed(self, files: Mapping[str, tuple[Row, ...]]) -> None:
         """Our commit landed: its new data files are ours to delete from / compact."""

@@ -11,6 +11,9 @@ See ``docs/testing.md``. Submodules:
   storage (:class:`ChaosStorage`);
 * :mod:`~txn_engine.testing.journal`: durable writer intents for multi-process runs and
   :func:`check_history` against them;
+* :mod:`~txn_engine.testing.planning`: the planning steps (row deletes and updates with
+  their deletion vectors, compaction) the machine's :class:`Planner` and the stress writers
+  share, each returning an operation and its intended effect;
 * :mod:`~txn_engine.testing.machine` *(needs hypothesis)*: :class:`WritersMachine`, a
   ``RuleBasedStateMachine`` of N interleaved writers, and its :class:`Planner`;
 * :mod:`~txn_engine.testing.strategies`, :mod:`~txn_engine.testing.schemas` *(need

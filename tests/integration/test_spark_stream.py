@@ -500,10 +500,16 @@ def crash_and_restart(tmp_path: Path, master: str, points: list[str], interleave
     for point in points:
         assert not (tmp_path / point / "crash.flag").exists()  # the kill point was reached
     assert len(os.listdir(barrier)) == len(points)  # all held at their points together
-    if "after_commit" in points:
-        uri = str(tmp_path / "after_commit" / "t.lance")
-        assert [b for _, _, b in stream_versions(uri)] == ["0", "1"]  # batch 1 landed
-        other_commits(uri, interleave)
+    landed = {"before_tasks": 1, "after_tasks": 1, "after_commit": 2, "after_checkpoint": 2}
+    for point in points:
+        base = tmp_path / point
+        batches = [b for _, _, b in stream_versions(str(base / "t.lance"))]
+        assert batches == [str(b) for b in range(landed[point])], point
+        # Spark's checkpoint entry for batch 1 exists only past the checkpoint write
+        assert (base / "checkpoint" / "commits" / "1").exists() == (point == "after_checkpoint")
+    # the tasks of batch 1 had written (staged) files when the driver died after them
+    assert os.listdir(tmp_path / "after_tasks" / "t.lance" / STAGING_DIR)
+    other_commits(str(tmp_path / "after_commit" / "t.lance"), interleave)
     restart = tmp_path / "restart"
     streams = [stream_job(tmp_path / point) for point in points]
     jobs = [{"kind": "streams", "streams": streams}]

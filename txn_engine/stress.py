@@ -342,6 +342,9 @@ def run_writer(spec: WriterSpec, progress: Any = None, start: Any = None) -> Non
     policy = RetryPolicy(
         max_attempts=spec.max_attempts, deadline=spec.deadline, max_delay=spec.max_delay
     )
+    # re-planning after a retryable conflict: up to ``replans`` more plans, at once (the
+    # conflict is a fact of the history, not a lost race to back off from)
+    replanning = RetryPolicy(max_attempts=spec.replans + 1, adaptive=False, initial_unit=0.0)
     directory = Path(spec.journal_dir)
     if spec.real:
         import lance  # noqa: F401  (warm up before the clock starts)
@@ -357,7 +360,9 @@ def run_writer(spec: WriterSpec, progress: Any = None, start: Any = None) -> Non
         for i in range(spec.commits):
             kind = rng.choices(kinds, weights)[0]
             started = time.perf_counter()
-            for replan in range(spec.replans + 1):
+            plans = replanning.budget()
+            while True:
+                plans.start_attempt()
                 try:
                     ds = Dataset.open(storage)
                     planned = planner.plan(kind, ds)
@@ -377,7 +382,7 @@ def run_writer(spec: WriterSpec, progress: Any = None, start: Any = None) -> Non
                 except CommitConflictError as exc:
                     journal.rejected(txn.uuid, "conflict")
                     stats.conflicts[_conflict_label(exc)] += 1
-                    if exc.retryable and replan < spec.replans:
+                    if exc.retryable and plans.wait():
                         stats.replans += 1
                         continue
                     stats.failed += 1

@@ -273,6 +273,22 @@ def test_w1_fragment_reuse_index() -> None:
     assert c.retryable
 
 
+def test_i1_and_w1_name_the_moved_fragments_from_either_side() -> None:
+    """Index vs rewrite, both orders: the covered fragments the rewrite moved, or the index
+    without a fragment bitmap, each with its own reason."""
+    (w1,) = detect(txn(OPS["Rewrite01"]), txn(OPS["CreateIndex01"]), other_version=2)
+    assert (w1.rule, w1.fragment_ids) == ("W1", {0, 1})
+    assert "fragment(s) [0, 1] were indexed concurrently" in w1.reason
+    (i1,) = detect(txn(OPS["CreateIndex01"]), txn(OPS["Rewrite01"]), other_version=2)
+    assert (i1.rule, i1.fragment_ids) == ("I1", {0, 1})
+    assert "the rewrite moved indexed fragment(s) [0, 1]" in i1.reason
+    assert detect(txn(OPS["CreateIndex23"]), txn(OPS["Rewrite01"]), other_version=2) == ()
+    no_bitmap = txn(CreateIndex([index("a", (0,), None)]))
+    (c,) = detect(no_bitmap, txn(OPS["Rewrite23"]), other_version=2)
+    assert (c.rule, c.retryable, c.index_names) == ("I1", True, {"a"})
+    assert "a new index has no fragment bitmap" in c.reason
+
+
 def test_overwrite_config_keys_k_and_k2() -> None:
     ow_k1 = txn(Overwrite([new_frag()], SCHEMA, config_upsert_values={"k1": "a"}))
     (c,) = detect(txn(OPS["Overwrite"]), ow_k1, other_version=2)

@@ -291,18 +291,24 @@ def _bitmap_union(indices: Iterable[object]) -> set[int] | None:
     return out
 
 
+def _index_vs_rewrite(c: _Ctx, index: CreateIndex, rewrite: Rewrite, moved_reason: str) -> None:
+    """I1 and W1: retryable when the rewrite moved a fragment the new index covers (or the
+    index covers unknown fragments). ``moved_reason`` is formatted with ``{ids}``."""
+    covered = _bitmap_union(index.new_indices)
+    if covered is None:
+        c.retry(
+            "a new index has no fragment bitmap", index_names=[i.name for i in index.new_indices]
+        )
+        return
+    moved = rewrite.old_fragment_ids & covered
+    if moved:
+        c.retry(moved_reason.format(ids=sorted(moved)), fragment_ids=moved)
+
+
 def _i1(c: _Ctx) -> None:
     mine = _op(c.mine.operation, CreateIndex)
     other = _op(c.other.operation, Rewrite)
-    covered = _bitmap_union(mine.new_indices)
-    if covered is None:
-        c.retry(
-            "a new index has no fragment bitmap", index_names=[i.name for i in mine.new_indices]
-        )
-        return
-    moved = other.old_fragment_ids & covered
-    if moved:
-        c.retry(f"the rewrite moved indexed fragment(s) {sorted(moved)}", fragment_ids=moved)
+    _index_vs_rewrite(c, mine, other, "the rewrite moved indexed fragment(s) {ids}")
 
 
 def _i2(c: _Ctx) -> None:
@@ -327,15 +333,7 @@ def _w1(c: _Ctx) -> None:
                 index_names=[FRAG_REUSE_INDEX],
             )
         return
-    covered = _bitmap_union(other.new_indices)
-    if covered is None:
-        c.retry(
-            "a new index has no fragment bitmap", index_names=[i.name for i in other.new_indices]
-        )
-        return
-    moved = mine.old_fragment_ids & covered
-    if moved:
-        c.retry(f"fragment(s) {sorted(moved)} were indexed concurrently", fragment_ids=moved)
+    _index_vs_rewrite(c, other, mine, "fragment(s) {ids} were indexed concurrently")
 
 
 def _w2(c: _Ctx) -> None:

@@ -96,22 +96,29 @@ class Committer:
 
     def submit(self, transaction: Transaction) -> Future[CommitResult]:
         """Queue ``transaction``; the Future gives its CommitResult or raises its error."""
-        if not isinstance(transaction, Transaction):
-            raise InvalidOperationError(
-                f"Committer.submit takes a txn_engine.Transaction, got {type(transaction).__name__}"
-            )
-        future: Future[CommitResult] = Future()
+        return self.submit_all([transaction])[0]
+
+    def submit_all(self, transactions: Sequence[Transaction]) -> list[Future[CommitResult]]:
+        """Queue ``transactions`` together, in order (the worker sees all of them at once,
+        so consecutive Appends among them land in one version); one Future each."""
+        for transaction in transactions:
+            if not isinstance(transaction, Transaction):
+                raise InvalidOperationError(
+                    "Committer.submit takes a txn_engine.Transaction, got "
+                    f"{type(transaction).__name__}"
+                )
+        futures: list[Future[CommitResult]] = [Future() for _ in transactions]
         with self._cv:
             if self._closed:
                 raise InvalidOperationError("this Committer is closed")
-            self._queue.append(_Pending(transaction, future))
+            self._queue.extend(_Pending(t, f) for t, f in zip(transactions, futures, strict=True))
             if self._worker is None:
                 self._worker = threading.Thread(
                     target=self._run, name="txn_engine-committer", daemon=True
                 )
                 self._worker.start()
             self._cv.notify()
-        return future
+        return futures
 
     def commit(self, transaction: Transaction, timeout: float | None = None) -> CommitResult:
         """Commit ``transaction`` (possibly together with other callers'); block until it

@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -177,3 +178,38 @@ class CustomWriters(WritersMachine):
 
 TestCustomWriters = CustomWriters.TestCase
 TestCustomWriters.settings = settings(stateful_step_count=30)
+
+
+class GroupedWriters(WritersMachine):
+    """Plans also committed together through one Committer (group commit): Appends in one
+    version, the rest alone in order; every invariant above still holds per writer."""
+
+    grouped = True
+    kinds = ("append", "append", "append", "delete", "config", "overwrite")
+    faults = ("lost_response", "unknown_outcome")
+
+
+TestGroupedWriters = GroupedWriters.TestCase
+TestGroupedWriters.settings = settings(stateful_step_count=60)
+
+
+def test_catches_a_group_commit_that_forgets_its_members(
+    patched: Callable[[Any, str, Any], None],
+) -> None:
+    """Without the members' uuids in the group transaction, a member whose group outcome
+    was unknown cannot be found: committing it again lands it a second time."""
+    committer_mod = importlib.import_module("txn_engine.committer")
+    real = committer_mod._merge
+
+    def forgetful(members: Any) -> Any:
+        merged = real(members)
+        return attrs.evolve(merged, properties={})
+
+    patched(committer_mod, "_merge", forgetful)
+
+    class Grouped(WritersMachine):
+        grouped = True
+        kinds = ("append",)
+        faults = ("unknown_outcome",)
+
+    _finds_a_failure(Grouped)

@@ -64,6 +64,7 @@ from pyroaring import BitMap, BitMap64
 from txn_engine._proto import table_pb2
 from txn_engine.cleanup import FILE_DIRS, CleanupReport, ObjectInfo, cleanup, referenced_files
 from txn_engine.commit import CommitResult, commit, find_transaction
+from txn_engine.committer import Committer
 from txn_engine.conflicts.matrix import MATRIX, Outcome
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
@@ -117,7 +118,7 @@ from txn_engine.testing.model import (
     SyntheticRows,
     read_contents,
 )
-from txn_engine.transaction import Transaction
+from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 from txn_engine.verify import verify
 
 __all__ = ["ALL_KINDS", "SCHEMA", "ClockedStorage", "Planner", "WritersMachine", "live_offsets"]
@@ -267,6 +268,9 @@ class WritersMachine(RuleBasedStateMachine):
     naming: ClassVar[NamingScheme | None] = None
     #: Whether a cleaner runs between steps (see the module docstring).
     cleaner: ClassVar[bool] = False
+    #: Whether planned transactions may also be committed together through one
+    #: :class:`~txn_engine.committer.Committer` (consecutive Appends in one version).
+    grouped: ClassVar[bool] = False
     #: Lease TTLs (seconds of the machine's clock, one per step) a writer draws from when it
     #: begins; None: no lease.
     lease_ttls: ClassVar[tuple[float | None, ...]] = (None, None, 3.0, 10.0**6)
@@ -291,6 +295,8 @@ class WritersMachine(RuleBasedStateMachine):
         self.intent = IntentModel(created.version, Contents.of(_FIRST_ROWS))
         self.history = HistoryModel(self.inner, self.rows)
         self.effects: dict[str, Effect] = {first.uuid: ReplaceTable(_FIRST_ROWS)}
+        #: group uuid -> member uuid -> its rows, while a group's members are being checked
+        self._group_rows: dict[str, dict[str, AddRows]] = {}
         self.acked: dict[str, int] = {first.uuid: created.version}
         self.rejected: set[str] = set()
         self.landed: dict[str, int] = {first.uuid: created.version}
@@ -477,6 +483,74 @@ class WritersMachine(RuleBasedStateMachine):
         note(f"writer {w} commits (fault: {fault})")
         self._commit(w, rules, fault)
 
+    @precondition(lambda self: self.grouped and sum(x.txn is not None for x in self.writers) >= 2)
+    @rule(data=st.data())
+    def commit_together(self, data: st.DataObject) -> None:
+        """Several writers hand their plans to one Committer at once: consecutive Appends
+        land as one version (one create), anything else alone in order; each writer gets
+        its own outcome, possibly under a fault hitting the group's create."""
+        ready = [i for i, x in enumerate(self.writers) if x.txn is not None]
+        if self.cleaner:
+            ready = [i for i in ready if self._stale(self.writers[i]) is None]
+            if len(ready) < 2:
+                return
+        chosen = data.draw(
+            st.lists(st.sampled_from(ready), unique=True, min_size=2), label="together"
+        )
+        self._tick()
+        # a fault must hit the group's one create: only when every plan is an Append (one
+        # group); an unknown outcome only when none of them can conflict (each read the
+        # latest version), since a conflict makes the members commit one by one
+        plans = [self.writers[i].txn for i in chosen]
+        appends = all(t is not None and isinstance(t.operation, Append) for t in plans)
+        latest = max(e.version for e in list_versions(self.inner))
+        fresh = all(t is not None and t.read_version == latest for t in plans)
+        kinds = [
+            k
+            for k in ("lost_response", "unknown_outcome")
+            if k in self.faults and appends and (fresh or k == "lost_response")
+        ]
+        fault = data.draw(st.sampled_from(("none", *kinds)), label="fault")
+        rules: list[Fault] = [] if fault == "none" else fault_rules(fault)
+        for r in rules:
+            self.storage.add(r)
+        note(f"writers {chosen} commit together (fault: {fault})")
+        txns = [self.writers[i].txn for i in chosen]
+        outcomes = self._attempt_together([t for t in txns if t is not None])
+        for i, outcome in zip(chosen, outcomes, strict=True):
+            self._commit(i, rules, fault, outcome=outcome)
+
+    def _attempt_together(self, txns: Sequence[Transaction]) -> list[_Outcome]:
+        committer = Committer(self.storage, retry_policy=self.policy())
+        futures = committer.submit_all(txns)  # queued at once: grouping is deterministic
+        committer.close()
+        outcomes = []
+        for future in futures:
+            try:
+                outcomes.append(_Outcome("acked", result=future.result()))
+            except BaseException as exc:
+                outcomes.append(self._classify(exc))
+        grouped = [n for _, n in committer.groups if n > 1]
+        if grouped:
+            event("a group of Appends landed as one version")
+        return outcomes
+
+    @staticmethod
+    def _classify(exc: BaseException) -> _Outcome:
+        if isinstance(exc, CommitConflictError):
+            return _Outcome("conflict", error=exc)
+        if isinstance(exc, CommitStateUnknownError):
+            return _Outcome("unknown", error=exc)
+        if isinstance(exc, StorageError):
+            return _Outcome("storage_error", error=exc)
+        if isinstance(exc, SimulatedCrash):
+            return _Outcome("crash", error=exc)
+        if isinstance(exc, InvalidOperationError):
+            return _Outcome("invalid", error=exc)
+        if isinstance(exc, VersionNotFoundError):
+            return _Outcome("gone", error=exc)
+        raise exc
+
     # ---- committing -------------------------------------------------------------------
 
     def _attempt(self, txn: Transaction, base: Dataset | None) -> _Outcome:
@@ -496,7 +570,14 @@ class WritersMachine(RuleBasedStateMachine):
             return _Outcome("gone", error=exc)
         return _Outcome("acked", result=result)
 
-    def _commit(self, w: int, rules: Sequence[Fault], fault: str = "none") -> None:
+    def _commit(
+        self,
+        w: int,
+        rules: Sequence[Fault],
+        fault: str = "none",
+        *,
+        outcome: _Outcome | None = None,
+    ) -> None:
         writer = self.writers[w]
         txn = writer.txn
         assert txn is not None
@@ -504,7 +585,8 @@ class WritersMachine(RuleBasedStateMachine):
         self.writers[w] = _Writer()  # whatever happens, the writer starts over
         listed = {e.version for e in list_versions(self.inner)}
         gap = [v for v in range(txn.read_version + 1, max(listed) + 1) if v not in listed]
-        outcome = self._attempt(txn, writer.snapshot)
+        if outcome is None:
+            outcome = self._attempt(txn, writer.snapshot)
         if writer.lease is not None:
             writer.lease.release()
         fired = any(r.fired for r in rules)
@@ -558,6 +640,23 @@ class WritersMachine(RuleBasedStateMachine):
         if landed is not None:
             self.landed[txn.uuid] = landed
             self.landed_since_cleanup += 1
+            self._note_group(landed, txn, writer.effect)
+
+    def _note_group(self, version: int, member: Transaction, effect: Effect) -> None:
+        """A member landed inside a group commit: the version's own uuid is the group's;
+        its effect is the members' effects in order (an AddRows of all their rows)."""
+        pb = read_transaction(self.inner, version)
+        if pb.uuid == member.uuid:
+            return
+        assert isinstance(effect, AddRows), f"only Appends are grouped, got {effect!r}"
+        members = pb.transaction_properties[GROUP_MEMBERS_KEY].split(",")
+        assert member.uuid in members
+        rows = self._group_rows.setdefault(pb.uuid, {})
+        rows[member.uuid] = effect
+        if set(rows) == set(members):  # every member accounted for: the group's effect
+            combined = tuple(r for m in members for r in rows[m].rows)
+            self.effects[pb.uuid] = AddRows(combined)
+            self.landed[pb.uuid] = version
 
     @staticmethod
     def _expected_outcomes(fault: str) -> tuple[str, ...]:
@@ -671,7 +770,10 @@ class WritersMachine(RuleBasedStateMachine):
         by_uuid: dict[str, list[int]] = {}
         entries = list_versions(self.inner)
         for entry in entries:
-            by_uuid.setdefault(read_transaction(self.inner, entry).uuid, []).append(entry.version)
+            pb = read_transaction(self.inner, entry)
+            members = pb.transaction_properties.get(GROUP_MEMBERS_KEY)
+            for uuid in (pb.uuid, *(members.split(",") if members else ())):
+                by_uuid.setdefault(uuid, []).append(entry.version)
         listed = {e.version for e in entries}
         for uuid, version in self.acked.items():
             if self.cleaner and version not in listed and uuid not in by_uuid:

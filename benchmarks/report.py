@@ -208,7 +208,7 @@ def render_object_stores(results: dict[str, Any]) -> str:
                 f"{r['txn_engine_ms'] / floor['put_if_absent_ms']:.2f} | {_requests(r)} |"
             )
         for r in entry.get("append_latency", [])[:2]:
-            if r.get("txn_engine_requests") is not None and r.get("pylance_requests") is not None:
+            if r.get("txn_engine_requests") and r.get("pylance_requests"):
                 out.append(
                     f"\nRequests of one {r['mode']} commit ({r['fragments']:,} fragments): "
                     f"pylance {', '.join(r['pylance_requests'])}; txn_engine "

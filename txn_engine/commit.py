@@ -86,6 +86,7 @@ from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import check_writer_flags
 from txn_engine.format.io import read_manifest_entry, read_transaction_and_manifest
 from txn_engine.format.manifest_file import (
+    MAX_MANIFEST_BYTES,
     ManifestFile,
     decode_manifest_file,
     encode_manifest_file,
@@ -104,7 +105,7 @@ from txn_engine.model import Fragment
 from txn_engine.ops import Clone, Restore
 from txn_engine.retry import RetryBudget, RetryPolicy
 from txn_engine.storage import open_storage
-from txn_engine.storage.base import Storage
+from txn_engine.storage.base import Storage, get_bounded
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 
 __all__ = [
@@ -288,9 +289,12 @@ def _settle(
     last: BaseException = cause
     for _ in range(SETTLE_ATTEMPTS):
         try:
-            found = storage.get(path)
+            # bounded: a hostile file at our version's name must not exhaust memory
+            found = get_bounded(storage, path, MAX_MANIFEST_BYTES)
         except ObjectNotFoundError:
             found = None
+        except FormatError:
+            return b""  # not a manifest we could have written: another writer's, or junk
         except StorageError as exc:
             last = exc
             continue
@@ -552,7 +556,8 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
         missing = read_version  # the plan's own snapshot is gone
     if missing is not None:
         raise _conflict_error(state.txn, missing_history_conflict(state.txn, missing))
-    base_file = state.manifest(latest.version) if winners else None
+    # the latest manifest (for rebase), unless it is the unreadable one the planner refuses
+    base_file = state.manifest(latest.version) if winners and latest_error is None else None
     plan = plan_retry(
         state.txn,
         winners,
@@ -625,7 +630,8 @@ def _land(
     path = f"_versions/{manifest_name(target, scheme)}"
     found = _create(storage, path, data, txn)
     if not _landed(found, data):
-        state.raw[target] = found  # the winner's manifest: the next attempt needs it
+        if found:
+            state.raw[target] = found  # the winner's manifest: the next attempt needs it
         return None
     _check_lineage(state, target, scheme, current.manifest, built.manifest, path)
     # the commit landed; if the redundant copy fails, readers use the inline transaction

@@ -219,3 +219,35 @@ def test_a_follower_built_on_ours_keeps_the_commit() -> None:
     ours = result.transaction.operation.fragments[0].files[0].path  # type: ignore[attr-defined]
     top = read_manifest(inner, 3)[1].manifest
     assert ours in {f.path for fr in top.fragments for f in fr.files}
+
+
+def test_settling_against_a_huge_foreign_file_reads_only_its_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hostile object at the version name our create lost on is never read whole: the
+    read-back is bounded by the manifest cap; the version is then unreadable history."""
+    import importlib
+
+    from txn_engine.storage import RecordingStorage
+
+    commit_mod = importlib.import_module("txn_engine.commit")
+    monkeypatch.setattr(commit_mod, "MAX_MANIFEST_BYTES", 1000)
+    inner = MemoryStorage()
+    commit(inner, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
+    junk = f"_versions/{manifest_name(2, NamingScheme.V2)}"
+    rec = RecordingStorage(inner)
+    store = FaultyStorage(rec)
+    store.add(
+        Fault(
+            "put_if_absent",
+            "_versions/*",
+            mode="hook",
+            hook=lambda *_: inner.put(junk, b"x" * 5000),
+        )
+    )
+    with pytest.raises(HistoryUnavailableError, match="version 2"):
+        commit(store, Transaction(1, Append([frag()])))
+    reads = [c[0] for c in rec.calls if c[1] == junk and c[0] in ("get", "get_range", "size")]
+    assert reads[0] == "size"  # the settle read stopped at the size
+    assert "get" not in reads
+    assert versions(inner) == [1, 2]

@@ -102,13 +102,21 @@ def fault_rules(kind: str, *, times: int = 1, delay: float = 0.001) -> list[Faul
     if kind == "crash_after_manifest":
         return [Fault("put_if_absent", _MANIFESTS, mode="crash_after", times=times)]
     if kind == "unknown_outcome":
-        # once the response is lost, every read-back of that manifest fails as well
-        read_back = Fault("get", "\0nothing", mode="before", times=None, error=_storage_error)
+        # once the response is lost, every read-back of that manifest fails as well (a
+        # whole read, or a bounded one, which starts with size())
+        read_backs = [
+            Fault(m, "\0nothing", mode="before", times=None, error=_storage_error)
+            for m in ("get", "size")
+        ]
 
         def arm(_method: str, path: str) -> None:
-            read_back.pattern = path
+            for rule in read_backs:
+                rule.pattern = path
 
-        return [Fault("put_if_absent", _MANIFESTS, mode="after", times=times, hook=arm), read_back]
+        return [
+            Fault("put_if_absent", _MANIFESTS, mode="after", times=times, hook=arm),
+            *read_backs,
+        ]
     if kind == "latency":
         return [
             Fault(m, "*", mode="hook", times=None, hook=lambda _m, _p: time.sleep(delay))
@@ -202,14 +210,18 @@ class ChaosStorage:
             raise StorageError(f"injected fault: put({path}) failed")
         self.inner.put(path, data)
 
-    def get(self, path: str) -> bytes:
-        self._delay()
+    def _failing_read(self, method: str, path: str) -> None:
+        """Raise while ``path``'s read-back outage lasts (each whole read counts once)."""
         with self._lock:
             left = self._failing_reads.pop(path, 0)
             if left > 1:
                 self._failing_reads[path] = left - 1
         if left:
-            raise StorageError(f"injected fault: get({path}) failed")
+            raise StorageError(f"injected fault: {method}({path}) failed")
+
+    def get(self, path: str) -> bytes:
+        self._delay()
+        self._failing_read("get", path)
         return self.inner.get(path)
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
@@ -218,6 +230,7 @@ class ChaosStorage:
 
     def size(self, path: str) -> int:
         self._delay()
+        self._failing_read("size", path)  # a bounded read starts with size()
         return self.inner.size(path)
 
     def list(self, prefix: str) -> Sequence[str]:

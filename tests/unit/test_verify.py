@@ -12,7 +12,7 @@ from txn_engine.commit import commit
 from txn_engine.format.deletion import write_deletion_vector
 from txn_engine.format.io import read_manifest, read_transaction
 from txn_engine.format.manifest_file import encode_manifest_file
-from txn_engine.format.naming import manifest_path
+from txn_engine.format.naming import NamingScheme, manifest_path
 from txn_engine.model import DeletionFile, Fragment
 from txn_engine.ops import Append, Delete, Overwrite
 from txn_engine.storage.base import Storage
@@ -92,7 +92,7 @@ def test_finds_bad_deletion_files_and_missing_data_files() -> None:
     _forge(storage, corrupt)
     report = verify(storage)
     assert [f.invariant for f in report.errors] == ["deletion-file"]
-    assert "offset 7 >= physical_rows 3" in report.findings[0].detail
+    assert "deletes offset 7, past the fragment's 3 rows" in report.findings[0].detail
     # synthetic data files do not exist: found only when asked
     assert all(f.invariant != "data-files" for f in report.findings)
     missing = verify(storage, data_files=True, deep=True)
@@ -109,3 +109,27 @@ def test_a_fully_deleted_fragment_is_a_warning() -> None:
     report = verify(storage)
     assert report.ok
     assert [f.severity for f in report.findings] == ["warning"]
+
+
+def test_an_unreadable_manifest_is_a_read_failure_not_damage() -> None:
+    """A manifest that cannot be read (permission denied, an outage) is reported as such,
+    not as a decode failure; the other versions are still checked."""
+    from txn_engine.errors import StorageError
+    from txn_engine.testing.faults import Fault, FaultyStorage
+
+    store, rows = MemoryStorage(), SyntheticRows()
+    commit(store, Transaction(0, Overwrite((rows.fragment([(0, 0)]),), SCHEMA)))
+    commit(store, Transaction(1, Append((rows.fragment([(1, 0)]),))))
+    denied = FaultyStorage(store)
+    for method in ("get", "get_range", "size"):
+        denied.add(
+            Fault(
+                method,
+                manifest_path(1, NamingScheme.V2),
+                times=None,
+                error=lambda m, p: StorageError(f"{p}: permission denied"),
+            )
+        )
+    report = verify(denied)
+    assert [(f.version, f.invariant) for f in report.findings] == [(1, "manifest-reads")]
+    assert "permission denied" in report.findings[0].detail

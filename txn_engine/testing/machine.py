@@ -59,9 +59,7 @@ import attrs
 from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from pyroaring import BitMap, BitMap64
 
-from txn_engine._proto import table_pb2
 from txn_engine.cleanup import FILE_DIRS, CleanupReport, ObjectInfo, cleanup, referenced_files
 from txn_engine.commit import CommitResult, commit, find_transaction
 from txn_engine.committer import Committer
@@ -77,7 +75,6 @@ from txn_engine.errors import (
     TxnEngineError,
     VersionNotFoundError,
 )
-from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
 from txn_engine.format.io import read_manifest_entry, read_transaction
 from txn_engine.format.naming import NamingScheme, list_versions
 from txn_engine.lease import Lease
@@ -91,8 +88,6 @@ from txn_engine.ops import (
     Overwrite,
     ReserveFragments,
     Restore,
-    Rewrite,
-    RewriteGroup,
     Update,
     UpdateConfig,
     UpdateMap,
@@ -110,14 +105,13 @@ from txn_engine.testing.model import (
     HistoryModel,
     IntentModel,
     NoRowChange,
-    RemoveRows,
     ReplaceTable,
     RestoreVersion,
     Row,
-    SetValues,
     SyntheticRows,
     read_contents,
 )
+from txn_engine.testing.planning import compaction, live_offsets, row_change
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 from txn_engine.verify import verify
 
@@ -144,16 +138,6 @@ _FIRST_ROWS: tuple[Row, ...] = tuple((rid, 0) for rid in range(8))
 
 def _no_sleep(_seconds: float) -> None:
     return None
-
-
-def live_offsets(storage: Storage, fragment: table_pb2.DataFragment) -> list[int]:
-    """Offsets of the rows of ``fragment`` its deletion vector does not delete."""
-    deleted = (
-        read_deletion_vector(storage, fragment.id, fragment.deletion_file)
-        if fragment.HasField("deletion_file")
-        else BitMap()
-    )
-    return [o for o in range(fragment.physical_rows) if o not in deleted]
 
 
 _NS = 1_000_000_000
@@ -809,8 +793,7 @@ class Planner:
             if not frags:
                 return None
             pb = frags[data.draw(st.integers(0, len(frags) - 1), label="fragment")]
-            frag = Fragment.from_proto(pb)
-            physical = self.rows.rows(frag)
+            physical = self.rows.rows(Fragment.from_proto(pb))
             alive = live_offsets(self.storage, pb)
             # mostly some rows (deletion vectors to merge with concurrent ones), sometimes
             # the whole fragment
@@ -826,48 +809,30 @@ class Planner:
                 )
             )
             known = data.draw(st.booleans(), label="affected rows known")
-            affected = BitMap64((pb.id << 32) | o for o in chosen) if known else None
-            whole = len(chosen) == len(alive)
-            updated: tuple[Fragment, ...] = ()
-            if not whole:
-                dv = write_deletion_vector(
-                    self.storage,
-                    pb.id,
-                    ds.version,
-                    BitMap(o for o in range(pb.physical_rows) if o not in alive) | BitMap(chosen),
-                )
-                copy = table_pb2.DataFragment()
-                copy.CopyFrom(pb)
-                copy.deletion_file.CopyFrom(dv)
-                updated = (Fragment.from_proto(copy),)
-            removed = (pb.id,) if whole else ()
-            rids = [physical[o][0] for o in chosen]
-            if kind == "delete":
-                op: Operation = Delete(updated, removed, "rid in (...)", affected_rows=affected)
-                return op, RemoveRows(rids)
-            new_rows = [(rid, next(self.values)) for rid in rids]
-            op = Update(
-                removed_fragment_ids=removed,
-                updated_fragments=updated,
-                new_fragments=(self.rows.fragment(new_rows),),
-                fields_modified=(1,),
-                affected_rows=affected,
+            values = None if kind == "delete" else [next(self.values) for _ in chosen]
+            return row_change(
+                self.storage,
+                ds.version,
+                pb,
+                physical,
+                alive,
+                chosen,
+                new_values=values,
+                new_fragment=self.rows.fragment,
+                affected_known=known,
             )
-            return op, SetValues(new_rows)
         if kind == "compact":
             if not frags:
                 return None
             start = data.draw(st.integers(0, len(frags) - 1), label="first fragment")
             count = data.draw(st.integers(1, min(3, len(frags) - start)), label="fragments")
             olds = frags[start : start + count]
-            live: list[Row] = []
-            for pb in olds:
-                physical = self.rows.rows(Fragment.from_proto(pb))
-                live += [physical[o] for o in live_offsets(self.storage, pb)]
-            group = RewriteGroup(
-                tuple(Fragment.from_proto(pb) for pb in olds), (self.rows.fragment(live),)
+            return compaction(
+                self.storage,
+                olds,
+                lambda pb: self.rows.rows(Fragment.from_proto(pb)),
+                self.rows.fragment,
             )
-            return Rewrite((group,)), NoRowChange("compaction")
         if kind == "config":
             key = data.draw(st.sampled_from("abc"), label="key")
             value = data.draw(st.none() | st.sampled_from(("1", "2", str(w))), label="value")

@@ -53,7 +53,7 @@ from typing import Any
 
 import attrs
 
-from txn_engine._proto import table_pb2, transaction_pb2
+from txn_engine._proto import transaction_pb2
 from txn_engine.builder import ManifestState, build_manifest, validate
 from txn_engine.codec import operation_kind_of, transaction_from_proto, transaction_to_proto
 from txn_engine.conflicts.detect import (
@@ -633,7 +633,7 @@ def _land(
         if found:
             state.raw[target] = found  # the winner's manifest: the next attempt needs it
         return None
-    _check_lineage(state, target, scheme, current.manifest, built.manifest, path)
+    _check_lineage(state, target, scheme, current, built, path)
     # the commit landed; if the redundant copy fails, readers use the inline transaction
     with contextlib.suppress(StorageError):
         storage.put(transaction_path(name), pb.SerializeToString(deterministic=True))
@@ -644,8 +644,8 @@ def _check_lineage(
     state: _State,
     version: int,
     scheme: NamingScheme,
-    base: table_pb2.Manifest,
-    ours: table_pb2.Manifest,
+    base: ManifestState,
+    ours: ManifestState,
     path: str,
 ) -> None:
     """After creating ``version``: if a newer version already exists it must descend from
@@ -666,7 +666,15 @@ def _check_lineage(
         return  # unreadable or gone again: no proof that ours is off the main line
     except Exception:  # an operation this library cannot read replaces nothing we can check
         return
-    if descends_from(base, ours, newer.manifest, op.operation if op is not None else None):
+    if descends_from(
+        base.manifest,
+        ours.manifest,
+        newer.manifest,
+        op.operation if op is not None else None,
+        base_indices=base.indices,
+        our_indices=ours.indices,
+        newer_indices=newer.indices,
+    ):
         return
     storage.delete(path)
     conflict = missing_history_conflict(state.txn, version)

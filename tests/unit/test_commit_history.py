@@ -251,3 +251,45 @@ def test_settling_against_a_huge_foreign_file_reads_only_its_size(
     assert reads[0] == "size"  # the settle read stopped at the size
     assert "get" not in reads
     assert versions(inner) == [1, 2]
+
+
+@pytest.mark.parametrize("mine", ["index", "config", "append"])
+def test_warm_commit_into_a_slot_freed_by_cleanup_is_withdrawn(mine: str) -> None:
+    """A Dataset base taken at v2; v3 and v4 land and cleanup removes 1-3: the direct create
+    of v3 succeeds in the freed slot, and v4 (built on the removed v3) does not carry our
+    change, whatever it is (an index, a config key, fragments): withdrawn, not acknowledged."""
+    import uuid as uuid_mod
+
+    from txn_engine.dataset import Dataset
+    from txn_engine.model import IndexDetails, IndexMetadata
+    from txn_engine.ops import CreateIndex
+
+    store = MemoryStorage()
+    commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
+    append(store)  # 2
+    base = Dataset.open(store)
+    append(store)  # 3
+    append(store)  # 4
+    for v in (1, 2, 3):
+        remove(store, v)
+    op: object
+    if mine == "index":
+        op = CreateIndex(
+            [
+                IndexMetadata(
+                    uuid=str(uuid_mod.uuid4()),
+                    name="i",
+                    fields=(0,),
+                    dataset_version=2,
+                    fragment_bitmap=frozenset({0}),
+                    index_details=IndexDetails("/lance.table.BTreeIndexDetails"),
+                )
+            ]
+        )
+    elif mine == "config":
+        op = config("mine")
+    else:
+        op = Append([frag()])
+    with pytest.raises(HistoryUnavailableError):
+        commit(store, Transaction(2, op), base=base)  # type: ignore[arg-type]
+    assert versions(store) == [4]  # nothing of ours left in the history

@@ -15,9 +15,22 @@ replaces the table whatever it was built on, so it counts as descending.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from txn_engine._proto import table_pb2
 from txn_engine.conflicts.detect import modified_fragment_ids
-from txn_engine.ops import Clone, Operation, Overwrite, Restore, UpdateConfig
+from txn_engine.ops import (
+    Append,
+    Clone,
+    CreateIndex,
+    Delete,
+    Operation,
+    Overwrite,
+    ReserveFragments,
+    Restore,
+    UpdateBases,
+    UpdateConfig,
+)
 
 __all__ = ["descends_from"]
 
@@ -36,15 +49,39 @@ def _fragments(m: table_pb2.Manifest) -> dict[int, _Signature]:
     return {f.id: _signature(f) for f in m.fragments}
 
 
+def _index_ids(indices: Sequence[table_pb2.IndexMetadata]) -> frozenset[str]:
+    return frozenset(i.uuid.SerializeToString(deterministic=True).hex() for i in indices)
+
+
+def _field_ids(m: table_pb2.Manifest) -> frozenset[int]:
+    return frozenset(f.id for f in m.fields)
+
+
+#: Operations that leave the index list and the schema as their base had them, so what we
+#: changed there must still be in a version they built on ours.
+_KEEPS_INDICES = (Append, UpdateConfig, ReserveFragments, UpdateBases)
+_KEEPS_FIELDS = (Append, UpdateConfig, ReserveFragments, UpdateBases, CreateIndex, Delete)
+
+
 def descends_from(
     base: table_pb2.Manifest,
     ours: table_pb2.Manifest,
     newer: table_pb2.Manifest,
     newer_operation: Operation | None,
+    *,
+    base_indices: Sequence[table_pb2.IndexMetadata] = (),
+    our_indices: Sequence[table_pb2.IndexMetadata] = (),
+    newer_indices: Sequence[table_pb2.IndexMetadata] = (),
 ) -> bool:
     """Whether ``newer`` (the version right above ``ours``) carries the change ``ours``
     made over ``base``. False proves that ``newer`` was built on another manifest at our
-    version number (one removed by cleanup): our version is not in the main line."""
+    version number (one removed by cleanup): our version is not in the main line.
+
+    Compared: fragments added, changed or removed; config keys; the fragment high-water
+    mark (never lowered by any operation); index uuids and schema field ids where
+    ``newer``'s operation leaves them alone. A change with none of these (an empty one)
+    cannot be told apart, and loses nothing if it is off the main line.
+    """
     if newer_operation is None or isinstance(newer_operation, (Overwrite, Restore, Clone)):
         return True
     before, after, then = _fragments(base), _fragments(ours), _fragments(newer)
@@ -55,9 +92,23 @@ def descends_from(
     for fid in before.keys() - after.keys():
         if fid not in touched and fid in then:
             return False  # a fragment we removed is back
+    if base.max_fragment_id < ours.max_fragment_id and newer.max_fragment_id < ours.max_fragment_id:
+        return False  # the high-water mark we raised went down again
     if not isinstance(newer_operation, UpdateConfig):
         for key in set(base.config) | set(ours.config):
             mine = ours.config.get(key)
             if base.config.get(key) != mine and newer.config.get(key) != mine:
                 return False
+    if isinstance(newer_operation, _KEEPS_INDICES):
+        was, now, then_ids = (
+            _index_ids(base_indices),
+            _index_ids(our_indices),
+            _index_ids(newer_indices),
+        )
+        if not (now - was) <= then_ids or (was - now) & then_ids:
+            return False  # an index we added is missing, or one we removed is back
+    if isinstance(newer_operation, _KEEPS_FIELDS):
+        was_f, now_f, then_f = _field_ids(base), _field_ids(ours), _field_ids(newer)
+        if not (now_f - was_f) <= then_f or (was_f - now_f) & then_f:
+            return False  # a column we added is missing, or one we dropped is back
     return True

@@ -38,6 +38,16 @@ class CleanedWritersWithFaults(WritersMachine):
     faults = ("lost_response", "spurious_exists", "crash_before_manifest", "unknown_outcome")
 
 
+class CleanedUnleasedWriters(WritersMachine):
+    """Writers without leases (and cleanups keeping orphans long enough for any plan): a
+    cleanup may remove the history a writer planned on, even the slot it is about to
+    create; the commit must then be refused, never acknowledged off the main line."""
+
+    cleaner = True
+    lease_ttls = (None,)
+    orphan_retentions = (10**6,)
+
+
 class CleanedLocalWriters(WritersMachine):
     cleaner = True
     lease_ttls = (3.0, 10.0**6)
@@ -55,6 +65,8 @@ TestCleanedWriters = CleanedWriters.TestCase
 TestCleanedWriters.settings = settings(stateful_step_count=60)
 TestCleanedWritersWithFaults = CleanedWritersWithFaults.TestCase
 TestCleanedWritersWithFaults.settings = settings(stateful_step_count=50)
+TestCleanedUnleasedWriters = CleanedUnleasedWriters.TestCase
+TestCleanedUnleasedWriters.settings = settings(stateful_step_count=60)
 TestCleanedLocalWriters = CleanedLocalWriters.TestCase
 TestCleanedLocalWriters.settings = settings(stateful_step_count=30, max_examples=20)
 

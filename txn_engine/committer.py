@@ -22,6 +22,10 @@ gets its own outcome:
   transaction again, here or with :func:`txn_engine.commit` anywhere, finds it if the group
   landed and lands it once if not.
 
+While a batch commits, the committer holds a :func:`txn_engine.lease` on the oldest read
+version queued, so a concurrent :func:`txn_engine.cleanup.cleanup` keeps the history the
+members must be checked against.
+
 The group's read version is the oldest member's, so the group is checked against every
 version any member has not seen; an Append is compatible with other Appends, so grouping
 never makes a conflict that committing one by one would not (the fallback above settles the
@@ -40,7 +44,14 @@ import attrs
 
 from txn_engine.commit import CommitResult, commit
 from txn_engine.conflicts.rebase import ConflictOptions
-from txn_engine.errors import CommitConflictError, CommitStateUnknownError, InvalidOperationError
+from txn_engine.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    DatasetNotFoundError,
+    InvalidOperationError,
+    VersionNotFoundError,
+)
+from txn_engine.lease import Lease, lease
 from txn_engine.ops import Append
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import open_storage
@@ -150,11 +161,27 @@ class Committer:
                 if not self._queue:
                     return
                 batch, self._queue = self._queue, []
-            for run in _runs(batch, self._max_group):
-                if len(run) == 1:
-                    self._alone(run[0])
-                else:
-                    self._group(run)
+            pin = self._lease(min(p.txn.read_version for p in batch))
+            try:
+                for run in _runs(batch, self._max_group):
+                    if len(run) == 1:
+                        self._alone(run[0])
+                    else:
+                        self._group(run)
+            finally:
+                if pin is not None:
+                    pin.release()
+
+    def _lease(self, version: int) -> Lease | None:
+        """A lease on the oldest read version queued, held while the batch commits, so a
+        cleanup keeps the history its members must be checked against (None when the
+        version is already gone: the commits then report it)."""
+        if version <= 0:
+            return None
+        try:
+            return lease(self._storage, version, owner="txn_engine.Committer")
+        except (VersionNotFoundError, DatasetNotFoundError):
+            return None
 
     def _commit(self, txn: Transaction) -> CommitResult:
         return commit(self._storage, txn, retry_policy=self._policy, conflict_options=self._options)

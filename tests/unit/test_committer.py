@@ -170,3 +170,29 @@ def test_closed_committer_refuses_and_non_transactions_are_refused() -> None:
         committer.submit(Transaction(1, Append([frag()])))
     with pytest.raises(InvalidOperationError):
         Committer(MemoryStorage(), max_group=0)
+
+
+def test_the_committer_leases_the_oldest_read_version_while_it_commits() -> None:
+    """A cleanup running while a batch commits sees a lease on the oldest read version
+    queued (and none once the batch is done)."""
+    from txn_engine.lease import read_leases
+
+    inner = created()
+    commit(inner, Transaction(1, Append([frag()])))  # 2
+    seen: list[list[int]] = []
+    store = FaultyStorage(inner)
+    store.add(
+        Fault(
+            "put_if_absent",
+            "_versions/*",
+            mode="hook",
+            hook=lambda _m, _p: seen.append([x.version for x in read_leases(inner)]),
+        )
+    )
+    with Committer(store) as committer:
+        futures = committer.submit_all(
+            [Transaction(2, Append([frag()])), Transaction(1, Append([frag()]))]
+        )
+    assert [f.result().version for f in futures] == [3, 3]
+    assert seen == [[1]]
+    assert read_leases(inner) == []

@@ -478,3 +478,32 @@ def test_read_on_moto_s3(spark: Any, moto_server: Any) -> None:
     assert len(theirs) == 800
     assert checksum(spark_rows(df)) == checksum(theirs)
     assert df.where("id >= 850").count() == 50
+
+
+def test_a_read_leases_its_pinned_version_against_cleanup(tmp_path: Path) -> None:
+    """Creating the DataFrame (the data source's schema(), where the version is pinned)
+    leases that version, so txn_engine's cleanup keeps it for the read; lease_ttl=0 opts
+    out. Runs the driver-side planning directly (no Spark session needed)."""
+    import time
+    from datetime import timedelta
+
+    from txn_engine.cleanup import cleanup
+    from txn_engine.lease import read_leases
+    from txn_engine.spark._datasource import TxnLanceDataSource
+
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"id": pa.array([1, 2], pa.int64())}), uri)
+    source = TxnLanceDataSource({"path": uri})
+    source.schema()
+    storage = open_storage(uri)
+    (held,) = read_leases(storage)
+    assert held.version == 1
+    assert held.expires_at_ns > time.time_ns() + 3500 * 10**9
+    for i in (3, 4):
+        lance.write_dataset(pa.table({"id": pa.array([i], pa.int64())}), uri, mode="append")
+    cleanup(uri, older_than=timedelta(0), progress=False)
+    assert lance.dataset(uri, version=1).to_table()["id"].to_pylist() == [1, 2]
+    unleased = str(tmp_path / "u.lance")
+    lance.write_dataset(pa.table({"id": pa.array([1], pa.int64())}), unleased)
+    TxnLanceDataSource({"path": unleased, "lease_ttl": "0"}).schema()
+    assert read_leases(open_storage(unleased)) == []

@@ -42,6 +42,7 @@ from txn_engine.spark._read import (
     ReadPlan,
     arrow_to_spark_schema,
     group_fragments,
+    pin_read_version,
     plan_read,
     scan_fragments,
     spark_arrow_schema,
@@ -111,6 +112,7 @@ class TxnLanceDataSource(DataSource):
         uri, options = self._read_args()
         plan = plan_read(uri, options)
         self.pinned_version = plan.version
+        pin_read_version(uri, options, plan.version)
         return arrow_to_spark_schema(_selected(plan, options))
 
     def reader(self, schema: Any) -> TxnLanceReader:

@@ -233,6 +233,7 @@ _READ_SCALAR_OPTIONS = {
     "rows_per_partition",
     "batch_size",
     "filter_pushdown",
+    "lease_ttl",
 }
 _READ_MAP_OPTIONS = {
     "storage_options": "storage.",
@@ -259,6 +260,8 @@ class ReadOptions:
     ``storage_options`` are for txn_engine's manifest reads (driver),
     ``lance_storage_options`` for pylance's data-file reads (executors); both take Lance's
     option names, and when only one set is given it is used for both.
+    ``lease_ttl``: seconds the pinned version is leased for when the DataFrame is created
+    (``txn_engine.cleanup`` keeps it that long; 0: no lease).
     """
 
     version: int | None = None
@@ -268,6 +271,7 @@ class ReadOptions:
     rows_per_partition: int = DEFAULT_MAX_ROWS_PER_FILE
     batch_size: int | None = None
     filter_pushdown: bool = True
+    lease_ttl: int = 3600
     storage_options: Mapping[str, Any] = attrs.field(factory=dict, repr=_masked)
     lance_storage_options: Mapping[str, str] = attrs.field(factory=dict, repr=_masked)
 
@@ -325,4 +329,6 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         kwargs["batch_size"] = _int("batch_size", lowered["batch_size"], minimum=1)
     if "filter_pushdown" in lowered:
         kwargs["filter_pushdown"] = _bool("filter_pushdown", lowered["filter_pushdown"])
+    if "lease_ttl" in lowered:
+        kwargs["lease_ttl"] = _int("lease_ttl", lowered["lease_ttl"], minimum=0)
     return ReadOptions(**kwargs)

@@ -16,6 +16,7 @@ This module does not import pyspark at import time; it is the engine behind
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import threading
@@ -41,6 +42,7 @@ __all__ = [
     "parse_timestamp",
     "plan_read",
     "read_tag",
+    "pin_read_version",
     "resolve_version",
     "scan_fragments",
     "spark_arrow_schema",
@@ -140,6 +142,30 @@ def resolve_version(storage: Storage, options: ReadOptions) -> int:
             f"{storage.uri}: no version was committed at or before {options.timestamp}"
         )
     return latest_version(storage).version
+
+
+def pin_read_version(uri: str, options: ReadOptions, version: int) -> None:
+    """Lease ``version`` for ``options.lease_ttl`` seconds (none when 0), so a concurrent
+    :func:`txn_engine.cleanup.cleanup` keeps what the DataFrame reads. The lease is not
+    renewed nor released: it expires (the driver-side planning runs in a short-lived
+    Python worker, which cannot keep renewing it). A version already gone is left to the
+    scan to report."""
+    from txn_engine.errors import DatasetNotFoundError, VersionNotFoundError
+    from txn_engine.lease import Lease
+
+    if options.lease_ttl <= 0:
+        return
+    storage = open_storage(
+        uri, dict(options.storage_options or options.lance_storage_options) or None
+    )
+    with contextlib.suppress(VersionNotFoundError, DatasetNotFoundError):
+        Lease(
+            storage,
+            version,
+            ttl=float(options.lease_ttl),
+            owner="txn_engine.spark read",
+            renew_in_background=False,
+        )
 
 
 def plan_read(uri: str, options: ReadOptions, *, version: int | None = None) -> ReadPlan:

@@ -292,3 +292,29 @@ def test_spark_write_with_cleanup_while_its_tasks_run(spark: Any, tmp_path: Path
     table.expected += range(2000, 2010)
     table.check()
     assert os.listdir(os.path.join(uri, STAGING_DIR)) == []
+
+
+def test_a_planned_write_leases_its_read_version_until_commit_or_abort(tmp_path: Path) -> None:
+    """A planned Spark write leases its read version (cleanup keeps the history its commit
+    checks against and its files); commit and abort release it."""
+    from txn_engine.cleanup import cleanup
+    from txn_engine.lease import read_leases
+    from txn_engine.storage import open_storage
+
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(_rows(0, 10), uri)
+    storage = open_storage(uri)
+    collector = FragmentCollector.plan(uri, mode="append", schema=SCHEMA)
+    assert [x.version for x in read_leases(storage)] == [1]
+    for i in (2, 3):  # pylance moves on and cleans up everything it can
+        lance.write_dataset(_rows(10 * i, 10 * i + 5), uri, mode="append")
+    cleanup(uri, older_than=timedelta(0), progress=False)
+    assert 1 in [v["version"] for v in lance.dataset(uri).versions()]  # kept by the lease
+    fragments = collector.write_batches(_batches(100, 150))
+    result = collector.commit(fragments)
+    assert result.version == 4
+    assert read_leases(storage) == []
+    aborted = FragmentCollector.plan(uri, mode="append", schema=SCHEMA)
+    assert [x.version for x in read_leases(storage)] == [4]
+    aborted.abort()
+    assert read_leases(storage) == []

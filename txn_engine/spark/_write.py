@@ -23,6 +23,7 @@ source and the commit-hook API for jobs that write fragments themselves (``mapIn
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -179,6 +180,8 @@ class FragmentCollector:
     schema: pa.Schema
     options: WriteOptions
     already_committed_version: int | None = None
+    #: the lease pinning ``read_version`` while the job runs (released by commit/abort)
+    lease_path: str | None = None
 
     # ------------------------------------------------------------------ planning
 
@@ -232,6 +235,7 @@ class FragmentCollector:
             read_version=read_version,
             schema=target,
             options=options,
+            lease_path=_lease_read_version(storage, read_version),
         )
         if not generated and read_version > 0:
             landed = _staging.find_landed(
@@ -592,7 +596,14 @@ class FragmentCollector:
         )
         if self.options.commit_report:
             _write_report(self.options.commit_report, result.to_json())
+        self._release_lease(storage)
         return result
+
+    def _release_lease(self, storage: Storage) -> None:
+        """Drop the lease taken at planning (best effort: it expires anyway)."""
+        if self.lease_path is not None:
+            with contextlib.suppress(Exception):
+                storage.delete(self.lease_path)
 
     def _commit_once(
         self, storage: Storage, txn: Transaction, referenced: set[str]
@@ -688,7 +699,8 @@ class FragmentCollector:
                 self.write_id,
                 outcome.reason,
             )
-            return 0
+            return 0  # the lease stays until it expires: its files stay protected too
+        self._release_lease(storage)
         landed = outcome.landed
         keep = set() if landed is None else _landed_files(landed.transaction)
         stats = _staging.finalize(storage, self.write_key, keep, extra_files=extra)
@@ -1016,3 +1028,29 @@ def sweep_staged_writes(
     return _staging.sweep(
         storage, older_than_seconds=older_than_seconds, write_id_property=WRITE_ID_PROPERTY
     )
+
+
+#: How long a batch write's lease on its read version lasts when the driver never releases
+#: it (a driver that died): the job's files and history stay protected from cleanup that long.
+WRITE_LEASE_SECONDS = 6 * 3600.0
+
+
+def _lease_read_version(storage: Storage, read_version: int) -> str | None:
+    """Lease ``read_version`` for the job (not renewed: commit and abort run in other
+    Python workers, which release it by path). None when there is nothing to pin."""
+    from txn_engine.errors import DatasetNotFoundError, VersionNotFoundError
+    from txn_engine.lease import Lease
+
+    if read_version <= 0:
+        return None
+    try:
+        held = Lease(
+            storage,
+            read_version,
+            ttl=WRITE_LEASE_SECONDS,
+            owner="txn_engine.spark write",
+            renew_in_background=False,
+        )
+    except (VersionNotFoundError, DatasetNotFoundError):
+        return None  # already gone: the commit reports it
+    return held.path

@@ -14,8 +14,9 @@ PYTHON=.venv/bin/python bash scripts/install_emulators.sh   # azurite (npm), emu
 .venv/bin/ruff check .
 .venv/bin/mypy
 # The core installs and works alone: a throwaway venv, `pip install .` with no extras (plus the
-# test runner), then the unit tier (tests/unit, tests/property) run against the installed copy
-# (-P: not the source tree) without pylance, pyspark or numpy. An undeclared import fails here.
+# test runner), then the unit tier (tests/unit) run against the installed copy (-P: not the
+# source tree) without pylance, pyspark, obstore or numpy. An undeclared import fails here.
+# (tests/property runs below with everything; it needs nothing beyond the core either.)
 CORE_TMP="$(mktemp -d)"
 trap 'rm -rf "$CORE_TMP"' EXIT
 "$PY" -m venv "$CORE_TMP/venv"
@@ -24,6 +25,6 @@ trap 'rm -rf "$CORE_TMP"' EXIT
 if "$CORE_TMP/venv/bin/python" -P -c "import lance" 2>/dev/null; then
   echo "core check: pylance must not come with a plain 'pip install .'" >&2; exit 1
 fi
-"$CORE_TMP/venv/bin/python" -P -m pytest -n 2 -p no:cacheprovider tests/unit tests/property
+"$CORE_TMP/venv/bin/python" -P -m pytest -n 2 -p no:cacheprovider tests/unit
 # Everything, with every extra (historical fixtures: scripts/gen_historical_fixtures.py, cached).
 .venv/bin/python -m pytest -n 2 "$@"

@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -412,7 +411,8 @@ def fuzz_transaction_files(seed: Seed, data: st.DataObject) -> None:
 
 def _arrow_bomb(batches: int, rows: int, compression: str | None) -> bytes:
     schema = pa.schema([pa.field("row_id", pa.uint32(), nullable=False)])
-    batch = pa.record_batch([pa.array(np.zeros(rows, dtype=np.uint32))], schema=schema)
+    zeros = pa.Array.from_buffers(pa.uint32(), rows, [None, pa.py_buffer(bytes(4 * rows))])
+    batch = pa.record_batch([zeros], schema=schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(
         sink, schema, options=pa.ipc.IpcWriteOptions(compression=compression)

@@ -16,7 +16,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from pyroaring import BitMap
@@ -72,7 +71,10 @@ def _arrow_zeros(batches: int, rows_per_batch: int, compression: str | None = "z
     """An ``.arrow`` deletion file of ``batches * rows_per_batch`` zero offsets: zstd turns
     it into a few hundred bytes per batch (a decompression bomb), written batch by batch so
     building it costs one batch of memory."""
-    zeros = pa.array(np.zeros(rows_per_batch, dtype=np.uint32))
+    # a zeroed buffer as the data (no numpy: the unit tier runs with the core alone)
+    zeros = pa.Array.from_buffers(
+        pa.uint32(), rows_per_batch, [None, pa.py_buffer(bytes(4 * rows_per_batch))]
+    )
     batch = pa.record_batch([zeros], schema=_SCHEMA)
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=compression)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import secrets
 import struct
+import sys
 from array import array
 from typing import Literal
 
@@ -410,10 +411,15 @@ def _decode(data: bytes, file_type: int, what: str) -> BitMap:
         raise CorruptDeletionFileError(f"{what}: column 'row_id' contains nulls")
     result = BitMap()
     for chunk in column.chunks:
-        # via array('I'): pyroaring adds a typed buffer in C, a numpy array item by item
+        # the chunk's data buffer as array('I') (no numpy: the core does not depend on it);
+        # pyroaring adds a typed buffer in C, item by item it would be slow
         values = array("I")
-        offsets = chunk.to_numpy(zero_copy_only=False).astype("=u4", copy=False)
-        values.frombytes(memoryview(offsets).cast("B"))
+        data = chunk.buffers()[1]
+        start = chunk.offset * 4
+        if data is not None and len(chunk):
+            values.frombytes(memoryview(data)[start : start + 4 * len(chunk)])
+        if sys.byteorder == "big":  # Arrow buffers are little-endian
+            values.byteswap()
         result |= BitMap(values)
     return result
 

@@ -122,7 +122,8 @@ __all__ = [
     "UpdateBases",
     "UpdateConfig",
     "UpdateMap",
-    "UpdateMemWalState",
+    # UpdateMemWalState stays importable (decoding, conflict rules) but is not public:
+    # validate refuses it, pylance 14 uses another MemWAL layout (txn_engine.builder.index)
     "UpdateMode",
     "__version__",
     "commit",

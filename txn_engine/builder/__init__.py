@@ -1,0 +1,160 @@
+"""The pure manifest builder: (current manifest, transaction, version) -> next manifest.
+
+No I/O happens here. Manifests stay protobuf messages (upb, C speed); only the fragments a
+transaction carries are converted. Fragments are kept sorted by id, so lookups are binary
+searches over the repeated field, never a dict of every fragment.
+
+:func:`validate` raises :class:`~txn_engine.errors.InvalidOperationError` before anything
+is written; :func:`build_manifest` assumes a validated transaction but still refuses
+anything that would produce an unreadable manifest.
+
+Everything specific to one operation type (its validation, its effect on the manifest)
+is in its handler, one module per family: :mod:`.data` (Append, Overwrite, Merge,
+Project, DataReplacement), :mod:`.rows` (Delete, Update), :mod:`.compaction` (Rewrite,
+ReserveFragments), :mod:`.index` (CreateIndex, UpdateMemWalState), :mod:`.metadata`
+(UpdateConfig, UpdateBases), :mod:`.versions` (Restore, Clone), registered in
+:data:`HANDLERS`. The two functions here are the drivers: they add the steps common to
+every operation (dataset presence, read version, fragment ids, tombstoned files, index
+retention, the id high-water mark, version, timestamp, writer version, feature flags).
+"""
+
+from __future__ import annotations
+
+import time
+
+from txn_engine._proto import table_pb2
+from txn_engine.builder import compaction, data, index, metadata, rows, versions
+from txn_engine.builder._common import (
+    DEFAULT_DATA_FORMAT,
+    FRAG_REUSE_INDEX,
+    MEM_WAL_INDEX,
+    WRITER_LIBRARY,
+    Ids,
+    ManifestState,
+    copy_index,
+    drop_tombstoned,
+    field_ids_of,
+    find_fragment_index,
+    finish_common,
+    fragment_ids,
+    invalid,
+    max_fragment_id,
+    retain_relevant_indices,
+)
+from txn_engine.builder._registry import HANDLERS, Build, Handler, Sources, handler_for
+from txn_engine.errors import LimitExceededError
+from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
+from txn_engine.transaction import Transaction
+
+__all__ = [
+    "DEFAULT_DATA_FORMAT",
+    "FRAG_REUSE_INDEX",
+    "HANDLERS",
+    "MEM_WAL_INDEX",
+    "WRITER_LIBRARY",
+    "Handler",
+    "ManifestState",
+    "build_manifest",
+    "find_fragment_index",
+    "fragment_ids",
+    "handler_for",
+    "max_fragment_id",
+    "retain_relevant_indices",
+    "validate",
+]
+
+# the family modules register their handlers when imported
+_FAMILIES = (compaction, data, index, metadata, rows, versions)
+
+
+def validate(current: ManifestState | None, txn: Transaction) -> None:
+    """Raise InvalidOperationError if ``txn`` cannot apply to ``current`` (None: no dataset).
+
+    Checks fragment ids (unknown, duplicate, reused), schema and data-format consistency and
+    the per-operation rules (Merge keeps every fragment, Clone only creates, ...).
+    """
+    op = txn.operation
+    handler = handler_for(op)
+    kind = txn.kind
+    if current is None:
+        if not handler.creates:
+            raise invalid(f"{kind} needs an existing dataset; create one with Overwrite first")
+    elif handler.only_creates:
+        raise invalid(f"{kind} only creates a dataset; the target already holds one")
+    if current is not None and txn.read_version > current.manifest.version:
+        raise invalid(
+            f"read_version {txn.read_version} is newer than the latest version "
+            f"{current.manifest.version}"
+        )
+    handler.validate(current, txn, op)
+
+
+def build_manifest(
+    current: ManifestState | None,
+    txn: Transaction,
+    *,
+    version: int,
+    transaction_file: str,
+    timestamp_ns: int | None = None,
+    restore_source: ManifestState | None = None,
+    clone_source: ManifestState | None = None,
+    stable_row_ids: bool = False,
+) -> ManifestState:
+    """The manifest and indices of ``version`` = ``txn`` applied to ``current``.
+
+    Pure: inputs are never mutated. ``restore_source`` (Restore) and ``clone_source`` (Clone)
+    are the manifests those operations copy. ``stable_row_ids`` only matters when creating
+    (asking for it on an existing dataset without them raises InvalidOperationError).
+    """
+    op = txn.operation
+    handler = handler_for(op)
+    ts = time.time_ns() if timestamp_ns is None else timestamp_ns
+    whole = handler.whole(current, op, Sources(restore=restore_source, clone=clone_source))
+    if whole is not None:
+        m = whole.manifest
+        stable = bool(m.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+        finish_common(
+            m,
+            version,
+            transaction_file,
+            ts,
+            txn,
+            recompute_flags=whole.recompute_flags,
+            stable=stable,
+            indices=whole.indices,
+        )
+        return ManifestState(m, tuple(whole.indices))
+
+    m = table_pb2.Manifest()
+    if current is not None:
+        m.CopyFrom(current.manifest)
+        stable = bool(current.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+        if stable_row_ids and not stable:
+            raise invalid("stable row ids cannot be switched on for an existing dataset")
+        indices = [copy_index(i) for i in current.indices]
+    else:
+        stable = stable_row_ids
+        indices = []
+    high = max_fragment_id(m) if current is not None else None
+    ids = Ids(0 if high is None else high + 1, handler.explicit_ids(op))
+    build = Build(current, m, indices, ids, stable, version)
+    restated = handler.apply(build, op)  # fragments the op wrote (None: maybe all)
+    indices = build.indices
+    if handler.touches_fragments:
+        drop_tombstoned(m, restated)
+    if handler.prunes_indices:
+        indices = retain_relevant_indices(indices, field_ids_of(m.fields), m.fragments)
+    if len(m.fragments):
+        top = m.fragments[-1].id
+        if top > 0xFFFFFFFF:  # Manifest.max_fragment_id is a u32
+            raise LimitExceededError(
+                f"fragment id {top} does not fit the manifest's u32 max_fragment_id "
+                "(fragment ids exhausted)",
+                limit="max_fragment_id",
+            )
+        m.max_fragment_id = max(m.max_fragment_id, top) if m.HasField("max_fragment_id") else top
+    if not m.HasField("data_format"):
+        m.data_format.file_format = "lance"
+        m.data_format.version = DEFAULT_DATA_FORMAT
+    finish_common(m, version, transaction_file, ts, txn, stable=stable, indices=indices)
+    return ManifestState(m, tuple(indices))

@@ -1,0 +1,139 @@
+"""Handlers of the compaction operations: Rewrite and ReserveFragments."""
+
+from __future__ import annotations
+
+import uuid as uuid_mod
+from collections.abc import Iterable
+
+from pyroaring import BitMap
+
+from txn_engine._proto import table_pb2
+from txn_engine.builder._common import (
+    Ids,
+    ManifestState,
+    check_existing,
+    check_new_fragments,
+    extend_sorted,
+    field_ids_of,
+    find_fragment_index,
+    index_bitmap,
+    invalid,
+    new_fragment_pb,
+    set_bitmap,
+)
+from txn_engine.builder._registry import Build, Handler, register
+from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
+from txn_engine.ops import ReserveFragments, Rewrite
+from txn_engine.transaction import Transaction
+
+
+@register(Rewrite)
+class RewriteHandler(Handler[Rewrite]):
+    """Replace groups of fragments by new ones holding the same rows; index bitmaps are
+    remapped for the rewritten indices (all of them on stable-row-id datasets)."""
+
+    def validate(self, current: ManifestState | None, txn: Transaction, op: Rewrite) -> None:
+        assert current is not None  # the driver refuses Rewrite without a dataset
+        kind = txn.kind
+        schema_ids = field_ids_of(current.manifest.fields)
+        olds = [f.id for g in op.groups for f in g.old_fragments]
+        check_existing(current, olds, kind)
+        stable = bool(current.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+        for group in op.groups:
+            if not group.old_fragments:
+                raise invalid("Rewrite: a group has no old fragments")
+            check_new_fragments(current, group.new_fragments, schema_ids, kind)
+            if stable and any(f.row_id_sequence is None for f in group.new_fragments):
+                raise invalid(
+                    "Rewrite on a stable-row-id dataset: every new fragment must carry the "
+                    "row ids of the rows it took over (row_id_sequence)"
+                )
+        known = {bytes(i.uuid.uuid) for i in current.indices}
+        for ri in op.rewritten_indices:
+            if uuid_mod.UUID(ri.old_id).bytes not in known:
+                raise invalid(f"Rewrite: rewritten index {ri.old_id} does not exist")
+
+    def explicit_ids(self, op: Rewrite) -> Iterable[int]:
+        return [f.id for g in op.groups for f in g.new_fragments]
+
+    def apply(self, build: Build, op: Rewrite) -> list[int] | None:
+        return _apply_rewrite(
+            build.manifest, build.indices, op, build.ids, build.stable, build.version
+        )
+
+
+@register(ReserveFragments)
+class ReserveFragmentsHandler(Handler[ReserveFragments]):
+    """Raise the fragment-id high-water mark so the ids below it are never handed out."""
+
+    touches_fragments = False
+
+    def validate(
+        self, current: ManifestState | None, txn: Transaction, op: ReserveFragments
+    ) -> None:
+        if op.num_fragments < 0:
+            raise invalid("ReserveFragments: num_fragments must be >= 0")
+
+    def apply(self, build: Build, op: ReserveFragments) -> list[int] | None:
+        m = build.manifest
+        stored = m.max_fragment_id if m.HasField("max_fragment_id") else 0
+        m.max_fragment_id = stored + op.num_fragments
+        return None
+
+
+def _apply_rewrite(
+    m: table_pb2.Manifest,
+    indices: list[table_pb2.IndexMetadata],
+    op: Rewrite,
+    ids: Ids,
+    stable: bool,
+    version: int,
+) -> list[int]:
+    """Apply the groups and remap index bitmaps; returns the new fragments' ids."""
+    replacements: list[tuple[BitMap, BitMap]] = []
+    new_ids: list[int] = []
+    for group in op.groups:
+        # rewritten fragments carry their rows' ids and version sequences (compaction
+        # computes them); only unassigned fragment ids are filled in here
+        new_pbs = [new_fragment_pb(f, ids, m, False, version) for f in group.new_fragments]
+        old_ids = [f.id for f in group.old_fragments]
+        positions = [find_fragment_index(m.fragments, fid) for fid in old_ids]
+        if any(p < 0 for p in positions):
+            missing = [fid for fid, p in zip(old_ids, positions, strict=True) if p < 0]
+            raise invalid(f"Rewrite: old fragments {missing} no longer exist")
+        for pos in sorted(positions, reverse=True):
+            del m.fragments[pos]
+        # reserved ids usually sort after every existing one: a plain append
+        extend_sorted(m, new_pbs)
+        new_ids.extend(p.id for p in new_pbs)
+        replacements.append((BitMap(old_ids), BitMap(p.id for p in new_pbs)))
+    rewritten = {ri.old_id: ri for ri in op.rewritten_indices}
+    for index in indices:
+        key = str(uuid_mod.UUID(bytes=index.uuid.uuid)) if len(index.uuid.uuid) == 16 else ""
+        ri = rewritten.get(key)
+        if not stable and ri is None:
+            continue
+        bm = index_bitmap(index)
+        if bm is not None:
+            for old, new in replacements:
+                overlap = bm & old
+                if not overlap:
+                    continue
+                if overlap != old:
+                    raise invalid(
+                        f"Rewrite: index {index.name} covers only part of a group being "
+                        "compacted (split of indexed and non-indexed data)"
+                    )
+                bm = (bm - old) | new
+            set_bitmap(index, bm)
+        if ri is not None:
+            index.uuid.uuid = uuid_mod.UUID(ri.new_id).bytes
+            if ri.new_index_details is not None:
+                index.index_details.type_url = ri.new_index_details.type_url
+                index.index_details.value = ri.new_index_details.value
+            index.index_version = ri.new_index_version
+            if ri.new_index_files:
+                del index.files[:]
+                for f in ri.new_index_files:
+                    index.files.add(path=f.path, size_bytes=f.size_bytes)
+    return new_ids

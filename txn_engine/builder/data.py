@@ -1,0 +1,234 @@
+"""Handlers of the data operations: Append, Overwrite, Merge, Project, DataReplacement."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from txn_engine._proto import table_pb2
+from txn_engine.builder._common import (
+    DEFAULT_DATA_FORMAT,
+    TOMBSTONE,
+    ManifestState,
+    carry_sequences,
+    check_existing,
+    check_new_fragments,
+    check_schema,
+    data_format_version,
+    extend_sorted,
+    field_ids_of,
+    find_fragment_index,
+    invalid,
+    new_fragment_pb,
+    sort_fragments,
+)
+from txn_engine.builder._registry import Build, Handler, register
+from txn_engine.format.rowids import fresh_version_sequence
+from txn_engine.model import Fragment
+from txn_engine.ops import Append, DataReplacement, Merge, Overwrite, Project
+from txn_engine.transaction import Transaction
+
+
+def _existing(current: ManifestState | None) -> ManifestState:
+    assert current is not None  # the driver refuses these operations without a dataset
+    return current
+
+
+@register(Append)
+class AppendHandler(Handler[Append]):
+    """Add fragments; unassigned ids (0) continue after the high-water mark."""
+
+    def validate(self, current: ManifestState | None, txn: Transaction, op: Append) -> None:
+        current = _existing(current)
+        check_new_fragments(current, op.fragments, field_ids_of(current.manifest.fields), txn.kind)
+
+    def explicit_ids(self, op: Append) -> Iterable[int]:
+        return [f.id for f in op.fragments]
+
+    def apply(self, build: Build, op: Append) -> list[int] | None:
+        m = build.manifest
+        appended = [
+            new_fragment_pb(f, build.ids, m, build.stable, build.version) for f in op.fragments
+        ]
+        extend_sorted(m, appended)
+        return [pb.id for pb in appended]
+
+
+@register(Overwrite)
+class OverwriteHandler(Handler[Overwrite]):
+    """Replace schema, fragments and indices (creates the dataset when there is none)."""
+
+    creates = True
+
+    def validate(self, current: ManifestState | None, txn: Transaction, op: Overwrite) -> None:
+        kind = txn.kind
+        check_schema(op.schema, kind)
+        if op.initial_bases and current is not None:
+            raise invalid("Overwrite.initial_bases is only allowed when creating a dataset")
+        ids = field_ids_of(op.schema)
+        check_new_fragments(None, op.fragments, ids, kind)
+        versions = {
+            (df.file_major_version, df.file_minor_version) for f in op.fragments for df in f.files
+        }
+        if len({data_format_version(*v) for v in versions}) > 1:
+            raise invalid("Overwrite: data files of different Lance file versions")
+
+    def explicit_ids(self, op: Overwrite) -> Iterable[int]:
+        return [f.id for f in op.fragments]
+
+    def apply(self, build: Build, op: Overwrite) -> list[int] | None:
+        m = build.manifest
+        del m.fields[:]
+        m.fields.extend(f.to_proto() for f in op.schema)
+        m.schema_metadata.clear()
+        for k, v in op.schema_metadata:
+            m.schema_metadata[k] = v
+        del m.fragments[:]
+        # pylance 14 continues after the high-water mark (Lance 1.0 restarted at 0), so an
+        # id is never reused for different data.
+        m.fragments.extend(
+            new_fragment_pb(f, build.ids, m, build.stable, build.version) for f in op.fragments
+        )
+        build.indices = []
+        for k, s in op.config_upsert_values or ():
+            m.config[k] = s
+        fallback = m.data_format.version if m.HasField("data_format") else DEFAULT_DATA_FORMAT
+        m.data_format.file_format = "lance"
+        m.data_format.version = _infer_data_format(op.fragments, fallback)
+        if build.current is None:
+            m.base_paths.extend(b.to_proto() for b in op.initial_bases)
+        sort_fragments(m)
+        return None
+
+
+def _infer_data_format(frags: Sequence[Fragment], fallback: str) -> str:
+    for frag in frags:
+        for df in frag.files:
+            return data_format_version(df.file_major_version, df.file_minor_version)
+    return fallback
+
+
+@register(Merge)
+class MergeHandler(Handler[Merge]):
+    """Restate every fragment (with new data files) under a new schema."""
+
+    prunes_indices = True
+
+    def validate(self, current: ManifestState | None, txn: Transaction, op: Merge) -> None:
+        current = _existing(current)
+        check_schema(op.schema, txn.kind)
+        given: dict[int, Fragment] = {}
+        for frag in op.fragments:
+            if frag.id in given:
+                raise invalid(f"Merge: fragment id {frag.id} listed twice")
+            given[frag.id] = frag
+        for existing in current.manifest.fragments:
+            listed = given.get(existing.id)
+            if listed is None:
+                raise invalid(f"Merge must list every fragment; fragment {existing.id} is missing")
+            if listed.physical_rows != existing.physical_rows:
+                raise invalid(f"Merge changed physical_rows of fragment {existing.id}")
+
+    def apply(self, build: Build, op: Merge) -> list[int] | None:
+        m, stable, version = build.manifest, build.stable, build.version
+        del m.fields[:]
+        m.fields.extend(f.to_proto() for f in op.schema)
+        if op.schema_metadata:
+            m.schema_metadata.clear()
+            for k, v in op.schema_metadata:
+                m.schema_metadata[k] = v
+        merged: list[table_pb2.DataFragment] = []
+        for given in op.fragments:  # ids are kept as given (id 0 is a real fragment here)
+            pb = given.to_proto()
+            pos = find_fragment_index(m.fragments, given.id)
+            old = m.fragments[pos] if pos >= 0 else None
+            if stable and (old is None or list(old.files) != list(pb.files)):
+                # pylance 14: a fragment that gained (or changed) data files was updated
+                # at this version; untouched fragments keep their version sequences.
+                pb.inline_last_updated_at_versions = fresh_version_sequence(
+                    pb.physical_rows, version
+                )
+            if old is not None:
+                carry_sequences(old, pb)
+            elif stable and pb.WhichOneof("created_at_version_sequence") is None:
+                pb.inline_created_at_versions = fresh_version_sequence(pb.physical_rows, version)
+            merged.append(pb)
+        del m.fragments[:]
+        m.fragments.extend(merged)
+        sort_fragments(m)
+        return None
+
+
+@register(Project)
+class ProjectHandler(Handler[Project]):
+    """Keep a subset of the fields; data files left with no kept field are dropped."""
+
+    prunes_indices = True
+
+    def validate(self, current: ManifestState | None, txn: Transaction, op: Project) -> None:
+        current = _existing(current)
+        check_schema(op.schema, txn.kind)
+        extra = field_ids_of(op.schema) - field_ids_of(current.manifest.fields)
+        if extra:
+            raise invalid(
+                f"Project can only keep existing fields; unknown field ids {sorted(extra)}"
+            )
+
+    def apply(self, build: Build, op: Project) -> list[int] | None:
+        m = build.manifest
+        del m.fields[:]
+        m.fields.extend(f.to_proto() for f in op.schema)
+        keep = field_ids_of(op.schema)
+        for frag in m.fragments:
+            for i in range(len(frag.files) - 1, -1, -1):
+                fields = [f for f in frag.files[i].fields if f >= 0]
+                if fields and not any(f in keep for f in fields):
+                    del frag.files[i]
+        return None
+
+
+@register(DataReplacement)
+class DataReplacementHandler(Handler[DataReplacement]):
+    """Replace the data file holding some columns of existing fragments."""
+
+    def validate(
+        self, current: ManifestState | None, txn: Transaction, op: DataReplacement
+    ) -> None:
+        current = _existing(current)
+        check_existing(current, {g.fragment_id for g in op.replacements}, txn.kind)
+        field_sets = {g.new_file.fields for g in op.replacements}
+        if len(field_sets) > 1:
+            raise invalid("DataReplacement: every new file must hold the same fields")
+
+    def apply(self, build: Build, op: DataReplacement) -> list[int] | None:
+        m, stable, version = build.manifest, build.stable, build.version
+        for group in op.replacements:
+            pos = find_fragment_index(m.fragments, group.fragment_id)
+            if pos < 0:
+                raise invalid(f"DataReplacement: fragment {group.fragment_id} does not exist")
+            frag = m.fragments[pos]
+            new = group.new_file
+            replaced = False
+            for df in frag.files:
+                if (
+                    tuple(df.fields) == new.fields
+                    and df.file_major_version == new.file_major_version
+                    and df.file_minor_version == new.file_minor_version
+                ):
+                    df.path = new.path
+                    df.file_size_bytes = new.file_size_bytes
+                    replaced = True
+            if not replaced:
+                # pylance 14: the replaced columns are tombstoned (-2) in the files holding
+                # them (a file left with only tombstones is dropped later) and the new file
+                # is added; a column no file holds (all nulls so far) is simply added
+                moved = set(new.fields)
+                for df in frag.files:
+                    for i, field_id in enumerate(df.fields):
+                        if field_id in moved:
+                            df.fields[i] = TOMBSTONE
+                frag.files.append(new.to_proto())
+            if stable:  # pylance 14: every row of the fragment was updated at this version
+                frag.inline_last_updated_at_versions = fresh_version_sequence(
+                    frag.physical_rows, version
+                )
+        return [g.fragment_id for g in op.replacements]

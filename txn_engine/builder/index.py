@@ -1,0 +1,137 @@
+"""Handlers of the index operations: CreateIndex and UpdateMemWalState."""
+
+from __future__ import annotations
+
+import uuid as uuid_mod
+
+import attrs
+
+from txn_engine._proto import table_pb2
+from txn_engine.builder._common import (
+    MEM_WAL_INDEX,
+    SYSTEM_INDICES,
+    ManifestState,
+    field_ids_of,
+    invalid,
+    max_fragment_id,
+)
+from txn_engine.builder._registry import Build, Handler, register
+from txn_engine.format.schema import max_field_id as max_field_id_ever
+from txn_engine.ops import CreateIndex, UpdateMemWalState
+from txn_engine.transaction import Transaction
+
+
+@register(CreateIndex)
+class CreateIndexHandler(Handler[CreateIndex]):
+    """Add index segments and remove others by uuid; fragments are left alone.
+
+    pylance 14.0.2 checks none of the rules below (measured: it commits an index over a
+    fragment id never written, over field ids absent from the schema, or the same uuid
+    twice); each of them would leave a manifest that describes indices wrongly:
+
+    * every fragment id of a new index's bitmap exists or existed (at most the id
+      high-water mark): a higher id would claim coverage of rows a later Append writes;
+    * every field id of a new (non-system) index is in the schema or was dropped from
+      it since the writer read (a concurrent Project; the index is then dropped like any
+      index on a dropped field); an id the dataset never used is refused;
+    * no uuid appears twice among the new indices (a re-added existing uuid replaces its
+      entry, as in pylance 14).
+
+    Removing a uuid that is not there is allowed: a concurrent CreateIndex may have
+    removed it already.
+    """
+
+    touches_fragments = False
+
+    def validate(self, current: ManifestState | None, txn: Transaction, op: CreateIndex) -> None:
+        assert current is not None  # the driver refuses CreateIndex without a dataset
+        manifest = current.manifest
+        high = max_fragment_id(manifest)
+        schema_ids = field_ids_of(manifest.fields)
+        ever: list[int] = []  # max field id ever used, computed lazily
+        seen: set[str] = set()
+        for index in op.new_indices:
+            key = str(uuid_mod.UUID(index.uuid))
+            if key in seen:
+                raise invalid(f"CreateIndex: uuid {key} is given to two new indices")
+            seen.add(key)
+            if index.fragment_bitmap:
+                beyond = sorted(f for f in index.fragment_bitmap if high is None or f > high)
+                if beyond:
+                    raise invalid(
+                        f"CreateIndex: index {index.name!r} covers fragments {beyond} that "
+                        f"never existed (the highest fragment id is {high})"
+                    )
+            if index.name in SYSTEM_INDICES:
+                continue  # a system index's field ids do not name columns
+            unknown = [f for f in index.fields if f not in schema_ids]
+            if unknown:
+                if not ever:
+                    ever.append(max_field_id_ever(manifest))
+                unknown = [f for f in unknown if f < 0 or f > ever[0]]
+            if unknown:
+                raise invalid(
+                    f"CreateIndex: index {index.name!r} is on field ids {unknown} that the "
+                    "dataset schema does not hold and never held"
+                )
+
+    def apply(self, build: Build, op: CreateIndex) -> list[int] | None:
+        # pylance 14 removes exactly the listed uuids: a new index with the name of an
+        # existing one is another segment of it (delta index), not a replacement (Lance
+        # 1.0 replaced by name; measured). A re-added uuid replaces its old entry.
+        removed = {uuid_mod.UUID(i.uuid).bytes for i in (*op.removed_indices, *op.new_indices)}
+        build.indices = [i for i in build.indices if i.uuid.uuid not in removed]
+        build.indices.extend(i.to_proto() for i in op.new_indices)
+        return None
+
+
+@register(UpdateMemWalState)
+class UpdateMemWalStateHandler(Handler[UpdateMemWalState]):
+    """Always refused by :func:`~txn_engine.builder.validate`; not exported from
+    :mod:`txn_engine` (the type stays in :mod:`txn_engine.ops` for decoding and the conflict
+    rules of transactions other writers commit).
+
+    pylance 14.0.2 redesigned both this transaction and the ``__lance_mem_wal`` index
+    details: a Lance-1.0-layout MemWAL index makes every later pylance 14 write fail to
+    decode it, and pylance 14 no longer carries ``Update.mem_wal_to_merge`` on the wire.
+    :meth:`apply` builds the Lance 1.0 layout for callers that skip validation knowingly.
+    """
+
+    touches_fragments = False
+
+    def validate(
+        self, current: ManifestState | None, txn: Transaction, op: UpdateMemWalState
+    ) -> None:
+        # pylance 14.0.2 redesigned both this transaction and the __lance_mem_wal index
+        # details (docs/format-notes.md): a Lance-1.0-layout MemWAL index makes every later
+        # pylance 14 write fail to decode it. Refuse rather than break the dataset.
+        raise invalid(
+            "UpdateMemWalState: pylance 14 uses a different MemWAL index layout; committing "
+            "the Lance 1.0 layout would make the dataset unwritable for pylance 14"
+        )
+
+    def apply(self, build: Build, op: UpdateMemWalState) -> list[int] | None:
+        build.indices = _mem_wal_index(build.indices, op, build.version)
+        return None
+
+
+def _mem_wal_index(
+    indices: list[table_pb2.IndexMetadata], op: UpdateMemWalState, version: int
+) -> list[table_pb2.IndexMetadata]:
+    existing = next((i for i in indices if i.name == MEM_WAL_INDEX), None)
+    details = table_pb2.MemWalIndexDetails()
+    if existing is not None:
+        details.ParseFromString(existing.index_details.value)
+    elif op.updated or op.removed:
+        raise invalid("UpdateMemWalState: no MemWAL index to update")
+    removed = {(w.id.region, w.id.generation) for w in (*op.removed, *op.updated)}
+    kept = [w for w in details.mem_wal_list if (w.id.region, w.id.generation) not in removed]
+    for wal in (*op.added, *op.updated):
+        pb = attrs.evolve(wal, last_updated_dataset_version=version).to_proto()
+        kept.append(pb)
+    new_details = table_pb2.MemWalIndexDetails(mem_wal_list=kept)
+    index = table_pb2.IndexMetadata(name=MEM_WAL_INDEX, dataset_version=version)
+    index.uuid.uuid = uuid_mod.uuid4().bytes
+    index.index_details.type_url = "/lance.table.MemWalIndexDetails"
+    index.index_details.value = new_details.SerializeToString()
+    return [i for i in indices if i.name != MEM_WAL_INDEX] + [index]

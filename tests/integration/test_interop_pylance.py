@@ -12,6 +12,7 @@ from lance.fragment import write_fragments
 
 import txn_engine as te
 from txn_engine import interop, writers
+from txn_engine.dataset import as_base
 from txn_engine.errors import InvalidOperationError
 
 
@@ -109,7 +110,7 @@ def test_pylance_index_in_create_index(uri: str) -> None:
 
 def test_lance_dataset_as_base(uri: str) -> None:
     ds = lance.dataset(uri)
-    base = interop.as_base(ds)
+    base = as_base(ds)
     assert isinstance(base, te.Dataset)
     assert base.version == ds.version
     frags = write_fragments(_rows(10, 1), uri)
@@ -127,7 +128,7 @@ def test_lance_dataset_as_base(uri: str) -> None:
         (lambda: te.CreateIndex(new_indices=["idx"]), "pylance Index"),
         (lambda: te.Project(schema=[{"name": "id"}]), "LanceField"),
         (lambda: interop.as_transaction(lance.LanceOperation.Restore(1)), "pylance Transaction"),
-        (lambda: interop.as_base("/tmp/x"), "LanceDataset"),
+        (lambda: as_base("/tmp/x"), "LanceDataset"),
     ],
 )
 def test_anything_else_is_refused_when_built(build: object, expected: str) -> None:

@@ -4,12 +4,10 @@ open_storage dispatch and RecordingStorage counts."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import importlib.util
 import multiprocessing
 import os
-import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -38,12 +36,10 @@ from txn_engine.storage import (
     FsspecStorage,
     LocalStorage,
     MemoryStorage,
-    ObstoreStorage,
     RecordingStorage,
     Storage,
     atomicity_of,
     open_storage,
-    redact,
     resolve_options,
 )
 from txn_engine.storage._probe import PROBE_DIR, forget_probes
@@ -755,16 +751,6 @@ LANCE_S3 = {
 }
 
 
-def test_lance_option_names_reach_s3fs() -> None:
-    st = open_storage("s3://bucket/ds", {**LANCE_S3, "txn_engine_backend": "fsspec"})
-    assert isinstance(st, FsspecStorage)
-    assert st.fs.key == "AKIDEXAMPLE"
-    assert st.fs.secret == "s3cr3t-value-xyz"
-    assert st.fs.token == "t0ken-value-xyz"
-    assert st.fs.endpoint_url == "http://127.0.0.1:9"
-    assert st.fs.client_kwargs["region_name"] == "eu-west-3"
-
-
 def test_fsspec_spellings_are_aliases() -> None:
     old = {
         "key": "AKIDEXAMPLE",
@@ -855,52 +841,6 @@ def test_unknown_option_is_refused_naming_the_accepted_ones() -> None:
         open_storage("s3://bucket/ds", {"txn_engine_backend": "boto"})
 
 
-def test_default_backend_is_obstore_and_secrets_stay_hidden() -> None:
-    st = open_storage("s3://bucket/ds", LANCE_S3)
-    assert isinstance(st, ObstoreStorage)
-    assert st.prefix == "ds"
-    shown = repr(st) + repr(st.options) + str(redact(LANCE_S3))
-    for secret in ("s3cr3t-value-xyz", "t0ken-value-xyz", "AKIDEXAMPLE"):
-        assert secret not in shown
-    assert "***" in repr(st.options)
-    def lock(path: str) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-    # a commit lock is an fsspec feature: without a backend named, the lock selects fsspec
-    assert isinstance(open_storage("s3://bucket/ds", LANCE_S3, commit_lock=lock), FsspecStorage)
-    with pytest.raises(InvalidStorageArgumentError, match="fsspec backend only"):
-        open_storage(
-            "s3://bucket/ds", {**LANCE_S3, "txn_engine_backend": "obstore"}, commit_lock=lock
-        )
-    # an fsspec-only spelling keeps an existing fsspec configuration on fsspec ...
-    kept = open_storage("s3://bucket/ds", {**LANCE_S3, "config_kwargs": {}})
-    assert isinstance(kept, FsspecStorage)
-    gcs = open_storage("gs://bucket/ds", {"token": "anon", "endpoint_url": "http://127.0.0.1:9"})
-    assert isinstance(gcs, FsspecStorage)
-    # ... and is refused, naming the Lance spellings, when obstore is asked for explicitly
-    with pytest.raises(InvalidStorageArgumentError, match="only for the fsspec backend"):
-        open_storage(
-            "s3://bucket/ds", {**LANCE_S3, "config_kwargs": {}, "txn_engine_backend": "obstore"}
-        )
-
-
-def test_without_obstore_cloud_uris_fall_back_to_fsspec(monkeypatch: pytest.MonkeyPatch) -> None:
-    import txn_engine.storage as storage_module
-
-    monkeypatch.setattr(storage_module, "obstore_available", lambda: False)
-    st = open_storage("s3://bucket/ds", LANCE_S3)
-    assert isinstance(st, FsspecStorage)
-    assert st.fs.key == "AKIDEXAMPLE"
-
-    def missing(protocol: str) -> Any:
-        raise ImportError(f"no {protocol} package")
-
-    monkeypatch.setattr(fsspec, "get_filesystem_class", missing)
-    with pytest.raises(StorageError, match=r"txn_engine\[s3\]") as info:
-        open_storage("s3://bucket/ds", LANCE_S3)
-    assert "txn_engine[obstore]" in str(info.value)
-
-
 class _FailingFS(DirFileSystem):  # type: ignore[misc]
     """A filesystem whose constructor quotes its password in the error (as some do)."""
 
@@ -918,29 +858,6 @@ def test_filesystem_construction_errors_hide_secrets() -> None:
     assert "hunter2-pw" not in str(info.value)
     assert "alice" in str(info.value)  # the rest of the message stays useful
     assert info.value.__cause__ is None
-
-
-def test_obstore_error_mapping_without_a_server() -> None:
-    with socket.socket() as sock:  # a loopback port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    options = {
-        **LANCE_S3,
-        "aws_endpoint": f"http://127.0.0.1:{port}",
-        "client_max_retries": "0",
-        "connect_timeout": "2s",
-    }
-    st = open_storage("s3://bucket/ds", options, unsafe=True)  # unsafe: no probe
-    with pytest.raises(AmbiguousWriteError) as write_info:
-        st.put("_versions/1.manifest", b"x")
-    with pytest.raises(StorageError) as read_info:
-        st.get("_versions/1.manifest")
-    assert type(read_info.value) is StorageError  # reads are never ambiguous writes
-    with pytest.raises(InvalidStorageArgumentError):
-        st.get("../escape")
-    for text in (str(write_info.value), str(read_info.value)):
-        assert "s3cr3t-value-xyz" not in text
-        assert "\n" not in text  # one line, no debug dump
 
 
 # -------------------------------------------------------------------------- recording
@@ -1010,36 +927,6 @@ def test_recording_storage_is_thread_safe() -> None:
 
 
 # ---------------------------------------------------------------------------- pylance
-
-
-@pytest.mark.pylance
-def test_pylance_ignores_inflight_staging_files(tmp_path: Path) -> None:
-    """A staging file left in ``_versions/`` (crash between write and unlink) is not taken
-    for a version by pylance 14, and LocalStorage reads pylance's manifests as written."""
-    import lance
-    import pyarrow as pa
-
-    uri = str(tmp_path / "ds.lance")
-    lance.write_dataset(pa.table({"a": [1, 2, 3]}), uri)
-    st = LocalStorage(uri)
-    before = sorted(st.list("_versions"))  # pylance 14 also writes latest_version_hint.json
-    [manifest] = [n for n in before if n.endswith(".manifest")]
-    raw = (tmp_path / "ds.lance" / "_versions" / manifest).read_bytes()
-    assert st.get(f"_versions/{manifest}") == raw
-    assert st.size(f"_versions/{manifest}") == len(raw)
-
-    # a staging file for the next version, as create_exclusive names it, with garbage bytes
-    from txn_engine.storage._files import staging_path
-
-    staging = staging_path(
-        str(tmp_path / "ds.lance" / "_versions" / "18446744073709551613.manifest")
-    )
-    assert not staging.endswith("manifest")
-    Path(staging).write_bytes(b"not a manifest")
-    ds = lance.dataset(uri)
-    assert ds.version == 1
-    assert ds.count_rows() == 3
-    assert sorted(st.list("_versions")) == before
 
 
 def test_lance_options_are_the_same_set_without_txn_engine_names() -> None:

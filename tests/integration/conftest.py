@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,14 @@ import pyarrow as pa
 import pytest
 
 N_ROWS = 12_000
+
+# Spark's Python workers import test helpers (storage factories, hooks in conftest_spark) by
+# module name: whichever test module starts the pytest process's Spark session first (a
+# session is shared once created), its workers must find tests/integration on their path.
+_HERE = str(Path(__file__).resolve().parent)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    dict.fromkeys([_HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+)
 
 
 @attrs.frozen

@@ -659,14 +659,15 @@ def _check_lineage(
     above = VersionEntry(version + 1, manifest_name(version + 1, scheme), scheme)
     if not storage.exists(above.path):
         return
+    newer: ManifestFile | None
     try:
         newer = read_manifest_entry(storage, above)
         op = None if newer.transaction is None else transaction_from_proto(newer.transaction)
-    except (FormatError, ObjectNotFoundError, VersionNotFoundError):
-        return  # unreadable or gone again: no proof that ours is off the main line
-    except Exception:  # an operation this library cannot read replaces nothing we can check
-        return
-    if descends_from(
+    except (ObjectNotFoundError, VersionNotFoundError):
+        return  # gone again (the next version, if any, is checked by whoever builds on it)
+    except Exception:  # unreadable: nothing proves that it was built on ours
+        newer, op = None, None
+    if newer is not None and descends_from(
         base.manifest,
         ours.manifest,
         newer.manifest,
@@ -685,8 +686,9 @@ def _check_lineage(
             reason=(
                 f"Version {version} was removed by a cleanup while this {state.txn.kind} "
                 f"transaction (read version {state.txn.read_version}) was committing: version "
-                f"{version + 1} descends from the removed manifest, not from the one this "
-                f"commit created in its place, which has been withdrawn. Nothing landed."
+                f"{version + 1} was not built on the manifest this commit created in its place "
+                "(or nothing shows that it was: it replaces the table, or cannot be read), so "
+                "that manifest has been withdrawn. Nothing landed."
             ),
         ),
     )

@@ -180,13 +180,17 @@ def _twin_then_cleanup(inner: Storage, kind: str) -> None:
     """Another writer takes version 2 and 3 and a cleanup removes 2 (no longer latest)."""
     if kind == "overwrite":
         commit(inner, Transaction(1, Overwrite([frag()], SCHEMA)))
+        append(inner)
+    elif kind == "overwrite-above":  # the version above our slot replaces the table
+        append(inner)
+        commit(inner, Transaction(2, Overwrite([frag()], SCHEMA)))
     else:
         commit(inner, Transaction(1, config("theirs")))
-    append(inner)
+        append(inner)
     remove(inner, 2)
 
 
-@pytest.mark.parametrize("kind", ["overwrite", "config"])
+@pytest.mark.parametrize("kind", ["overwrite", "overwrite-above", "config"])
 @pytest.mark.parametrize("mine", ["append", "config"])
 def test_create_in_a_slot_freed_by_cleanup_is_withdrawn(kind: str, mine: str) -> None:
     inner = MemoryStorage()
@@ -293,3 +297,48 @@ def test_warm_commit_into_a_slot_freed_by_cleanup_is_withdrawn(mine: str) -> Non
     with pytest.raises(HistoryUnavailableError):
         commit(store, Transaction(2, op), base=base)  # type: ignore[arg-type]
     assert versions(store) == [4]  # nothing of ours left in the history
+
+
+def test_a_table_replacing_follower_cannot_prove_lineage_and_refuses_safely() -> None:
+    """An Overwrite landing right on top of our fresh version carries nothing of ours: the
+    commit is refused (withdrawn), and nothing is lost, since the Overwrite's table does not
+    depend on ours."""
+    inner = MemoryStorage()
+    commit(inner, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
+    store = FaultyStorage(inner)
+    store.add(
+        Fault(
+            "exists",
+            "_versions/*",
+            mode="hook",
+            hook=lambda _m, _p: commit(inner, Transaction(2, Overwrite([frag(7)], SCHEMA))),
+        )
+    )
+    with pytest.raises(HistoryUnavailableError, match="withdrawn"):
+        commit(store, Transaction(1, Append([frag()])))
+    assert versions(inner) == [1, 3]
+    top = read_manifest(inner, 3)[1].manifest
+    assert [f.physical_rows for f in top.fragments] == [7]  # the Overwrite's table, intact
+
+
+
+def test_a_fragment_id_reused_by_the_removed_twin_is_not_taken_for_ours() -> None:
+    """The removed twin appended a fragment with the very id ours got (same high-water
+    mark), and the version above it changed that fragment (a new column, a deletion): the
+    id matches, the data files do not, so ours is withdrawn."""
+    inner = MemoryStorage()
+    commit(inner, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
+    store = FaultyStorage(inner)
+
+    def twin(_m: str, _p: str) -> None:
+        append(inner)  # 2: fragment 1, the id our append gets too
+        top = read_manifest(inner, 2)[1].manifest
+        mine = next(f for f in top.fragments if f.id == 1)
+        deleted = Fragment.from_proto(mine)
+        commit(inner, Transaction(2, Delete(updated_fragments=(deleted,))))  # 3 touches it
+        remove(inner, 2)
+
+    store.add(Fault("put_if_absent", "_versions/*", mode="hook", hook=twin))
+    with pytest.raises(HistoryUnavailableError, match="withdrawn"):
+        commit(store, Transaction(1, Append([frag()])))
+    assert versions(inner) == [1, 3]

@@ -8,9 +8,12 @@ its change is not in the main line although the store accepted it.
 
 Lance manifests record no parent, so the commit loop decides from content: whatever our
 transaction changed relative to its base (fragments added, changed or removed; config
-keys) must still be in ``N + 1`` unless ``N + 1``'s own transaction touched it. An
-Overwrite / Restore / Clone (or an operation this library cannot read) above ours
-replaces the table whatever it was built on, so it counts as descending.
+keys, indices, columns, the fragment high-water mark) must still be in ``N + 1`` unless
+``N + 1``'s own transaction touched it. An Overwrite or Restore above ours (or an operation
+this library cannot read) replaces the table whatever it was built on, so nothing proves
+that it descends from ours: the answer is then "no" (the commit is refused, never
+acknowledged off the main line; a real follower that overwrote within that instant makes
+a refusal that loses nothing, since its table does not depend on ours).
 """
 
 from __future__ import annotations
@@ -83,12 +86,19 @@ def descends_from(
     cannot be told apart, and loses nothing if it is off the main line.
     """
     if newer_operation is None or isinstance(newer_operation, (Overwrite, Restore, Clone)):
-        return True
+        return False  # replaces the table: no content can show it was built on ours
     before, after, then = _fragments(base), _fragments(ours), _fragments(newer)
     touched = modified_fragment_ids(newer_operation)
     for fid, sig in after.items():
-        if before.get(fid) != sig and fid not in touched and then.get(fid) != sig:
-            return False  # a fragment we added or changed is not in newer as we left it
+        if before.get(fid) == sig:
+            continue  # not ours to check
+        if fid not in touched:
+            if then.get(fid) != sig:
+                return False  # a fragment we added or changed is not in newer as we left it
+        elif fid not in before and fid in then and not set(sig[0]) & set(then[fid][0]):
+            # newer changed a fragment we added (new columns, deletions) yet holds none of
+            # its data files: it is another writer's fragment under the same id
+            return False
     for fid in before.keys() - after.keys():
         if fid not in touched and fid in then:
             return False  # a fragment we removed is back

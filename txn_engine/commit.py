@@ -49,7 +49,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 import attrs
 
@@ -204,8 +204,6 @@ class _State:
     listing: VersionListing = attrs.field(factory=lambda: VersionListing(None))
     #: a group commit's member uuids (none for a plain transaction)
     members: frozenset[str] = frozenset()
-    #: whether the current attempt created its version without listing first
-    direct: bool = False
     #: the transaction encoded for the manifest (and its ``_transactions/`` file name),
     #: reused by later attempts unless a rebase changed the transaction
     encoded: tuple[Transaction, str, transaction_pb2.Transaction] | None = None
@@ -492,10 +490,8 @@ def commit(
     while True:
         budget.start_attempt()
         if direct is not None:  # first attempt: the base is taken to be the latest version
-            state.direct = True
             result = _direct_attempt(state, budget, timestamp_ns, direct)
             direct = None
-            state.direct = False
         else:
             result = _attempt(state, budget, timestamp_ns)
         if result is not None:
@@ -657,20 +653,12 @@ def _check_lineage(
     cleanup removed while this commit ran (create-if-absent then succeeded in the freed
     slot): our manifest is withdrawn and HistoryUnavailableError raised (nothing landed).
 
-    Costs one existence check when no newer version is there (the common case), plus a
-    listing after a direct create (no listing before it), whose base may be far behind.
+    Costs one existence check when no newer version is there (the common case).
     """
     storage = state.storage
     above = VersionEntry(version + 1, manifest_name(version + 1, scheme), scheme)
     if not storage.exists(above.path):
-        if not state.direct:
-            return
-        # a direct create (no listing before it) may have landed far below the latest, with
-        # the versions in between cleaned up: ours must be the latest, or nothing proves it
-        latest = scan_versions(storage).latest
-        if latest is None or latest.version <= version:
-            return
-        _withdraw(state, version, path)
+        return
     newer: ManifestFile | None
     try:
         newer = read_manifest_entry(storage, above)
@@ -689,12 +677,7 @@ def _check_lineage(
         newer_indices=newer.indices,
     ):
         return
-    _withdraw(state, version, path)
-
-
-def _withdraw(state: _State, version: int, path: str) -> NoReturn:
-    """Delete the manifest this commit created off the main line and raise."""
-    state.storage.delete(path)
+    storage.delete(path)
     conflict = missing_history_conflict(state.txn, version)
     raise _conflict_error(
         state.txn,

@@ -168,16 +168,15 @@ def test_uncontended_commit_storage_calls() -> None:
 
 
 def test_uncontended_commit_with_base_creates_first() -> None:
-    """Warm (a Dataset as ``base``): no listing, no read before it; the manifest create is
-    the first request, then the lineage check (the version above, and a listing: a base may
-    be far behind, the versions between cleaned up) and the redundant ``.txn`` copy."""
+    """Warm (a Dataset as ``base``): no listing, no read; the manifest create is the first
+    request, then the lineage check and the redundant ``.txn`` copy."""
     inner = MemoryStorage()
     create(inner)
     ds = Dataset.open(inner)
     rec = RecordingStorage(inner)
     r = commit(rec, Transaction(1, Append([frag()])), base=ds)
     assert r.version == 2
-    assert [c[0] for c in rec.calls] == ["put_if_absent", "exists", "list", "put"]
+    assert [c[0] for c in rec.calls] == ["put_if_absent", "exists", "put"]
 
 
 def test_warm_commit_with_a_stale_base_checks_every_newer_version() -> None:

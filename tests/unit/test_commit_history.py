@@ -342,21 +342,3 @@ def test_a_fragment_id_reused_by_the_removed_twin_is_not_taken_for_ours() -> Non
     with pytest.raises(HistoryUnavailableError, match="withdrawn"):
         commit(store, Transaction(1, Append([frag()])))
     assert versions(inner) == [1, 3]
-
-
-def test_warm_commit_far_below_the_latest_with_the_slot_above_cleaned_is_withdrawn() -> None:
-    """Base at v1; v2, v3, v4 land; cleanup keeps only v4. The direct create of v2 succeeds
-    and v3 is gone too: only a listing shows that v4 is above ours, built on the removed
-    chain (found by the unleased cleaner machine)."""
-    from txn_engine.dataset import Dataset
-
-    store = MemoryStorage()
-    commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
-    base = Dataset.open(store)
-    for _ in range(3):
-        append(store)  # 2, 3, 4
-    for v in (1, 2, 3):
-        remove(store, v)
-    with pytest.raises(HistoryUnavailableError, match="withdrawn"):
-        commit(store, Transaction(1, Append([frag()])), base=base)
-    assert versions(store) == [4]

@@ -25,11 +25,12 @@
    inline transaction, is written (its failure does not fail a landed commit);
 6. on losing the race, back off (:class:`~txn_engine.retry.RetryPolicy`) and repeat from 1.
 
-With a :class:`~txn_engine.dataset.Dataset` as ``base`` (a writer that just opened or
-committed the table), the first attempt skips steps 1-3: the base is taken to be the latest
-version and the next version is created straight away (an uncontended commit is one
-create, one existence check and the ``.txn`` copy). Losing that race falls back to the
-loop above, which checks every version in between.
+With a :class:`~txn_engine.dataset.Dataset` as ``base`` and ``assume_latest=True`` (a writer
+that just opened or committed the table, where no lease-ignoring cleanup runs), the first
+attempt skips steps 1-3: the base is taken to be the latest version and the next version is
+created straight away (an uncontended commit is one create, one existence check and the
+``.txn`` copy). Losing that race falls back to the loop above, which checks every version in
+between. By default a base only saves the read of the read version's manifest.
 
 Exactly once: when the manifest create fails in a way that leaves its outcome unknown
 (lost response, timeout, any storage error after the request may have reached the store,
@@ -434,6 +435,7 @@ def commit(
     base: Dataset | ManifestFile | Any | None = None,
     timestamp_ns: int | None = None,
     enable_stable_row_ids: bool = False,
+    assume_latest: bool = False,
 ) -> CommitResult:
     """Commit ``transaction`` to the dataset at ``uri_or_storage``; return where it landed.
 
@@ -448,7 +450,11 @@ def commit(
     * ``conflict_options``: opt-in rules more permissive than Lance (default: none).
     * ``base``: the manifest at ``transaction.read_version`` if the caller has it (a
       :class:`~txn_engine.dataset.Dataset`, a ManifestFile, or pylance's ``LanceDataset``).
-      With a Dataset the first attempt creates the next version without listing.
+      With a Dataset and ``assume_latest=True`` the first attempt creates the next version
+      without listing (one request fewer). Opt in only where no cleanup that ignores leases
+      (pylance's ``cleanup_old_versions``) can run while the base is held: a stale base can
+      then land below versions such a cleanup removed, which the lineage check (one
+      existence check) does not always see.
     * ``timestamp_ns``: the manifest timestamp (default: now).
     * ``enable_stable_row_ids``: only when creating a dataset (it cannot be switched on
       later; an existing dataset keeps its setting).
@@ -484,7 +490,11 @@ def commit(
                 f"{transaction.read_version}"
             )
         state.manifests[transaction.read_version] = mf
-        if isinstance(base, Dataset) and not isinstance(transaction.operation, Restore):
+        if (
+            assume_latest
+            and isinstance(base, Dataset)
+            and not isinstance(transaction.operation, Restore)
+        ):
             direct = base.naming_scheme
     budget = policy.budget()
     while True:

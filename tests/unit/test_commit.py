@@ -174,7 +174,7 @@ def test_uncontended_commit_with_base_creates_first() -> None:
     create(inner)
     ds = Dataset.open(inner)
     rec = RecordingStorage(inner)
-    r = commit(rec, Transaction(1, Append([frag()])), base=ds)
+    r = commit(rec, Transaction(1, Append([frag()])), base=ds, assume_latest=True)
     assert r.version == 2
     assert [c[0] for c in rec.calls] == ["put_if_absent", "exists", "put"]
 
@@ -186,7 +186,7 @@ def test_warm_commit_with_a_stale_base_checks_every_newer_version() -> None:
     commit(inner, Transaction(1, Overwrite([frag()], SCHEMA)))  # 2: unseen by the base
     rec = RecordingStorage(inner)
     with pytest.raises(IncompatibleTransactionError):
-        commit(rec, Transaction(1, Append([frag()])), base=ds)
+        commit(rec, Transaction(1, Append([frag()])), base=ds, assume_latest=True)
     assert [c[0] for c in rec.calls][:3] == ["put_if_absent", "size", "get_range"]  # settled
     assert rec.counts["list"] == 1  # then the listing loop checked version 2
     assert versions(inner) == [1, 2]
@@ -694,3 +694,15 @@ def test_intervening_versions_parse_only_their_transactions(
     assert r.version == 8
     # read whole: only the latest manifest, which the new one is built on
     assert len(decoded) == 1
+
+
+def test_a_base_lists_first_unless_the_caller_assumes_it_is_the_latest() -> None:
+    """By default a Dataset base only saves the read of the read version's manifest: the
+    listing still comes first (a stale base could otherwise land below versions a
+    lease-ignoring cleanup removed)."""
+    inner = MemoryStorage()
+    create(inner)
+    ds = Dataset.open(inner)
+    rec = RecordingStorage(inner)
+    commit(rec, Transaction(1, Append([frag()])), base=ds)
+    assert [c[0] for c in rec.calls] == ["list", "put_if_absent", "exists", "put"]

@@ -9,30 +9,17 @@ one of the three mechanisms shows the failure it prevents.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-MODEL = Path(__file__).resolve().parents[2] / "models" / "commit_protocol.pml"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from spin_check import check_model
 
 
 def _check(tmp_path: Path, *defines: str) -> str:
-    spin = shutil.which("spin")
-    assert spin is not None, "spin is required (scripts/install_system_deps.sh installs it)"
-    args = [spin, "-DCLEANER", "-DNW=2", *defines, "-a", str(MODEL)]
-    subprocess.run(args, cwd=tmp_path, check=True, capture_output=True)
-    subprocess.run(
-        ["gcc", "-O2", "-DSAFETY", "-DCOLLAPSE", "-o", "pan", "pan.c"],
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-    )
-    run = subprocess.run(
-        ["./pan", "-m100000"], cwd=tmp_path, capture_output=True, text=True, check=False
-    )
-    return run.stdout
+    return check_model(tmp_path, "-DCLEANER", "-DNW=2", *defines, collapse=True)
 
 
 @pytest.mark.slow

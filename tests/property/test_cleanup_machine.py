@@ -14,12 +14,11 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis import settings
 
 from txn_engine.storage.base import Storage
 from txn_engine.storage.local import LocalStorage
-from txn_engine.testing.machine import WritersMachine
+from txn_engine.testing.machine import WritersMachine, find_failure
 
 cleanup_mod = importlib.import_module("txn_engine.cleanup")
 
@@ -73,23 +72,6 @@ TestCleanedLocalWriters.settings = settings(stateful_step_count=30, max_examples
 
 # ---- the cleaner invariants catch a broken cleanup -----------------------------------------
 
-_HUNT = settings(
-    phases=[Phase.generate],
-    report_multiple_bugs=False,
-    derandomize=True,
-    max_examples=300,
-    stateful_step_count=40,
-    database=None,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
-
-
-def _finds_a_failure(machine: type[WritersMachine]) -> str:
-    with pytest.raises(AssertionError) as info:
-        run_state_machine_as_test(machine, settings=_HUNT)
-    return str(info.value)
-
 
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, str, Any], None]:
@@ -99,7 +81,7 @@ def patched(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, str, Any], None]:
 def test_catches_a_cleanup_that_ignores_leases(patched: Callable[[Any, str, Any], None]) -> None:
     """Without leases a planning writer's history (and files) go: a leased writer sees it."""
     patched(cleanup_mod, "read_leases", lambda storage: [])
-    message = _finds_a_failure(CleanedWriters)
+    message = find_failure(CleanedWriters)
     assert any(
         sign in message
         for sign in (
@@ -129,5 +111,5 @@ def test_catches_a_cleanup_that_deletes_files_kept_versions_reference(
         return attrs.evolve(plan, deletes=plan.deletes + extra)
 
     patched(cleanup_mod, "_build_plan", careless)
-    message = _finds_a_failure(CleanedWriters)
+    message = find_failure(CleanedWriters)
     assert "deleted files" in message or "references removed files" in message, message

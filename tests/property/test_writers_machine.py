@@ -12,9 +12,9 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import precondition, rule
 from pyroaring import BitMap
 
 from txn_engine.format.naming import NamingScheme
@@ -22,7 +22,7 @@ from txn_engine.ops import Delete
 from txn_engine.storage.base import Storage
 from txn_engine.storage.local import LocalStorage
 from txn_engine.testing.fault_storage import FAULT_KINDS
-from txn_engine.testing.machine import WritersMachine
+from txn_engine.testing.machine import WritersMachine, find_failure
 from txn_engine.testing.model import RemoveRows, read_contents
 from txn_engine.transaction import Transaction
 
@@ -82,23 +82,6 @@ TestLocalWritersWithFaults.settings = settings(stateful_step_count=40)
 
 # ---- the machine catches broken engines ----------------------------------------------------
 
-_HUNT = settings(
-    phases=[Phase.generate],  # no shrinking: finding the bug is the point
-    report_multiple_bugs=False,
-    derandomize=True,
-    max_examples=300,
-    stateful_step_count=40,
-    database=None,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
-
-
-def _finds_a_failure(machine: type[WritersMachine]) -> str:
-    with pytest.raises(AssertionError) as info:
-        run_state_machine_as_test(machine, settings=_HUNT)
-    return str(info.value)
-
 
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, str, Any], None]:
@@ -111,7 +94,7 @@ def test_catches_a_rebase_that_drops_the_other_writers_deletions(
 ) -> None:
     """Merging deletion vectors keeps only my offsets: a concurrent deletion is lost."""
     patched(rebase_mod, "_pb_dv", lambda storage, fragment: BitMap())
-    message = _finds_a_failure(FourWritersDeletesAndCompactions)
+    message = find_failure(FourWritersDeletesAndCompactions)
     assert any(
         sign in message
         for sign in ("deletion lost", "rows lost", "unexpected rows", "present twice", "not live")
@@ -121,7 +104,7 @@ def test_catches_a_rebase_that_drops_the_other_writers_deletions(
 def test_catches_missing_conflict_detection(patched: Callable[[Any, str, Any], None]) -> None:
     """An engine that never detects conflicts resurrects or loses rows."""
     patched(planner_mod, "check", lambda *a, **k: detect_mod.Check())
-    _finds_a_failure(FourWritersDeletesAndCompactions)
+    find_failure(FourWritersDeletesAndCompactions)
 
 
 def test_catches_a_settlement_that_claims_unlanded_commits(
@@ -134,7 +117,7 @@ def test_catches_a_settlement_that_claims_unlanded_commits(
         faults = ("fail_before_write", "spurious_exists")
         kinds = ("append",)
 
-    assert "acknowledged at" in _finds_a_failure(Faulty)
+    assert "acknowledged at" in find_failure(Faulty)
 
 
 def test_catches_fragment_ids_reused(patched: Callable[[Any, str, Any], None]) -> None:
@@ -147,7 +130,7 @@ def test_catches_fragment_ids_reused(patched: Callable[[Any, str, Any], None]) -
         kinds = ("append", "delete", "delete")
         interleave = False
 
-    message = _finds_a_failure(Deleting)
+    message = find_failure(Deleting)
     assert "ids" in message
 
 
@@ -212,4 +195,4 @@ def test_catches_a_group_commit_that_forgets_its_members(
         kinds = ("append",)
         faults = ("unknown_outcome",)
 
-    _finds_a_failure(Grouped)
+    find_failure(Grouped)

@@ -93,11 +93,16 @@ __all__ = [
     "apply_effect",
     "check_history",
     "fault_rules",
+    "find_failure",
     "read_contents",
     "read_journals",
 ]
 
-_LAZY = {"WritersMachine": "txn_engine.testing.machine", "Planner": "txn_engine.testing.machine"}
+_LAZY = {
+    "WritersMachine": "txn_engine.testing.machine",
+    "Planner": "txn_engine.testing.machine",
+    "find_failure": "txn_engine.testing.machine",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -56,9 +56,15 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 import attrs
-from hypothesis import event, note
+from hypothesis import HealthCheck, Phase, event, note, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from txn_engine.cleanup import FILE_DIRS, CleanupReport, ObjectInfo, cleanup, referenced_files
 from txn_engine.commit import CommitResult, commit, find_transaction
@@ -115,7 +121,15 @@ from txn_engine.testing.planning import compaction, live_offsets, row_change
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 from txn_engine.verify import verify
 
-__all__ = ["ALL_KINDS", "SCHEMA", "ClockedStorage", "Planner", "WritersMachine", "live_offsets"]
+__all__ = [
+    "ALL_KINDS",
+    "SCHEMA",
+    "ClockedStorage",
+    "Planner",
+    "WritersMachine",
+    "find_failure",
+    "live_offsets",
+]
 
 #: Operation kinds the machine can plan (weights come from repetition in ``kinds``).
 ALL_KINDS: tuple[str, ...] = (
@@ -871,3 +885,31 @@ class Planner:
         if kind == "reserve":
             return ReserveFragments(data.draw(st.integers(1, 3), label="ids")), NoRowChange()
         raise ValueError(f"unknown kind {kind!r}")
+
+
+def find_failure(
+    machine: type[RuleBasedStateMachine], *, max_examples: int = 300, steps: int = 40
+) -> str:
+    """Run ``machine`` expecting its invariants to fail; return the failure's message.
+
+    Use it for mutation checks: break the engine on purpose (monkeypatch one function), then
+    call this to show that the machine notices, and assert on the message. The run only
+    generates (no shrinking: finding the bug is the point), is derandomized and keeps no
+    example database, so it is reproducible. Raises ``AssertionError`` if no example failed
+    within ``max_examples`` runs of ``steps`` steps (the mutation went unnoticed).
+    """
+    hunt = settings(
+        phases=[Phase.generate],
+        report_multiple_bugs=False,
+        derandomize=True,
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    try:
+        run_state_machine_as_test(machine, settings=hunt)
+    except AssertionError as failure:
+        return str(failure)
+    raise AssertionError(f"{machine.__name__} found no failure in {max_examples} examples")

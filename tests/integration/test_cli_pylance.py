@@ -12,7 +12,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from txn_engine.cli import COMMANDS, main
+from txn_engine.apps.cli import COMMANDS, main
 
 pytestmark = pytest.mark.pylance
 
@@ -121,7 +121,7 @@ def test_module_entry_point_subprocess(dataset: Path) -> None:
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run(
-        [sys.executable, "-m", "txn_engine.cli", "log", str(dataset)],
+        [sys.executable, "-m", "txn_engine.apps.cli", "log", str(dataset)],
         capture_output=True,
         text=True,
         env=env,
@@ -131,7 +131,7 @@ def test_module_entry_point_subprocess(dataset: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "CreateIndex" in done.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "txn_engine.cli", "log", str(dataset) + "-missing"],
+        [sys.executable, "-m", "txn_engine.apps.cli", "log", str(dataset) + "-missing"],
         capture_output=True,
         text=True,
         env=env,

@@ -72,7 +72,13 @@ ENTRY_POINTS = _entry_points()
 
 
 def test_the_known_entry_points_are_found() -> None:
-    known = {"benchmarks.run", "benchmarks.report", "txn_engine.conflicts", "txn_engine.cli"}
+    known = {
+        "benchmarks.run",
+        "benchmarks.report",
+        "txn_engine.conflicts",
+        "txn_engine.apps.cli",
+        "txn_engine.apps.stress",
+    }
     assert known <= set(ENTRY_POINTS)
 
 

@@ -1,6 +1,6 @@
 """Real processes on local disk: 8 txn_engine writer processes (appends, deletes of their own
 and of a shared fragment, updates, config updates, compactions; the stress workload of
-``txn_engine.stress``), some killed with SIGKILL at random points, while a pylance 14.0.2
+``txn_engine.apps.stress``), some killed with SIGKILL at random points, while a pylance 14.0.2
 writer appends, deletes, updates and compacts on the same dataset.
 
 Afterwards: pylance reads every version; every version equals the fold of the writers'
@@ -26,7 +26,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 
-from txn_engine.stress import (
+from txn_engine.apps.stress import (
     SEED_ROWS,
     WriterSpec,
     create_seed,

@@ -947,7 +947,7 @@ def test_cli_log_and_show_take_lance_option_names(moto_server: Any, capsys: Any)
     secret value appears in what it prints."""
     import json
 
-    from txn_engine.cli import main
+    from txn_engine.apps.cli import main
 
     uri = moto_server.uri(emu.unique_name("cli"))
     options = moto_server.lance_options()

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import txn_engine as te
-from txn_engine.cli import main
+from txn_engine.apps.cli import main
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from txn_engine.cli import main
+from txn_engine.apps.cli import main
 from txn_engine.format.naming import list_versions
 from txn_engine.storage import open_storage
 from txn_engine.verify import verify

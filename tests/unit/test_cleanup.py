@@ -382,7 +382,7 @@ def test_object_info_from_custom_listing() -> None:
 def test_cli_cleanup_dry_run_json_then_real_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from txn_engine.cli import main
+    from txn_engine.apps.cli import main
 
     store = LocalStorage(tmp_path / "t.lance", fsync=False)
     refs = _history(store)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from txn_engine._proto import table_pb2
-from txn_engine.cli import main
+from txn_engine.apps.cli import main
 from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
 from txn_engine.format.io import read_manifest, read_transaction
@@ -224,7 +224,7 @@ def test_stress_refuses_an_empty_uri_instead_of_writing_into_the_cwd(
 )
 def test_run_stress_checks_every_option_first(tmp_path: Path, kwargs: dict[str, object]) -> None:
     from txn_engine.errors import InvalidOperationError
-    from txn_engine.stress import run_stress
+    from txn_engine.apps.stress import run_stress
 
     target = tmp_path / "s.lance"
     with pytest.raises(InvalidOperationError):
@@ -234,7 +234,7 @@ def test_run_stress_checks_every_option_first(tmp_path: Path, kwargs: dict[str, 
 
 def test_run_stress_refuses_an_empty_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from txn_engine.errors import InvalidStorageArgumentError
-    from txn_engine.stress import run_stress
+    from txn_engine.apps.stress import run_stress
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidStorageArgumentError):

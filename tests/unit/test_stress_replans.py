@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from txn_engine import stress
+from txn_engine.apps import stress
 from txn_engine.errors import IncompatibleTransactionError, RetryableConflictError
 
 

@@ -865,3 +865,9 @@ def _run_processes(
         out.write(("\r" if tty else "") + f"[stress] {done}/{total} operations done\n")
         out.flush()
     return stats, seconds
+
+
+if __name__ == "__main__":
+    from txn_engine.apps.cli import main
+
+    sys.exit(main(["stress", *sys.argv[1:]]))

@@ -400,7 +400,7 @@ def _stress_uri(text: str) -> str:
 
 
 def _mix_argument(text: str) -> str:
-    from txn_engine.stress import KINDS
+    from txn_engine.apps.stress import KINDS
 
     try:
         mix = _parse_mix(text)
@@ -426,7 +426,7 @@ def _faults_argument(text: str) -> str:
 
 
 def _configure_stress(p: argparse.ArgumentParser) -> None:
-    from txn_engine.stress import DEFAULT_MIX, KINDS
+    from txn_engine.apps.stress import DEFAULT_MIX, KINDS
     from txn_engine.testing.fault_storage import FAULT_KINDS
 
     p.add_argument(
@@ -562,7 +562,7 @@ def _parse_faults(text: str) -> list[str]:
 
 
 def _run_stress(args: argparse.Namespace, out: TextIO) -> int:
-    from txn_engine.stress import run_stress
+    from txn_engine.apps.stress import run_stress
 
     report = run_stress(
         args.uri,

@@ -20,6 +20,7 @@ from txn_engine.model import (
     IndexMetadata,
     LanceField,
     MemWal,
+    uuid_text,
 )
 from txn_engine.ops import (
     Append,
@@ -294,10 +295,6 @@ def _dec_create_index(pb: T) -> CreateIndex:
     )
 
 
-def _uuid_str(pb: table_pb2.UUID) -> str:
-    return str(uuid_mod.UUID(bytes=pb.uuid)) if len(pb.uuid) == 16 else ""
-
-
 def _dec_rewrite(pb: T) -> Rewrite:
     r = pb.rewrite
     groups = [
@@ -309,8 +306,8 @@ def _dec_rewrite(pb: T) -> Rewrite:
         groups=tuple(groups),
         rewritten_indices=tuple(
             RewrittenIndex(
-                old_id=_uuid_str(ri.old_id),
-                new_id=_uuid_str(ri.new_id),
+                old_id=uuid_text(ri.old_id.uuid),
+                new_id=uuid_text(ri.new_id.uuid),
                 new_index_details=IndexDetails(
                     ri.new_index_details.type_url, ri.new_index_details.value
                 )
@@ -342,7 +339,7 @@ def _dec_update(pb: T) -> Update:
         new_fragments=_frag_list(u.new_fragments),
         fields_modified=tuple(u.fields_modified),
         compacted_sstables=tuple(
-            CompactedSsTable(_uuid_str(s.shard_id), s.generation) for s in u.compacted_sstables
+            CompactedSsTable(uuid_text(s.shard_id.uuid), s.generation) for s in u.compacted_sstables
         ),
         inserted_rows=u.inserted_rows.SerializeToString() if u.HasField("inserted_rows") else None,
         updated_fragment_offset_bitmaps=dict(u.updated_fragment_offset_bitmaps),

@@ -36,7 +36,14 @@ __all__ = [
     "MemWalId",
     "MemWalState",
     "frozen_map",
+    "uuid_text",
 ]
+
+
+def uuid_text(raw: bytes) -> str:
+    """The canonical text of a 16-byte uuid as manifests and transactions store it
+    (``""`` for anything else: an unset uuid field)."""
+    return str(uuid_mod.UUID(bytes=bytes(raw))) if len(raw) == 16 else ""
 
 
 def _ints(value: Iterable[int]) -> tuple[int, ...]:
@@ -476,7 +483,7 @@ class IndexMetadata:
     @classmethod
     def from_proto(cls, pb: table_pb2.IndexMetadata) -> IndexMetadata:
         return cls(
-            uuid=str(uuid_mod.UUID(bytes=pb.uuid.uuid)) if len(pb.uuid.uuid) == 16 else "",
+            uuid=uuid_text(pb.uuid.uuid),
             name=pb.name,
             fields=tuple(pb.fields),
             dataset_version=pb.dataset_version,
@@ -544,5 +551,3 @@ class MemWal:
             owner_id=pb.owner_id,
             last_updated_dataset_version=pb.last_updated_dataset_version,
         )
-
-

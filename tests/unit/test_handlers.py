@@ -29,12 +29,15 @@ from txn_engine.builder import (
     HANDLERS,
     Handler,
     ManifestState,
+    RuleContext,
     build_manifest,
     handler_for,
     validate,
 )
+from txn_engine.conflicts.detect import check
+from txn_engine.conflicts.matrix import MATRIX
 from txn_engine.errors import InvalidOperationError
-from txn_engine.ops import OPERATION_KINDS, Operation
+from txn_engine.ops import OPERATION_KINDS, Operation, Rewrite, RewriteGroup
 
 TS = 1_700_000_000_000_000_001
 SCHEMA = (LanceField(0, -1, "a", "int64"), LanceField(1, -1, "b", "string"))
@@ -88,6 +91,81 @@ def test_every_operation_type_has_a_handler(op_type: type[object]) -> None:
     # whole other version (whole)
     cls = type(handler)
     assert cls.apply is not Handler.apply or cls.whole is not Handler.whole
+
+
+def _policy_gaps(op_type: type[object], handler: Handler[object]) -> list[str]:
+    """What a handler lacks of its operation type's validation and conflict policy."""
+    gaps = []
+    cls = type(handler)
+    if cls.validate is Handler.validate:
+        gaps.append("no validate (define it even to check nothing beyond the common steps)")
+    kind = op_type.__name__
+    for other in OPERATION_KINDS:
+        for pair in ((kind, other), (other, kind)):
+            if pair not in MATRIX:
+                gaps.append(f"no matrix rule for {pair}")
+    used = {
+        MATRIX[(kind, o)].code
+        for o in OPERATION_KINDS
+        if (kind, o) in MATRIX and MATRIX[(kind, o)].is_predicate
+    }
+    wanted = used | set(handler.follow_up_rules)
+    if set(handler.rules) != wanted:
+        gaps.append(f"rules {sorted(handler.rules)} but its matrix row needs {sorted(wanted)}")
+    for code, predicate in handler.rules.items():
+        if not predicate.__module__.startswith("txn_engine.builder."):
+            gaps.append(f"rule {code} is implemented outside the builder's handler modules")
+    if "D1" in handler.rules and cls.rebase is Handler.rebase:
+        gaps.append("rule D1 marks fragments to rebase but the handler has no rebase")
+    return gaps
+
+
+@pytest.mark.parametrize("op_type", _operation_types(), ids=lambda t: t.__name__)
+def test_every_operation_type_has_validation_and_conflict_policy(op_type: type[object]) -> None:
+    """Fails for an Operation type without its own validate, without matrix rules against
+    every kind (both ways), or whose handler does not implement exactly the predicates of
+    its matrix row (plus its follow-up rules)."""
+    assert _policy_gaps(op_type, HANDLERS[op_type]) == []
+
+
+def test_the_policy_check_notices_what_is_missing() -> None:
+    """The completeness check above can fail: a handler without validate, without a rule
+    of its row, or a kind without matrix rules is reported."""
+
+    class Bare(Handler[Rewrite]):
+        def apply(self, build: object, op: Rewrite) -> list[int] | None:  # type: ignore[override]
+            return None
+
+    gaps = _policy_gaps(Rewrite, Bare())
+    assert any("no validate" in g for g in gaps)
+    assert any("needs ['O1', 'W1', 'W2']" in g for g in gaps)
+
+    class Vacuum:
+        pass
+
+    assert any("no matrix rule for ('Vacuum', 'Append')" in g for g in _policy_gaps(Vacuum, Bare()))
+
+
+def test_detection_evaluates_the_rule_of_my_operation_handler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Conflict detection looks the cell's predicate up on the handler of my operation
+    (nowhere else): replacing the handler's rule changes the outcome."""
+    seen: list[tuple[str, str]] = []
+
+    def recording(c: RuleContext) -> None:
+        seen.append((c.mine.kind, c.other.kind))
+        c.retry("recorded")
+
+    handler = HANDLERS[Rewrite]
+    frag = Fragment(5, [DataFile("r.lance", (0, 1), (0, 1), 2, 2, 100)], 10)
+    mine = Transaction(1, Rewrite([RewriteGroup([frag], [])]))
+    other = Transaction(1, Rewrite([RewriteGroup([attrs.evolve(frag, id=6)], [])]))
+    assert check(mine, other, other_version=2).compatible  # W2: disjoint old fragments
+    monkeypatch.setattr(handler, "rules", {**handler.rules, "W2": recording})
+    result = check(mine, other, other_version=2)
+    assert seen == [("Rewrite", "Rewrite")]
+    assert [c.rule for c in result.conflicts] == ["W2"]
 
 
 def test_the_registry_holds_nothing_but_operation_types() -> None:

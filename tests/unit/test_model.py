@@ -171,3 +171,15 @@ def test_values_are_canonical_frozen_and_hashable() -> None:
         a.path = "q"  # type: ignore[misc]
     assert DeletionFileType.BITMAP.suffix == "bin"
     assert DeletionFileType.ARROW_ARRAY.suffix == "arrow"
+
+
+def test_uuid_text_is_the_canonical_form_or_empty() -> None:
+    import uuid
+
+    from txn_engine.model import uuid_text
+
+    u = uuid.uuid4()
+    assert uuid_text(u.bytes) == str(u)
+    assert uuid_text(bytearray(u.bytes)) == str(u)
+    assert uuid_text(b"") == ""
+    assert uuid_text(b"\x01" * 15) == ""

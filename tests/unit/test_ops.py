@@ -147,3 +147,25 @@ def test_transaction_defaults() -> None:
     )
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         t3.read_version = 1  # type: ignore[misc]
+
+
+def test_update_map_edits_a_protobuf_map_in_place_like_a_dict() -> None:
+    """One implementation of the edit: the builder applies it to the manifest's protobuf
+    maps (str and bytes values) and ``apply`` to a dict; both give the same result."""
+    from txn_engine._proto import table_pb2
+
+    for replace in (False, True):
+        edit = UpdateMap({"a": "1", "gone": None, "b": "é"}, replace=replace)
+        m = table_pb2.Manifest()
+        m.config.update({"keep": "y", "gone": "x"})
+        m.schema_metadata.update({"keep": b"y", "gone": b"x"})
+        edit.apply_to(m.config)
+        edit.apply_to(m.schema_metadata, str.encode)
+        expected = edit.apply({"keep": "y", "gone": "x"})
+        assert dict(m.config) == expected
+        assert dict(m.schema_metadata) == {k: v.encode() for k, v in expected.items()}
+    assert expected == {"a": "1", "b": "é"}
+    edit = UpdateMap({"absent": None})
+    target = {"k": "v"}
+    edit.apply_to(target)  # deleting a key that is not there is a no-op
+    assert target == {"k": "v"}

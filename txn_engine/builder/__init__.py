@@ -8,14 +8,15 @@ searches over the repeated field, never a dict of every fragment.
 is written; :func:`build_manifest` assumes a validated transaction but still refuses
 anything that would produce an unreadable manifest.
 
-Everything specific to one operation type (its validation, its effect on the manifest)
-is in its handler, one module per family: :mod:`.data` (Append, Overwrite, Merge,
-Project, DataReplacement), :mod:`.rows` (Delete, Update), :mod:`.compaction` (Rewrite,
-ReserveFragments), :mod:`.index` (CreateIndex, UpdateMemWalState), :mod:`.metadata`
-(UpdateConfig, UpdateBases), :mod:`.versions` (Restore, Clone), registered in
-:data:`HANDLERS`. The two functions here are the drivers: they add the steps common to
-every operation (dataset presence, read version, fragment ids, tombstoned files, index
-retention, the id high-water mark, version, timestamp, writer version, feature flags).
+Everything specific to one operation type (its validation, its effect on the manifest,
+its conflict rules and rebase) is in its handler, one module per family: :mod:`.data`
+(Append, Overwrite, Merge, Project, DataReplacement), :mod:`.rows` (Delete, Update),
+:mod:`.compaction` (Rewrite, ReserveFragments), :mod:`.index` (CreateIndex,
+UpdateMemWalState), :mod:`.metadata` (UpdateConfig, UpdateBases), :mod:`.versions`
+(Restore, Clone), registered in :data:`HANDLERS`. The two functions here are the drivers:
+they add the steps common to every operation (dataset presence, read version, fragment
+ids, tombstoned files, index retention, the id high-water mark, version, timestamp, writer
+version, feature flags); :mod:`txn_engine.conflicts` drives the conflict hooks.
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ from txn_engine.builder._common import (
     max_fragment_id,
     retain_relevant_indices,
 )
+from txn_engine.builder._policy import (
+    DeletionReader,
+    FragmentLookup,
+    PendingDeletionFile,
+    Predicate,
+    Rebased,
+    RowClash,
+    RuleContext,
+)
 from txn_engine.builder._registry import HANDLERS, Build, Handler, Sources, handler_for
 from txn_engine.errors import LimitExceededError
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
@@ -52,8 +62,15 @@ __all__ = [
     "HANDLERS",
     "MEM_WAL_INDEX",
     "WRITER_LIBRARY",
+    "DeletionReader",
+    "FragmentLookup",
     "Handler",
     "ManifestState",
+    "PendingDeletionFile",
+    "Predicate",
+    "Rebased",
+    "RowClash",
+    "RuleContext",
     "build_manifest",
     "find_fragment_index",
     "fragment_ids",

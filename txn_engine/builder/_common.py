@@ -360,34 +360,6 @@ def set_bitmap(index: table_pb2.IndexMetadata, bm: BitMap) -> None:
     index.fragment_bitmap = bm.serialize()
 
 
-def apply_update_map_bytes(
-    target: object, entries: Iterable[tuple[str, str | None]], replace: bool
-) -> None:
-    mapping = target  # a protobuf map<string, bytes>
-    if replace:
-        mapping.clear()  # type: ignore[attr-defined]
-    for key, value in entries:
-        if value is None:
-            if key in mapping:  # type: ignore[operator]
-                del mapping[key]  # type: ignore[attr-defined]
-        else:
-            mapping[key] = value.encode()  # type: ignore[index]
-
-
-def apply_update_map_str(
-    target: object, entries: Iterable[tuple[str, str | None]], replace: bool
-) -> None:
-    mapping = target
-    if replace:
-        mapping.clear()  # type: ignore[attr-defined]
-    for key, value in entries:
-        if value is None:
-            if key in mapping:  # type: ignore[operator]
-                del mapping[key]  # type: ignore[attr-defined]
-        else:
-            mapping[key] = value  # type: ignore[index]
-
-
 def copy_index(index: table_pb2.IndexMetadata) -> table_pb2.IndexMetadata:
     copy = table_pb2.IndexMetadata()
     copy.CopyFrom(index)

@@ -1,23 +1,42 @@
 """The operation-handler registry: one :class:`Handler` per operation type.
 
-A handler holds everything the builder knows about one operation: whether it may create
-a dataset, its validation against the current manifest, and its effect on the manifest.
-The family modules (:mod:`.data`, :mod:`.rows`, :mod:`.compaction`, :mod:`.index`,
+A handler holds everything txn_engine knows about one operation type: whether it may
+create a dataset, its validation against the current manifest, its effect on the
+manifest, and its conflict policy (the predicates of the matrix rules where it is the
+transaction being committed, the fragments and config keys it touches, its rebase). The
+family modules (:mod:`.data`, :mod:`.rows`, :mod:`.compaction`, :mod:`.index`,
 :mod:`.metadata`, :mod:`.versions`) register theirs with :func:`register`;
 :func:`txn_engine.builder.validate` and :func:`txn_engine.builder.build_manifest` look
-them up with :func:`handler_for` and add only the steps common to every operation.
+them up with :func:`handler_for` and add only the steps common to every operation, and
+so do the drivers of :mod:`txn_engine.conflicts` (detection, rebase).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 import attrs
+from pyroaring import BitMap64
 
 from txn_engine._proto import table_pb2
 from txn_engine.builder._common import Ids, ManifestState, invalid
+from txn_engine.builder._policy import (
+    DeletionReader,
+    FragmentLookup,
+    Predicate,
+    Rebased,
+    RowClash,
+    RuleContext,
+)
 from txn_engine.transaction import Transaction
+
+#: The config keys an operation edits: (upserted, deleted).
+ConfigEdits = tuple[frozenset[str], frozenset[str]]
+
+_NO_EDITS: ConfigEdits = (frozenset(), frozenset())
 
 OpT = TypeVar("OpT")
 
@@ -60,25 +79,39 @@ class Whole:
 
 
 class Handler(Generic[OpT]):
-    """What the builder does for one operation type (subclass, then :func:`register`).
+    """Everything about one operation type (subclass, then :func:`register`).
 
-    Class attributes: ``creates`` (may apply when there is no dataset yet),
-    ``only_creates`` (refused when the target already holds a dataset),
-    ``touches_fragments`` (its fragments are re-checked for files left with only
-    tombstoned columns), ``prunes_indices`` (indices on dropped fields and emptied
-    segments are dropped afterwards, :func:`~txn_engine.builder.retain_relevant_indices`).
+    Building: ``creates`` (may apply when there is no dataset yet), ``only_creates``
+    (refused when the target already holds a dataset), ``touches_fragments`` (its
+    fragments are re-checked for files left with only tombstoned columns),
+    ``prunes_indices`` (indices on dropped fields and emptied segments are dropped
+    afterwards, :func:`~txn_engine.builder.retain_relevant_indices`); :meth:`validate`
+    (every handler defines it, even to check nothing), and :meth:`apply` or :meth:`whole`.
+
+    Conflicts: ``rules`` maps the code of every predicate rule in this type's row of
+    :data:`txn_engine.conflicts.MATRIX` (this type being *mine*) to its predicate;
+    ``follow_up_rules`` are also evaluated after the matrix's rule found nothing (Update:
+    the upsert key check U1). :meth:`modified_fragment_ids` and :meth:`config_edits` say
+    what the operation touches (rules O1 and K read them on both sides);
+    :meth:`derive_affected_rows`, :meth:`with_derived_rows` and :meth:`rebase` move a
+    checked transaction onto the latest version. ``tests/unit/test_handlers.py`` fails
+    when a type lacks any of this.
     """
 
     creates: bool = False
     only_creates: bool = False
     touches_fragments: bool = True
     prunes_indices: bool = False
+    rules: Mapping[str, Predicate] = MappingProxyType({})
+    follow_up_rules: tuple[str, ...] = ()
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: OpT) -> None:
         """Raise InvalidOperationError if ``op`` cannot apply to ``current``.
 
         ``current`` is None only for handlers with ``creates``; the common checks
-        (dataset presence, read version) have already run."""
+        (dataset presence, read version) have already run. Every handler overrides it
+        (a test checks), so a new operation type cannot go unvalidated by omission."""
+        raise NotImplementedError
 
     def explicit_ids(self, op: OpT) -> Iterable[int]:
         """Fragment ids ``op`` gives explicitly to new fragments (never handed out again)."""
@@ -93,6 +126,51 @@ class Handler(Generic[OpT]):
         """Change ``build`` by ``op``; return the ids of the fragments it wrote or restated
         (None: possibly all of them)."""
         raise NotImplementedError
+
+    # ---- conflict policy ---------------------------------------------------------------
+
+    def modified_fragment_ids(self, op: OpT) -> frozenset[int]:
+        """Existing fragments ``op`` changes in place or removes (rule O1 compares them)."""
+        return frozenset()
+
+    def config_edits(self, op: OpT) -> ConfigEdits:
+        """The config keys ``op`` upserts and deletes (rules K, K2, C1, C2 compare them)."""
+        return _NO_EDITS
+
+    def derive_affected_rows(
+        self, txn: Transaction, initial_fragments: FragmentLookup, read_dv: DeletionReader
+    ) -> BitMap64 | None:
+        """The row addresses ``txn`` removed, derived from its own deletion files (None:
+        not derivable for this operation)."""
+        return None
+
+    def with_derived_rows(
+        self,
+        txn: Transaction,
+        rules: Sequence[str],
+        initial_fragments: FragmentLookup,
+        read_dv: DeletionReader,
+    ) -> Transaction | None:
+        """``txn`` carrying what :meth:`derive_affected_rows` derives, when the conflicts it
+        met (their rule codes ``rules``) might then resolve and it carries none; None
+        otherwise (``ConflictOptions.derive_affected_rows``)."""
+        return None
+
+    def rebase(
+        self,
+        txn: Transaction,
+        *,
+        latest_version: int,
+        latest_fragments: Sequence[table_pb2.DataFragment],
+        rebase_fragment_ids: frozenset[int],
+        initial_fragments: FragmentLookup | None,
+        read_dv: DeletionReader,
+        new_id: Callable[[], int] = lambda: secrets.randbits(64),
+    ) -> Rebased | RowClash:
+        """``txn`` moved onto ``latest_version``; by default unchanged (the builder
+        rebuilds it on the latest manifest). ``rebase_fragment_ids`` are the fragments my
+        predicates put in ``RuleContext.rebase_ids``."""
+        return Rebased(txn)
 
 
 #: Operation type -> its handler. Filled by the family modules through :func:`register`.
@@ -119,3 +197,31 @@ def handler_for(op: object) -> Handler[Any]:
     if handler is None:
         raise invalid(f"unknown operation {type(op).__name__}")
     return handler
+
+
+# ---- rules over what both sides touch (several families use them) ----------------------------
+
+
+def fragments_overlap(c: RuleContext) -> None:
+    """Rule O1: retryable when the fragments the other modified overlap mine."""
+    mine = handler_for(c.mine.operation).modified_fragment_ids(c.mine.operation)
+    other = handler_for(c.other.operation).modified_fragment_ids(c.other.operation)
+    overlap = other & mine
+    if overlap:
+        c.retry(f"both touched fragment(s) {sorted(overlap)}", fragment_ids=overlap)
+
+
+def key_clash(a: ConfigEdits, b: ConfigEdits) -> frozenset[str]:
+    """Keys upserted by one side and upserted or deleted by the other."""
+    (a_up, a_del), (b_up, b_del) = a, b
+    return (a_up & (b_up | b_del)) | (b_up & a_del)
+
+
+def config_keys(c: RuleContext) -> None:
+    """Rule K: incompatible when both sides edit one config key (an upsert against an
+    upsert or a delete)."""
+    mine = handler_for(c.mine.operation).config_edits(c.mine.operation)
+    other = handler_for(c.other.operation).config_edits(c.other.operation)
+    clash = key_clash(mine, other)
+    if clash:
+        c.incompatible(f"both changed config key(s) {sorted(clash)}", keys=clash)

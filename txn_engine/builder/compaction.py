@@ -1,14 +1,22 @@
-"""Handlers of the compaction operations: Rewrite and ReserveFragments."""
+"""Handlers of the compaction operations: Rewrite and ReserveFragments.
+
+Besides validation and their effect on the manifest, the Rewrite's conflict rules: the
+fragments it rewrites (rule O1), W1 (a concurrent CreateIndex: a fragment-reuse index must
+come alone; other indices must not cover what I rewrite) and W2 (two rewrites of one
+fragment).
+"""
 
 from __future__ import annotations
 
 import uuid as uuid_mod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 from pyroaring import BitMap
 
 from txn_engine._proto import table_pb2
 from txn_engine.builder._common import (
+    FRAG_REUSE_INDEX,
     Ids,
     ManifestState,
     check_existing,
@@ -21,16 +29,44 @@ from txn_engine.builder._common import (
     new_fragment_pb,
     set_bitmap,
 )
-from txn_engine.builder._registry import Build, Handler, register
+from txn_engine.builder._policy import Predicate, RuleContext, expect
+from txn_engine.builder._registry import Build, Handler, fragments_overlap, register
+from txn_engine.builder.index import index_vs_rewrite
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
-from txn_engine.ops import ReserveFragments, Rewrite
+from txn_engine.model import uuid_text
+from txn_engine.ops import CreateIndex, ReserveFragments, Rewrite
 from txn_engine.transaction import Transaction
+
+
+def _w1(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, Rewrite)
+    other = expect(c.other.operation, CreateIndex)
+    if any(i.name == FRAG_REUSE_INDEX for i in other.new_indices):
+        if len(other.new_indices) != 1 or len(other.removed_indices) != 1:
+            c.incompatible(
+                "a fragment-reuse index committed together with other index changes",
+                index_names=[FRAG_REUSE_INDEX],
+            )
+        return
+    index_vs_rewrite(c, other, mine, "fragment(s) {ids} were indexed concurrently")
+
+
+def _w2(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, Rewrite)
+    other = expect(c.other.operation, Rewrite)
+    overlap = mine.old_fragment_ids & other.old_fragment_ids
+    if overlap:
+        c.retry(f"both rewrote fragment(s) {sorted(overlap)}", fragment_ids=overlap)
 
 
 @register(Rewrite)
 class RewriteHandler(Handler[Rewrite]):
     """Replace groups of fragments by new ones holding the same rows; index bitmaps are
     remapped for the rewritten indices (all of them on stable-row-id datasets)."""
+
+    rules: Mapping[str, Predicate] = MappingProxyType(
+        {"O1": fragments_overlap, "W1": _w1, "W2": _w2}
+    )
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Rewrite) -> None:
         assert current is not None  # the driver refuses Rewrite without a dataset
@@ -55,6 +91,9 @@ class RewriteHandler(Handler[Rewrite]):
 
     def explicit_ids(self, op: Rewrite) -> Iterable[int]:
         return [f.id for g in op.groups for f in g.new_fragments]
+
+    def modified_fragment_ids(self, op: Rewrite) -> frozenset[int]:
+        return op.old_fragment_ids
 
     def apply(self, build: Build, op: Rewrite) -> list[int] | None:
         return _apply_rewrite(
@@ -109,7 +148,7 @@ def _apply_rewrite(
         replacements.append((BitMap(old_ids), BitMap(p.id for p in new_pbs)))
     rewritten = {ri.old_id: ri for ri in op.rewritten_indices}
     for index in indices:
-        key = str(uuid_mod.UUID(bytes=index.uuid.uuid)) if len(index.uuid.uuid) == 16 else ""
+        key = uuid_text(index.uuid.uuid)
         ri = rewritten.get(key)
         if not stable and ri is None:
             continue

@@ -1,8 +1,16 @@
-"""Handlers of the data operations: Append, Overwrite, Merge, Project, DataReplacement."""
+"""Handlers of the data operations: Append, Overwrite, Merge, Project, DataReplacement.
+
+Besides validation and their effect on the manifest, their conflict rules: N1 and N2
+(a schema change without ``preserves_nullability`` under rows written against the old
+one), K and K2 (Overwrite's config keys), C5 (Merge against schema/field metadata edits),
+O1 (the fragments Merge and DataReplacement modify), and DataReplacement's E1-E3 (its
+target fragments or fields removed or changed) and P1 (two replacements of one field).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 
 from txn_engine._proto import table_pb2
 from txn_engine.builder._common import (
@@ -21,10 +29,20 @@ from txn_engine.builder._common import (
     new_fragment_pb,
     sort_fragments,
 )
-from txn_engine.builder._registry import Build, Handler, register
+from txn_engine.builder._policy import Predicate, RuleContext, expect
+from txn_engine.builder._registry import (
+    Build,
+    ConfigEdits,
+    Handler,
+    config_keys,
+    fragments_overlap,
+    register,
+)
+from txn_engine.builder.index import indexed_fields_replaced
+from txn_engine.builder.metadata import metadata_edits_retry
 from txn_engine.format.rowids import fresh_version_sequence
 from txn_engine.model import Fragment
-from txn_engine.ops import Append, DataReplacement, Merge, Overwrite, Project
+from txn_engine.ops import Append, DataReplacement, Delete, Merge, Overwrite, Project, Update
 from txn_engine.transaction import Transaction
 
 
@@ -33,9 +51,93 @@ def _existing(current: ManifestState | None) -> ManifestState:
     return current
 
 
+def nullability_kept(c: RuleContext) -> None:
+    """Rule N1: the other (Merge or Project) changed the schema my rows were written
+    against; retryable unless it preserves nullability."""
+    other = c.other.operation
+    if not isinstance(other, (Merge, Project)):
+        raise TypeError("N1 applies to Merge/Project only")
+    if not other.preserves_nullability:
+        c.retry("the schema changed without preserves_nullability")
+
+
+def _k2(c: RuleContext) -> None:
+    config_keys(c)
+    if not c.conflicts:
+        c.retry("a concurrent Overwrite replaced the table")
+
+
+def _n2(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, Project)
+    if not mine.preserves_nullability:
+        c.retry("rows were written under the old schema and preserves_nullability is not set")
+
+
+def _replaced(op: DataReplacement) -> frozenset[int]:
+    return frozenset(r.fragment_id for r in op.replacements)
+
+
+def _e1(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, DataReplacement)
+    other = expect(c.other.operation, Delete)
+    gone = _replaced(mine) & frozenset(other.deleted_fragment_ids)
+    if gone:
+        c.incompatible(f"target fragment(s) {sorted(gone)} were removed", fragment_ids=gone)
+
+
+def _e2(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, DataReplacement)
+    other = expect(c.other.operation, Update)
+    targets = _replaced(mine)
+    gone = targets & frozenset(other.removed_fragment_ids)
+    if gone:
+        c.incompatible(f"target fragment(s) {sorted(gone)} were removed", fragment_ids=gone)
+        return
+    changed = targets & frozenset(f.id for f in other.updated_fragments)
+    if changed:
+        c.retry(f"target fragment(s) {sorted(changed)} were updated", fragment_ids=changed)
+
+
+def _e3(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, DataReplacement)
+    other = expect(c.other.operation, Project)
+    if not other.preserves_nullability:
+        c.retry("the schema changed without preserves_nullability")
+        return
+    kept = {f.id for f in other.schema}
+    for r in mine.replacements:
+        dropped = set(r.new_file.fields) - kept
+        if dropped:
+            c.incompatible(
+                f"target field(s) {sorted(dropped)} in fragment {r.fragment_id} were dropped",
+                fragment_ids=[r.fragment_id],
+                field_ids=dropped,
+            )
+            return
+
+
+def _p1(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, DataReplacement)
+    other = expect(c.other.operation, DataReplacement)
+    for r in mine.replacements:
+        for o in other.replacements:
+            if r.fragment_id != o.fragment_id:
+                continue
+            common = set(r.new_file.fields) & set(o.new_file.fields)
+            if common:
+                c.retry(
+                    f"both replaced field(s) {sorted(common)} of fragment {r.fragment_id}",
+                    fragment_ids=[r.fragment_id],
+                    field_ids=common,
+                )
+                return
+
+
 @register(Append)
 class AppendHandler(Handler[Append]):
     """Add fragments; unassigned ids (0) continue after the high-water mark."""
+
+    rules: Mapping[str, Predicate] = MappingProxyType({"N1": nullability_kept})
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Append) -> None:
         current = _existing(current)
@@ -58,6 +160,7 @@ class OverwriteHandler(Handler[Overwrite]):
     """Replace schema, fragments and indices (creates the dataset when there is none)."""
 
     creates = True
+    rules: Mapping[str, Predicate] = MappingProxyType({"K": config_keys, "K2": _k2})
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Overwrite) -> None:
         kind = txn.kind
@@ -74,6 +177,9 @@ class OverwriteHandler(Handler[Overwrite]):
 
     def explicit_ids(self, op: Overwrite) -> Iterable[int]:
         return [f.id for f in op.fragments]
+
+    def config_edits(self, op: Overwrite) -> ConfigEdits:
+        return frozenset(op.config_upserts), frozenset()
 
     def apply(self, build: Build, op: Overwrite) -> list[int] | None:
         m = build.manifest
@@ -112,6 +218,10 @@ class MergeHandler(Handler[Merge]):
     """Restate every fragment (with new data files) under a new schema."""
 
     prunes_indices = True
+    rules: Mapping[str, Predicate] = MappingProxyType({"C5": metadata_edits_retry})
+
+    def modified_fragment_ids(self, op: Merge) -> frozenset[int]:
+        return frozenset(f.id for f in op.fragments)
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Merge) -> None:
         current = _existing(current)
@@ -163,6 +273,7 @@ class ProjectHandler(Handler[Project]):
     """Keep a subset of the fields; data files left with no kept field are dropped."""
 
     prunes_indices = True
+    rules: Mapping[str, Predicate] = MappingProxyType({"N2": _n2})
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Project) -> None:
         current = _existing(current)
@@ -189,6 +300,20 @@ class ProjectHandler(Handler[Project]):
 @register(DataReplacement)
 class DataReplacementHandler(Handler[DataReplacement]):
     """Replace the data file holding some columns of existing fragments."""
+
+    rules: Mapping[str, Predicate] = MappingProxyType(
+        {
+            "E1": _e1,
+            "E2": _e2,
+            "E3": _e3,
+            "I2": indexed_fields_replaced,
+            "O1": fragments_overlap,
+            "P1": _p1,
+        }
+    )
+
+    def modified_fragment_ids(self, op: DataReplacement) -> frozenset[int]:
+        return _replaced(op)
 
     def validate(
         self, current: ManifestState | None, txn: Transaction, op: DataReplacement

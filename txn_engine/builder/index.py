@@ -1,8 +1,16 @@
-"""Handlers of the index operations: CreateIndex and UpdateMemWalState."""
+"""Handlers of the index operations: CreateIndex and UpdateMemWalState.
+
+Besides validation and their effect on the manifest, their conflict rules: F1 (two new
+indices of one name), I1 (a Rewrite moved fragments my index covers; W1, the Rewrite's side
+of it, uses :func:`index_vs_rewrite` too), I2 (indexed fields replaced, either direction),
+and the MemWAL rules M2 and M3 (:func:`same_mem_wal`, which the Update's M1 uses).
+"""
 
 from __future__ import annotations
 
 import uuid as uuid_mod
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 import attrs
 
@@ -15,10 +23,103 @@ from txn_engine.builder._common import (
     invalid,
     max_fragment_id,
 )
+from txn_engine.builder._policy import Predicate, RuleContext, expect
 from txn_engine.builder._registry import Build, Handler, register
 from txn_engine.format.schema import max_field_id as max_field_id_ever
-from txn_engine.ops import CreateIndex, UpdateMemWalState
+from txn_engine.model import MemWal
+from txn_engine.ops import CreateIndex, DataReplacement, Rewrite, Update, UpdateMemWalState
 from txn_engine.transaction import Transaction
+
+
+def _f1(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, CreateIndex)
+    other = expect(c.other.operation, CreateIndex)
+    same = {i.name for i in mine.new_indices} & {i.name for i in other.new_indices}
+    if same:
+        c.retry(f"both created index(es) named {sorted(same)}", index_names=same)
+
+
+def _bitmap_union(indices: Iterable[object]) -> set[int] | None:
+    out: set[int] = set()
+    for idx in indices:
+        bitmap = getattr(idx, "fragment_bitmap", None)
+        if bitmap is None:
+            return None
+        out |= bitmap
+    return out
+
+
+def index_vs_rewrite(
+    c: RuleContext, index: CreateIndex, rewrite: Rewrite, moved_reason: str
+) -> None:
+    """I1 and W1: retryable when the rewrite moved a fragment the new index covers (or the
+    index covers unknown fragments). ``moved_reason`` is formatted with ``{ids}``."""
+    covered = _bitmap_union(index.new_indices)
+    if covered is None:
+        c.retry(
+            "a new index has no fragment bitmap", index_names=[i.name for i in index.new_indices]
+        )
+        return
+    moved = rewrite.old_fragment_ids & covered
+    if moved:
+        c.retry(moved_reason.format(ids=sorted(moved)), fragment_ids=moved)
+
+
+def _i1(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, CreateIndex)
+    other = expect(c.other.operation, Rewrite)
+    index_vs_rewrite(c, mine, other, "the rewrite moved indexed fragment(s) {ids}")
+
+
+def indexed_fields_replaced(c: RuleContext) -> None:
+    """Rule I2 (CreateIndex vs DataReplacement, either side mine): retryable when a
+    replaced file's fields are indexed by the new indices."""
+    a, b = c.mine.operation, c.other.operation
+    index_op, repl_op = (a, b) if isinstance(a, CreateIndex) else (b, a)
+    index_op = expect(index_op, CreateIndex)
+    repl_op = expect(repl_op, DataReplacement)
+    indexed = {f for idx in index_op.new_indices for f in idx.fields}
+    replaced = {f for r in repl_op.replacements for f in r.new_file.fields}
+    common = indexed & replaced
+    if common:
+        c.retry(f"field(s) {sorted(common)} are both indexed and replaced", field_ids=common)
+
+
+def same_mem_wal(c: RuleContext, committed: tuple[MemWal, ...], mine: tuple[MemWal, ...]) -> bool:
+    """Lance's pairwise MemWAL check; records a conflict and returns True on a clash."""
+    if not committed or not mine:
+        return False
+    if len(committed) > 1 or len(mine) > 1:
+        c.incompatible("committing more than one MemWAL at a time is not supported")
+        return True
+    if committed[0].id == mine[0].id:
+        c.incompatible(
+            f"both changed MemWAL {committed[0].id.region}/{committed[0].id.generation}",
+            keys=[f"{committed[0].id.region}/{committed[0].id.generation}"],
+        )
+        return True
+    return False
+
+
+def _m2(c: RuleContext) -> None:
+    other = expect(c.other.operation, Update)
+    if other.mem_wal_to_merge is None:
+        c.incompatible("the Update merged no MemWAL")
+
+
+def _m3(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, UpdateMemWalState)
+    other = expect(c.other.operation, UpdateMemWalState)
+    if not (other.added or other.updated) or not (mine.added or mine.updated):
+        return
+    for committed, to_commit in (
+        (other.added, mine.added),
+        (other.added, mine.updated),
+        (other.updated, mine.added),
+        (other.updated, mine.updated),
+    ):
+        if same_mem_wal(c, committed, to_commit):
+            return
 
 
 @register(CreateIndex)
@@ -42,6 +143,9 @@ class CreateIndexHandler(Handler[CreateIndex]):
     """
 
     touches_fragments = False
+    rules: Mapping[str, Predicate] = MappingProxyType(
+        {"F1": _f1, "I1": _i1, "I2": indexed_fields_replaced}
+    )
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: CreateIndex) -> None:
         assert current is not None  # the driver refuses CreateIndex without a dataset
@@ -98,6 +202,7 @@ class UpdateMemWalStateHandler(Handler[UpdateMemWalState]):
     """
 
     touches_fragments = False
+    rules: Mapping[str, Predicate] = MappingProxyType({"M2": _m2, "M3": _m3})
 
     def validate(
         self, current: ManifestState | None, txn: Transaction, op: UpdateMemWalState

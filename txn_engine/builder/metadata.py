@@ -1,18 +1,125 @@
-"""Handlers of the metadata operations: UpdateConfig and UpdateBases."""
+"""Handlers of the metadata operations: UpdateConfig and UpdateBases.
+
+Besides validation and their effect on the manifest, their conflict rules: UpdateConfig's
+C1-C4 (config and metadata keys against Overwrite, UpdateConfig, Merge, Restore), C5 and
+C6 (the Merge's and the Restore's side: :func:`metadata_edits_retry`,
+:func:`metadata_edits_incompatible`), and UpdateBases' B1 (two new bases sharing an id, a
+name or a path).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from txn_engine._proto import table_pb2
-from txn_engine.builder._common import (
-    ManifestState,
-    apply_update_map_bytes,
-    apply_update_map_str,
-    field_ids_of,
-    invalid,
+from txn_engine.builder._common import ManifestState, field_ids_of, invalid
+from txn_engine.builder._policy import Predicate, RuleContext, expect
+from txn_engine.builder._registry import (
+    Build,
+    ConfigEdits,
+    Handler,
+    config_keys,
+    key_clash,
+    register,
 )
-from txn_engine.builder._registry import Build, Handler, register
-from txn_engine.ops import UpdateBases, UpdateConfig
+from txn_engine.ops import UpdateBases, UpdateConfig, UpdateMap
 from txn_engine.transaction import Transaction
+
+_NO_EDITS: ConfigEdits = (frozenset(), frozenset())
+
+
+def _map_edits(m: UpdateMap | None) -> ConfigEdits:
+    if m is None:
+        return _NO_EDITS
+    return m.upserted_keys, m.deleted_keys
+
+
+def _changes_schema_or_field_metadata(op: UpdateConfig) -> bool:
+    return op.schema_metadata_updates is not None or bool(op.field_metadata_updates)
+
+
+def _field_ids(op: UpdateConfig) -> frozenset[int]:
+    return frozenset(fid for fid, _ in op.field_metadata_updates)
+
+
+def _c1(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, UpdateConfig)
+    if _changes_schema_or_field_metadata(mine):
+        c.incompatible(
+            "schema/field metadata edits cannot survive an Overwrite", field_ids=_field_ids(mine)
+        )
+        return
+    config_keys(c)
+
+
+def _c2(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, UpdateConfig)
+    other = expect(c.other.operation, UpdateConfig)
+    clash = key_clash(_map_edits(mine.config_updates), _map_edits(other.config_updates))
+    if clash:
+        c.incompatible(f"both changed config key(s) {sorted(clash)}", keys=clash)
+        return
+    clash = key_clash(
+        _map_edits(mine.table_metadata_updates), _map_edits(other.table_metadata_updates)
+    )
+    if clash:
+        c.incompatible(f"both changed table metadata key(s) {sorted(clash)}", keys=clash)
+        return
+    if mine.schema_metadata_updates is not None and other.schema_metadata_updates is not None:
+        c.incompatible("both changed the schema metadata")
+        return
+    common = _field_ids(mine) & _field_ids(other)
+    if common:
+        c.incompatible(f"both changed metadata of field(s) {sorted(common)}", field_ids=common)
+
+
+def _c3(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, UpdateConfig)
+    if _changes_schema_or_field_metadata(mine):
+        c.retry(
+            "the schema changed under my schema/field metadata edits", field_ids=_field_ids(mine)
+        )
+
+
+def _c4(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, UpdateConfig)
+    if _changes_schema_or_field_metadata(mine):
+        c.incompatible(
+            "schema/field metadata edits cannot survive a Restore", field_ids=_field_ids(mine)
+        )
+
+
+def metadata_edits_retry(c: RuleContext) -> None:
+    """Rule C5 (a Merge of mine): retryable when the other UpdateConfig changed schema or
+    field metadata."""
+    other = expect(c.other.operation, UpdateConfig)
+    if _changes_schema_or_field_metadata(other):
+        c.retry("the other changed schema/field metadata", field_ids=_field_ids(other))
+
+
+def metadata_edits_incompatible(c: RuleContext) -> None:
+    """Rule C6 (a Restore of mine): incompatible when the other UpdateConfig changed
+    schema or field metadata."""
+    other = expect(c.other.operation, UpdateConfig)
+    if _changes_schema_or_field_metadata(other):
+        c.incompatible("the other changed schema/field metadata", field_ids=_field_ids(other))
+
+
+def _b1(c: RuleContext) -> None:
+    mine = expect(c.mine.operation, UpdateBases)
+    other = expect(c.other.operation, UpdateBases)
+    for new in mine.new_bases:
+        for old in other.new_bases:
+            if new.id != 0 and new.id == old.id:
+                c.incompatible(f"both added base path id {new.id}", keys=[str(new.id)])
+                return
+            if new.name is not None and new.name == old.name:
+                c.incompatible(f"both added base path name {new.name!r}", keys=[new.name])
+                return
+            if new.path == old.path:
+                c.incompatible(f"both added base path {new.path!r}", keys=[new.path])
+                return
 
 
 @register(UpdateConfig)
@@ -20,6 +127,7 @@ class UpdateConfigHandler(Handler[UpdateConfig]):
     """Edit the config, table metadata, schema metadata and field metadata maps."""
 
     touches_fragments = False
+    rules: Mapping[str, Predicate] = MappingProxyType({"C1": _c1, "C2": _c2, "C3": _c3, "C4": _c4})
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: UpdateConfig) -> None:
         assert current is not None  # the driver refuses UpdateConfig without a dataset
@@ -28,23 +136,24 @@ class UpdateConfigHandler(Handler[UpdateConfig]):
             if field_id not in schema_ids:
                 raise invalid(f"UpdateConfig: field with id {field_id} does not exist")
 
+    def config_edits(self, op: UpdateConfig) -> ConfigEdits:
+        return _map_edits(op.config_updates)
+
     def apply(self, build: Build, op: UpdateConfig) -> list[int] | None:
         m = build.manifest
         if op.config_updates is not None:
-            apply_update_map_str(m.config, op.config_updates.entries, op.config_updates.replace)
+            op.config_updates.apply_to(m.config)
         if op.table_metadata_updates is not None:
-            u = op.table_metadata_updates
-            apply_update_map_str(m.table_metadata, u.entries, u.replace)
+            op.table_metadata_updates.apply_to(m.table_metadata)
         if op.schema_metadata_updates is not None:
-            u = op.schema_metadata_updates
-            apply_update_map_bytes(m.schema_metadata, u.entries, u.replace)
+            op.schema_metadata_updates.apply_to(m.schema_metadata, str.encode)
         if op.field_metadata_updates:
             by_id = {f.id: f for f in m.fields}
             for field_id, u in op.field_metadata_updates:
                 field = by_id.get(field_id)
                 if field is None:
                     raise invalid(f"UpdateConfig: field with id {field_id} does not exist")
-                apply_update_map_bytes(field.metadata, u.entries, u.replace)
+                u.apply_to(field.metadata, str.encode)
         return None
 
 
@@ -53,6 +162,7 @@ class UpdateBasesHandler(Handler[UpdateBases]):
     """Register new base paths (ids, names and paths must not clash with existing ones)."""
 
     touches_fragments = False
+    rules: Mapping[str, Predicate] = MappingProxyType({"B1": _b1})
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: UpdateBases) -> None:
         assert current is not None  # the driver refuses UpdateBases without a dataset

@@ -3,16 +3,25 @@ another version whole instead of changing the current one."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from txn_engine._proto import table_pb2
 from txn_engine.builder._common import ManifestState, copy_index, invalid, max_fragment_id
+from txn_engine.builder._policy import Predicate
 from txn_engine.builder._registry import Handler, Sources, Whole, register
+from txn_engine.builder.metadata import metadata_edits_incompatible
 from txn_engine.ops import Clone, Restore
 from txn_engine.transaction import Transaction
 
 
 @register(Restore)
 class RestoreHandler(Handler[Restore]):
-    """The next version is a copy of an earlier one (writer version and flags included)."""
+    """The next version is a copy of an earlier one (writer version and flags included).
+
+    Conflicts: C6 (a concurrent schema/field metadata edit cannot survive it)."""
+
+    rules: Mapping[str, Predicate] = MappingProxyType({"C6": metadata_edits_incompatible})
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Restore) -> None:
         assert current is not None  # the driver refuses Restore without a dataset
@@ -44,6 +53,9 @@ class CloneHandler(Handler[Clone]):
 
     creates = True
     only_creates = True
+
+    def validate(self, current: ManifestState | None, txn: Transaction, op: Clone) -> None:
+        """Nothing beyond the common checks (the driver refuses a Clone onto a dataset)."""
 
     def whole(self, current: ManifestState | None, op: Clone, sources: Sources) -> Whole | None:
         source = sources.clone

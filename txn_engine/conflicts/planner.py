@@ -8,10 +8,12 @@ kept it from being read) and decides, without I/O of its own:
   know, is a conflict (missing history is never "no conflict");
 * pairs the matrix makes compatible by kinds alone need not even be decoded;
 * every other pair is checked (:func:`txn_engine.conflicts.detect.check`); when
-  :attr:`ConflictOptions.derive_affected_rows` is on, a Delete/Update without affected rows
-  that meets only rule D1 gets them derived from its deletion files and is checked again;
-* what survives is rebased onto the latest version (deletion-vector merge for
-  Delete/Update), returning the transaction to commit and the deletion files to write first.
+  :attr:`ConflictOptions.derive_affected_rows` is on, my operation's handler may derive
+  what it affected from its own files and the pair is checked again (a Delete/Update
+  without affected rows that meets only rule D1: ``Handler.with_derived_rows``);
+* what survives is rebased onto the latest version by its handler (deletion-vector merge
+  for Delete/Update), returning the transaction to commit and the deletion files to write
+  first.
 
 The commit loop (:mod:`txn_engine.commit`) keeps the I/O: it lists, reads the winners, calls
 this, writes the pending deletion files, builds and creates the manifest.
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 import attrs
 
 from txn_engine._proto import table_pb2, transaction_pb2
+from txn_engine.builder import handler_for
 from txn_engine.codec import operation_kind_of, transaction_from_proto
 from txn_engine.conflicts.detect import (
     Conflict,
@@ -33,15 +36,8 @@ from txn_engine.conflicts.detect import (
     unreadable_conflict,
 )
 from txn_engine.conflicts.matrix import MATRIX, Outcome
-from txn_engine.conflicts.rebase import (
-    ConflictOptions,
-    DeletionReader,
-    Rebased,
-    derive_affected_rows,
-    rebase,
-)
+from txn_engine.conflicts.rebase import ConflictOptions, DeletionReader, Rebased, rebase
 from txn_engine.errors import ObjectNotFoundError, VersionNotFoundError
-from txn_engine.ops import Delete, Update
 from txn_engine.transaction import Transaction
 
 __all__ = ["Winner", "always_compatible", "plan_retry"]
@@ -102,17 +98,12 @@ def plan_retry(
         result = check(
             mine, other, other_version=winner.version, initial_fragments=initial_fragments
         )
-        if (
-            result.conflicts
-            and options.derive_affected_rows
-            and isinstance(mine.operation, (Delete, Update))
-            and mine.operation.affected_rows is None
-            and all(c.rule == "D1" for c in result.conflicts)
-        ):
-            rows = derive_affected_rows(mine, initial_fragments, read_dv)
-            if rows is not None:
-                op = attrs.evolve(mine.operation, affected_rows=rows)
-                mine = attrs.evolve(mine, operation=op)
+        if result.conflicts and options.derive_affected_rows:
+            derived = handler_for(mine.operation).with_derived_rows(
+                mine, [c.rule for c in result.conflicts], initial_fragments, read_dv
+            )
+            if derived is not None:
+                mine = derived
                 result = check(
                     mine, other, other_version=winner.version, initial_fragments=initial_fragments
                 )

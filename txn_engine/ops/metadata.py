@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import Any
 
 import attrs
 
@@ -39,13 +40,24 @@ class UpdateMap:
         return frozenset(k for k, v in self.entries if v is None)
 
     def apply(self, current: Mapping[str, str]) -> dict[str, str]:
-        result: dict[str, str] = {} if self.replace else dict(current)
+        """``current`` edited (a new dict; ``current`` is left alone)."""
+        result = dict(current)
+        self.apply_to(result)
+        return result
+
+    def apply_to(
+        self, target: MutableMapping[str, Any], encode: Callable[[str], Any] = str
+    ) -> None:
+        """Edit ``target`` in place (a dict or a protobuf map); ``encode`` turns each value
+        into what the map holds (``str.encode`` for a protobuf map of bytes)."""
+        if self.replace:
+            target.clear()
         for key, value in self.entries:
             if value is None:
-                result.pop(key, None)
+                if key in target:
+                    del target[key]
             else:
-                result[key] = value
-        return result
+                target[key] = encode(value)
 
 
 def _opt_map(value: UpdateMap | Mapping[str, str | None] | None) -> UpdateMap | None:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import attrs
@@ -106,7 +107,8 @@ from txn_engine.model import Fragment
 from txn_engine.ops import Clone, Restore
 from txn_engine.retry import RetryBudget, RetryPolicy
 from txn_engine.storage import open_storage
-from txn_engine.storage.base import Storage, get_bounded
+from txn_engine.storage.base import Storage, get_bounded, read_concurrency
+from txn_engine.storage.handler import CommitHandler, commit_handler_for
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 
 __all__ = [
@@ -194,7 +196,7 @@ def _first_missing(listing: VersionListing, newer: list[VersionEntry], since: in
 class _State:
     """What one commit call has learned so far."""
 
-    storage: Storage
+    handler: CommitHandler
     original: Transaction
     txn: Transaction
     options: ConflictOptions
@@ -208,6 +210,11 @@ class _State:
     #: the transaction encoded for the manifest (and its ``_transactions/`` file name),
     #: reused by later attempts unless a rebase changed the transaction
     encoded: tuple[Transaction, str, transaction_pb2.Transaction] | None = None
+
+    @property
+    def storage(self) -> Storage:
+        """The blob store the handler commits into (every read and plain write goes here)."""
+        return self.handler.storage
 
     def manifest(self, version: int) -> ManifestFile:
         """The decoded manifest of ``version`` (cached; one read)."""
@@ -252,6 +259,34 @@ def _load_transaction(
     return pb, None
 
 
+def _load_winners(
+    state: _State, newer: list[VersionEntry]
+) -> list[tuple[transaction_pb2.Transaction | None, Exception | None]]:
+    """The transactions of the versions ``newer`` than the one checked, in version order.
+
+    The newest manifest is read whole (the next version is built on it; its inline
+    transaction comes free), the others only as far as their inline transaction. On a
+    store that serves reads concurrently (``read_concurrency`` > 1: object stores) they are
+    read by a bounded thread pool, so k versions behind cost about k / threads round trips
+    instead of k; the order of the results is the order of ``newer``.
+    """
+    latest = newer[-1].version if newer else None
+
+    def load(entry: VersionEntry) -> tuple[transaction_pb2.Transaction | None, Exception | None]:
+        if entry.version == latest:
+            try:
+                state.manifest(entry.version)
+            except (FormatError, VersionNotFoundError) as exc:
+                return None, exc
+        return _load_transaction(state, entry)
+
+    threads = min(read_concurrency(state.storage), len(newer))
+    if threads <= 1:
+        return [load(entry) for entry in newer]
+    with ThreadPoolExecutor(threads, thread_name_prefix="txn-engine-read") as pool:
+        return list(pool.map(load, newer))
+
+
 def _carried(pb: transaction_pb2.Transaction) -> frozenset[str]:
     """The uuids a landed transaction stands for: its own, and a group commit's members."""
     members = pb.transaction_properties.get(GROUP_MEMBERS_KEY)
@@ -281,8 +316,25 @@ def _member_landed(state: _State, pb: transaction_pb2.Transaction, version: int)
     )
 
 
+def _read_back(handler: CommitHandler, version: int, path: str) -> bytes | None:
+    """The bytes of version ``version`` at ``path`` (None when it does not exist), a
+    committed-but-unfinished version completed first (``handler.resolve``)."""
+    # bounded: a hostile file at our version's name must not exhaust memory
+    try:
+        return get_bounded(handler.storage, path, MAX_MANIFEST_BYTES)
+    except ObjectNotFoundError:
+        if not handler.resolve(version, path):
+            return None
+    return get_bounded(handler.storage, path, MAX_MANIFEST_BYTES)
+
+
 def _settle(
-    storage: Storage, path: str, data: bytes, cause: BaseException, txn: Transaction
+    handler: CommitHandler,
+    version: int,
+    path: str,
+    data: bytes,
+    cause: BaseException,
+    txn: Transaction,
 ) -> bytes:
     """Decide whether an ambiguous manifest create landed: return the bytes now at
     ``path`` (``data`` itself when ours is there, else the winner's manifest, which the
@@ -290,8 +342,7 @@ def _settle(
     last: BaseException = cause
     for _ in range(SETTLE_ATTEMPTS):
         try:
-            # bounded: a hostile file at our version's name must not exhaust memory
-            found = get_bounded(storage, path, MAX_MANIFEST_BYTES)
+            found = _read_back(handler, version, path)
         except ObjectNotFoundError:
             found = None
         except FormatError:
@@ -302,7 +353,7 @@ def _settle(
         if found is not None:
             return found
         try:  # nothing there: offer the very same bytes again at the same name
-            storage.put_if_absent(path, data)
+            handler.commit(version, path, data)
         except ObjectExistsError:
             continue
         except (AtomicityUnsupportedError, InvalidStorageArgumentError):
@@ -323,16 +374,18 @@ def _settle(
     ) from last
 
 
-def _create(storage: Storage, path: str, data: bytes, txn: Transaction) -> bytes:
-    """put_if_absent with settlement: the bytes now at ``path`` (``data`` if ours)."""
+def _create(
+    handler: CommitHandler, version: int, path: str, data: bytes, txn: Transaction
+) -> bytes:
+    """``handler.commit`` with settlement: the bytes now at ``path`` (``data`` if ours)."""
     try:
-        storage.put_if_absent(path, data)
+        handler.commit(version, path, data)
     except ObjectExistsError as exc:
-        return _settle(storage, path, data, exc, txn)
+        return _settle(handler, version, path, data, exc, txn)
     except (AtomicityUnsupportedError, InvalidStorageArgumentError):
         raise
     except StorageError as exc:
-        return _settle(storage, path, data, exc, txn)
+        return _settle(handler, version, path, data, exc, txn)
     return data
 
 
@@ -365,7 +418,7 @@ def _state_of(mf: ManifestFile) -> ManifestState:
 
 
 def _commit_new(
-    storage: Storage,
+    handler: CommitHandler,
     txn: Transaction,
     naming: NamingScheme | None,
     timestamp_ns: int | None,
@@ -381,6 +434,8 @@ def _commit_new(
         target = op.ref_version
     scheme = naming or NamingScheme.V2
     path = f"_versions/{manifest_name(target, scheme)}"
+    storage = handler.storage
+    handler.finish_pending()
     listing = scan_versions(storage)
     if listing:
         existing = listing.get(target)
@@ -407,7 +462,7 @@ def _commit_new(
         stable_row_ids=stable_row_ids,
     )
     data = encode_manifest_file(state.manifest, state.indices, pb)
-    if not _landed(_create(storage, path, data, txn), data):
+    if not _landed(_create(handler, target, path, data, txn), data):
         raise DatasetAlreadyExistsError(
             f"{storage.uri}: another writer created the dataset concurrently"
         )
@@ -465,14 +520,14 @@ def commit(
     (nothing written), DatasetAlreadyExistsError, DatasetNotFoundError, VersionNotFoundError,
     StorageError (before the manifest create: nothing landed).
     """
-    storage = open_storage(uri_or_storage, storage_options)
+    handler = commit_handler_for(open_storage(uri_or_storage, storage_options))
     transaction = as_transaction(transaction)  # pylance's Transaction is accepted too
     base = as_base(base)
     policy = retry_policy or RetryPolicy()
     if transaction.read_version == 0 or isinstance(transaction.operation, Clone):
-        return _commit_new(storage, transaction, naming, timestamp_ns, enable_stable_row_ids)
+        return _commit_new(handler, transaction, naming, timestamp_ns, enable_stable_row_ids)
     state = _State(
-        storage=storage,
+        handler=handler,
         original=transaction,
         txn=transaction,
         options=conflict_options or ConflictOptions(),
@@ -520,6 +575,7 @@ def commit(
 def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> CommitResult | None:
     """One attempt. Returns the result, or None when the race for the version was lost."""
     storage = state.storage
+    state.handler.finish_pending()  # a version committed but not yet in the listing
     listing = scan_versions(storage)
     latest = listing.latest
     if latest is None:
@@ -531,20 +587,8 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
             f"(latest is {latest.version})"
         )
     newer = listing.after(state.checked_up_to)
-    latest_error: Exception | None = None
-    if newer:  # the latest manifest is needed whole anyway: its inline transaction comes free
-        try:
-            state.manifest(latest.version)
-        except (FormatError, VersionNotFoundError) as exc:
-            latest_error = exc
     winners: list[Winner] = []
-    for entry in newer:
-        pb: transaction_pb2.Transaction | None
-        error: Exception | None
-        if entry is latest and latest_error is not None:
-            pb, error = None, latest_error
-        else:
-            pb, error = _load_transaction(state, entry)
+    for entry, (pb, error) in zip(newer, _load_winners(state, newer), strict=True):
         if pb is not None and state.members:
             carried = _carried(pb)
             if not state.members.isdisjoint(carried) and state.original.uuid not in carried:
@@ -567,7 +611,7 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     if missing is not None:
         raise _conflict_error(state.txn, missing_history_conflict(state.txn, missing))
     # the latest manifest (for rebase), unless it is the unreadable one the planner refuses
-    base_file = state.manifest(latest.version) if winners and latest_error is None else None
+    base_file = state.manifests.get(latest.version) if winners else None
     plan = plan_retry(
         state.txn,
         winners,
@@ -638,7 +682,7 @@ def _land(
     )
     data = encode_manifest_file(built.manifest, built.indices, pb)
     path = f"_versions/{manifest_name(target, scheme)}"
-    found = _create(storage, path, data, txn)
+    found = _create(state.handler, target, path, data, txn)
     if not _landed(found, data):
         if found:
             state.raw[target] = found  # the winner's manifest: the next attempt needs it
@@ -667,7 +711,7 @@ def _check_lineage(
     """
     storage = state.storage
     above = VersionEntry(version + 1, manifest_name(version + 1, scheme), scheme)
-    if not storage.exists(above.path):
+    if not state.handler.resolve(above.version, above.path):
         return
     newer: ManifestFile | None
     try:
@@ -720,7 +764,9 @@ def find_transaction(
     Use it after :class:`~txn_engine.errors.CommitStateUnknownError` to learn whether a
     transaction landed (committing it again does the same and lands it if it did not).
     """
-    storage = open_storage(uri_or_storage, storage_options)
+    handler = commit_handler_for(open_storage(uri_or_storage, storage_options))
+    storage = handler.storage
+    handler.finish_pending()
     for entry in reversed(scan_versions(storage).after(since_version)):
         try:
             pb, _ = read_transaction_and_manifest(storage, entry)

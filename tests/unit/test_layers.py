@@ -59,12 +59,7 @@ LAYERS: dict[str, int] = {
 }
 
 #: Back-edges still to remove: (importing module, imported module) -> why it is still there.
-KNOWN: dict[tuple[str, str], str] = {
-    ("txn_engine.storage.external", "txn_engine.format.naming"): (
-        "the external manifest store still recognises manifest paths inside the Storage "
-        "protocol; it moves above format with the commit-handler seam"
-    ),
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _module_name(path: Path) -> str:

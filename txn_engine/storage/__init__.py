@@ -11,6 +11,10 @@ and ``docs/backends.md`` for each backend's guarantees.
 * :class:`RecordingStorage`: wraps another storage and counts its operations.
 * :class:`ExternalManifestStorage`: commits decided by an external manifest store
   (DynamoDB, as Lance's ``s3+ddb://``) over any storage.
+
+What makes a version exist is a :class:`CommitHandler` (:mod:`txn_engine.storage.handler`):
+:class:`StoreCommitHandler` (the storage's own create-if-absent, the default) or
+:class:`ExternalCommitHandler` (the manifest store); :func:`commit_handler_for` picks it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from txn_engine.errors import InvalidStorageArgumentError, StorageError, TxnEngi
 from txn_engine.storage.base import Storage
 from txn_engine.storage.external import (
     DynamoDBManifestStore,
+    ExternalCommitHandler,
     ExternalManifestStorage,
     InMemoryManifestStore,
     ManifestLocation,
@@ -37,6 +42,7 @@ from txn_engine.storage.fsspec_store import (
     FsspecStorage,
     atomicity_of,
 )
+from txn_engine.storage.handler import CommitHandler, StoreCommitHandler, commit_handler_for
 from txn_engine.storage.local import LocalStorage
 from txn_engine.storage.memory import MemoryStorage
 from txn_engine.storage.obstore_store import ObstoreStorage, obstore_available
@@ -54,8 +60,10 @@ from txn_engine.storage.recording import RecordingStorage
 __all__ = [
     "FSSPEC_CAPABILITIES",
     "Atomicity",
+    "CommitHandler",
     "CommitLock",
     "DynamoDBManifestStore",
+    "ExternalCommitHandler",
     "ExternalManifestStorage",
     "FsspecStorage",
     "InMemoryManifestStore",
@@ -67,7 +75,9 @@ __all__ = [
     "RecordingStorage",
     "Storage",
     "StorageOptions",
+    "StoreCommitHandler",
     "atomicity_of",
+    "commit_handler_for",
     "open_dynamodb_storage",
     "open_storage",
     "redact",

@@ -40,7 +40,11 @@ from typing import Protocol, runtime_checkable
 
 from txn_engine.errors import LimitExceededError
 
-__all__ = ["Storage", "get_bounded"]
+__all__ = ["DEFAULT_OBJECT_STORE_READ_CONCURRENCY", "Storage", "get_bounded", "read_concurrency"]
+
+#: Concurrent reads an object-store backend allows one commit (reading the versions it is
+#: behind); each read is a round trip, so they overlap. Local and memory stores read serially.
+DEFAULT_OBJECT_STORE_READ_CONCURRENCY = 8
 
 
 @runtime_checkable
@@ -122,3 +126,16 @@ def get_bounded(storage: Storage, path: str, max_bytes: int, *, what: str | None
             limit="max_bytes",
         )
     return data
+
+
+def read_concurrency(storage: Storage) -> int:
+    """How many reads of ``storage`` one caller may run at once (at least 1).
+
+    A backend declares it with a ``read_concurrency`` attribute: object stores, where each
+    read is a network round trip, allow several (the commit loop reads the versions it is
+    behind concurrently); local and memory stores, and anything that does not say, get 1.
+    """
+    value = getattr(storage, "read_concurrency", 1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 1
+    return max(1, min(value, 64))

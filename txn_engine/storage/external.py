@@ -6,29 +6,33 @@ to share one commit log with pylance writers that use ``s3+ddb://bucket/ds?ddbTa
 A key-value store with conditional puts decides which writer owns each version;
 the object store only holds bytes.
 
-:class:`ExternalManifestStorage` wraps any :class:`~txn_engine.storage.Storage`. Every
-method passes through, except for main-line manifests under ``_versions/``:
+:class:`ExternalCommitHandler` is the :class:`~txn_engine.storage.handler.CommitHandler`
+(the commit loop tells it the version and the manifest path; it parses no names):
 
-``put_if_absent("_versions/<name>.manifest", data)``
-    1. refuse (``ObjectExistsError``) if the final object already exists (a version written
-       before the dataset used the store);
-    2. write ``data`` to a staging object ``_versions/<name>.manifest-<uuid4>``;
+``commit(version, path, data)``
+    1. refuse (``ObjectExistsError``) if ``path`` already exists (a version written before
+       the dataset used the store);
+    2. write ``data`` to a staging object ``<path>-<uuid4>``;
     3. **claim** the version: ``store.put_if_not_exists(base_uri, version, staging, size)``.
        A taken version raises ``ObjectExistsError`` (the staging object is deleted). From here
        on the version is committed, whatever happens next;
-    4. **finalize**: copy the staging bytes to the final name, repoint the store entry at it
+    4. **finalize**: copy the staging bytes to ``path``, repoint the store entry at it
        (``put_if_exists``), delete the staging object. A failure here is not reported: the
        next reader or writer finishes the job (below).
 
-``list("_versions")``
-    lists the object store, hides staging objects, then asks the store for the latest
-    version. Every version the store knows above the highest listed one is finalized on the
-    spot (**repair**) and included, so a claimed-but-unfinalized version (its writer crashed
-    after step 3) is never missed by the commit loop, which would otherwise keep losing the
-    race for a version it cannot see.
+``finish_pending()``
+    asks the store for its latest version and finalizes every claimed-but-unfinalized
+    version at the top (**repair**), so a version whose writer crashed after step 3 is never
+    missed by a listing; the commit loop calls it before listing ``_versions/``, which would
+    otherwise keep losing the race for a version it cannot see.
 
-``get`` / ``get_range`` / ``size`` / ``exists`` of a manifest that is missing
-    look the version up in the store and repair it when it is claimed but not finalized.
+``resolve(version, path)``
+    the manifest exists, or the store holds a claim for it (finalized on the spot).
+
+:class:`ExternalManifestStorage` is the same dataset as a :class:`~txn_engine.storage.Storage`
+for code that takes one (``open_storage("s3+ddb://...")``, readers): everything passes
+through to the blob store, except that reading ``_versions/`` completes pending commits
+first and hides staging objects, and it carries the handler as ``commit_handler``.
 
 Keys are Lance's: ``base_uri`` is the dataset path inside the bucket (``my/ds`` for
 ``s3://bucket/my/ds``) and entry paths are object paths inside the bucket
@@ -60,13 +64,13 @@ from txn_engine.errors import (
     StorageError,
     TxnEngineError,
 )
-from txn_engine.format.naming import parse_manifest_name
 from txn_engine.storage._paths import check_path, check_prefix
-from txn_engine.storage.base import Storage
+from txn_engine.storage.base import Storage, read_concurrency
 from txn_engine.storage.fsspec_store import FsspecStorage, _is_ambiguous
 
 __all__ = [
     "DynamoDBManifestStore",
+    "ExternalCommitHandler",
     "ExternalManifestStorage",
     "InMemoryManifestStore",
     "ManifestLocation",
@@ -76,6 +80,7 @@ __all__ = [
 ]
 
 VERSIONS_DIR: Final = "_versions"
+_VERSIONS_PREFIX: Final = VERSIONS_DIR + "/"
 COMMITTER: Final = "txn_engine"
 _STAGING = re.compile(r"\A(\d+\.manifest)-[0-9a-fA-F-]{32,36}\Z")
 _BUCKET_PROTOCOLS: Final = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
@@ -373,7 +378,7 @@ def _boto3_client(**kwargs: Any) -> Any:
     return boto3.client("dynamodb", **args)
 
 
-# ---- the storage ----------------------------------------------------------------------------
+# ---- the commit handler -----------------------------------------------------------------------
 
 
 def default_base_uri(inner: Storage) -> str:
@@ -391,27 +396,19 @@ def default_base_uri(inner: Storage) -> str:
     return inner.uri.rstrip("/")
 
 
-def _manifest_version(path: str) -> int | None:
-    """The version of a main-line manifest path ``_versions/<name>``, else None."""
-    directory, _, name = path.rpartition("/")
-    if directory != VERSIONS_DIR:
-        return None
-    parsed = parse_manifest_name(name)
-    return None if parsed is None else parsed[0]
-
-
 def is_staging_manifest_name(name: str) -> bool:
     """Whether ``name`` is a staging manifest (``<name>.manifest-<uuid>``)."""
     return _STAGING.match(name) is not None
 
 
-class ExternalManifestStorage:
-    """A :class:`~txn_engine.storage.Storage` whose manifest creates are decided by
-    ``store`` (see the module docstring for the protocol and the repair rules).
+class ExternalCommitHandler:
+    """A :class:`~txn_engine.storage.handler.CommitHandler` whose versions are decided by
+    ``store`` (Lance's external manifest protocol; see the module docstring).
 
-    ``inner`` holds the bytes; its own ``put_if_absent`` is never used for manifests, so it
-    need not be atomic. ``base_uri`` keys this dataset in the store (default
-    :func:`default_base_uri`, which matches Lance's DynamoDB keys).
+    ``inner`` holds the bytes; its ``put_if_absent`` is never used for manifests, so it need
+    not be atomic. ``base_uri`` keys this dataset in the store (default
+    :func:`default_base_uri`, which matches Lance's DynamoDB keys). The commit loop gives
+    the version and the manifest path of every call: nothing here parses manifest names.
     """
 
     def __init__(
@@ -423,14 +420,12 @@ class ExternalManifestStorage:
         self._prefix = f"{self.base_uri}/" if self.base_uri else ""
 
     def __repr__(self) -> str:
-        return (
-            f"ExternalManifestStorage({self.inner!r}, {self.store!r}, base_uri={self.base_uri!r})"
-        )
+        return f"ExternalCommitHandler({self.inner!r}, {self.store!r}, base_uri={self.base_uri!r})"
 
     @property
-    def uri(self) -> str:
-        """The dataset root (``inner.uri``)."""
-        return self.inner.uri
+    def storage(self) -> Storage:
+        """The blob store holding the manifests (``inner``)."""
+        return self.inner
 
     # -- paths as stored ----------------------------------------------------------------------
 
@@ -444,21 +439,23 @@ class ExternalManifestStorage:
             )
         return check_path(stored[len(self._prefix) :])
 
-    # -- the protocol ---------------------------------------------------------------------------
+    def _staged(self, location: ManifestLocation) -> bool:
+        """Whether the entry still points at a staging object (claimed, not finalized)."""
+        return is_staging_manifest_name(self._relative(location.path).rpartition("/")[2])
 
-    def claim(self, path: str, data: bytes) -> ManifestLocation:
-        """Steps 1-3 of a manifest create: write the staging object and claim its version.
+    # -- the protocol -------------------------------------------------------------------------
 
-        After this returns the version is committed (readers repair it). Raises
-        ObjectExistsError when the version is taken, AmbiguousWriteError when the claim's
-        outcome is unknown (the staging object is kept: a later read settles it).
-        :meth:`put_if_absent` is ``claim`` followed by :meth:`finalize`.
+    def claim(self, version: int, path: str, data: bytes) -> ManifestLocation:
+        """Steps 1-3 of a commit: write the staging object and claim ``version`` for it.
+
+        After this returns the version is committed (readers complete it). Raises
+        ObjectExistsError when the version is taken or ``path`` already exists,
+        AmbiguousWriteError when the claim's outcome is unknown (the staging object is kept:
+        :meth:`resolve` settles it). :meth:`commit` is ``claim`` followed by :meth:`finalize`.
         """
-        version = _manifest_version(check_path(path))
-        if version is None:
-            raise InvalidStorageArgumentError(f"{path!r} is not a main-line manifest path")
+        check_path(path)
         if self.inner.exists(path):
-            raise ObjectExistsError(f"put_if_absent: manifest already exists: {path}")
+            raise ObjectExistsError(f"commit: manifest already exists: {path}")
         staging = f"{path}-{uuid.uuid4()}"
         self.inner.put(staging, data)
         stored = self._stored(staging)
@@ -488,7 +485,7 @@ class ExternalManifestStorage:
         match = _STAGING.match(name)
         if match is None:
             return rel  # already final
-        final = f"{directory}/{match.group(1)}"
+        final = f"{directory}/{match.group(1)}" if directory else match.group(1)
         try:
             if data is None:
                 data = self.inner.get(rel)
@@ -498,8 +495,8 @@ class ExternalManifestStorage:
             if self.inner.exists(final):
                 return final
             raise StorageError(
-                f"{self.uri}: version {location.version} is claimed at {location.path} but "
-                "neither that staging object nor the final manifest exists"
+                f"{self.inner.uri}: version {location.version} is claimed at {location.path} "
+                "but neither that staging object nor the final manifest exists"
             ) from None
         self.inner.put(final, data)
         self.store.put_if_exists(
@@ -512,12 +509,18 @@ class ExternalManifestStorage:
         with contextlib.suppress(StorageError):
             self.inner.delete(rel)
 
-    def _repair(self, path: str) -> bool:
-        """If manifest ``path`` is claimed in the store but not final, finalize it.
-        True if the final object now exists."""
-        version = _manifest_version(path)
-        if version is None:
-            return False
+    def commit(self, version: int, path: str, data: bytes) -> None:
+        """Claim ``version`` in the store, then finalize (a failure after the claim is left
+        for :meth:`finish_pending` / :meth:`resolve`: the version is committed)."""
+        location = self.claim(version, path, data)
+        with contextlib.suppress(StorageError):  # committed; the next reader completes it
+            self.finalize(location, data)
+
+    def resolve(self, version: int, path: str) -> bool:
+        """Whether ``version`` exists at ``path``: the manifest is there, or the store holds
+        a claim for it (finalized now). One existence check when the manifest is there."""
+        if self.inner.exists(check_path(path)):
+            return True
         entry = self.store.get(self.base_uri, version)
         if entry is None:
             return False
@@ -526,79 +529,131 @@ class ExternalManifestStorage:
             return False  # claimed under the other naming scheme
         return self.finalize(entry) == path and self.inner.exists(path)
 
-    # -- Storage ----------------------------------------------------------------------------------
+    def finish_pending(self) -> list[str]:
+        """Finalize the claimed-but-unfinalized versions at the top of the store (a writer
+        that stopped between claim and finalize), newest first down to the first final
+        entry; return their final paths, ascending. One ``get_latest`` when none is pending
+        (every writer of the dataset completes what it lists before building on it)."""
+        finished: list[str] = []
+        entry = self.store.get_latest(self.base_uri)
+        while entry is not None and self._staged(entry):
+            finished.append(self.finalize(entry))
+            entry = self.store.get(self.base_uri, entry.version - 1) if entry.version > 1 else None
+        finished.reverse()
+        return finished
+
+
+# ---- the storage view ---------------------------------------------------------------------------
+
+
+class ExternalManifestStorage:
+    """The blob store of a dataset whose commits an external store decides, as a
+    :class:`~txn_engine.storage.Storage` for code that takes one (readers, ``s3+ddb://``).
+
+    It carries its :class:`ExternalCommitHandler` as ``commit_handler``, which the commit
+    loop uses (:func:`~txn_engine.storage.handler.commit_handler_for`). Every method passes
+    through to ``inner``, except that reading ``_versions/`` first completes pending commits
+    (``commit_handler.finish_pending()``: a listing shows every committed version, and staging
+    objects are hidden), and that creating a manifest with ``put_if_absent`` is refused: a
+    manifest is created by the commit handler, which is told its version.
+    """
+
+    def __init__(
+        self, inner: Storage, store: ManifestStore, *, base_uri: str | None = None
+    ) -> None:
+        self.commit_handler = ExternalCommitHandler(inner, store, base_uri=base_uri)
+
+    def __repr__(self) -> str:
+        h = self.commit_handler
+        return f"ExternalManifestStorage({h.inner!r}, {h.store!r}, base_uri={h.base_uri!r})"
+
+    @property
+    def inner(self) -> Storage:
+        """The blob store."""
+        return self.commit_handler.inner
+
+    @property
+    def store(self) -> ManifestStore:
+        """The manifest store deciding commits."""
+        return self.commit_handler.store
+
+    @property
+    def base_uri(self) -> str:
+        """The dataset's key in the manifest store."""
+        return self.commit_handler.base_uri
+
+    @property
+    def uri(self) -> str:
+        """The dataset root (``inner.uri``)."""
+        return self.inner.uri
+
+    @property
+    def read_concurrency(self) -> int:
+        """The blob store's (see :func:`~txn_engine.storage.base.read_concurrency`)."""
+        return read_concurrency(self.inner)
+
+    def _completed(self, path: str) -> bool:
+        """A manifest missing from the blob store: complete pending commits; is it there now?"""
+        return path.startswith(_VERSIONS_PREFIX) and path in self.commit_handler.finish_pending()
 
     def put_if_absent(self, path: str, data: bytes) -> None:
-        """Manifests: claim in the store, then finalize (failures after the claim are left
-        for readers to repair). Other paths: ``inner.put_if_absent``."""
-        if _manifest_version(check_path(path)) is None:
-            self.inner.put_if_absent(path, data)
-            return
-        location = self.claim(path, data)
-        with contextlib.suppress(StorageError):  # committed; the next list/get repairs it
-            self.finalize(location, data)
+        """Pass-through, except for manifests (InvalidStorageArgumentError: they are created
+        by ``commit_handler.commit(version, path, data)``; a storage wrapping this one must
+        forward ``commit_handler``)."""
+        if check_path(path).startswith(_VERSIONS_PREFIX):
+            raise InvalidStorageArgumentError(
+                f"{path}: manifests of this dataset are created by its commit handler "
+                "(commit_handler.commit(version, path, data)); a storage wrapping "
+                f"{type(self).__name__} must forward its commit_handler attribute"
+            )
+        self.inner.put_if_absent(path, data)
 
     def put(self, path: str, data: bytes) -> None:
         """Pass-through."""
         self.inner.put(path, data)
 
     def get(self, path: str) -> bytes:
-        """Pass-through; a claimed-but-unfinalized manifest is repaired first."""
+        """Pass-through; a claimed-but-unfinalized manifest is completed first."""
         try:
             return self.inner.get(path)
         except ObjectNotFoundError:
-            if not self._repair(path):
+            if not self._completed(path):
                 raise
         return self.inner.get(path)
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
-        """Pass-through; a claimed-but-unfinalized manifest is repaired first."""
+        """Pass-through; a claimed-but-unfinalized manifest is completed first."""
         try:
             return self.inner.get_range(path, start, end)
         except ObjectNotFoundError:
-            if not self._repair(path):
+            if not self._completed(path):
                 raise
         return self.inner.get_range(path, start, end)
 
     def size(self, path: str) -> int:
-        """Pass-through; a claimed-but-unfinalized manifest is repaired first."""
+        """Pass-through; a claimed-but-unfinalized manifest is completed first."""
         try:
             return self.inner.size(path)
         except ObjectNotFoundError:
-            if not self._repair(path):
+            if not self._completed(path):
                 raise
         return self.inner.size(path)
 
     def exists(self, path: str) -> bool:
-        """Pass-through; a claimed-but-unfinalized manifest is repaired and exists."""
-        if self.inner.exists(path):
-            return True
-        return self._repair(path)
+        """Pass-through; a claimed-but-unfinalized manifest is completed and exists."""
+        return self.inner.exists(path) or self._completed(path)
 
     def delete(self, path: str) -> None:
         """Pass-through (the store entry of a deleted manifest is kept)."""
         self.inner.delete(path)
 
     def list(self, prefix: str) -> Sequence[str]:
-        """Pass-through, except ``_versions``: staging objects are hidden and every version
-        the store holds above the highest listed one is finalized and included."""
-        names = list(self.inner.list(prefix))
+        """Pass-through, except ``_versions``: pending commits are completed first, and
+        staging objects are hidden."""
         if check_prefix(prefix) != VERSIONS_DIR:
-            return names
-        names = [n for n in names if not is_staging_manifest_name(n)]
-        latest = self.store.get_latest(self.base_uri)
-        if latest is None:
-            return names
-        listed = [p[0] for p in map(parse_manifest_name, names) if p is not None]
-        highest = max(listed, default=0)
-        for version in range(highest + 1, latest.version + 1):
-            entry = latest if version == latest.version else self.store.get(self.base_uri, version)
-            if entry is None:
-                continue
-            final = self.finalize(entry)
-            if self.inner.exists(final):
-                names.append(final.rpartition("/")[2])
-        return names
+            return list(self.inner.list(prefix))
+        self.commit_handler.finish_pending()
+        return [n for n in self.inner.list(prefix) if not is_staging_manifest_name(n)]
 
 
 # ---- s3+ddb:// ----------------------------------------------------------------------------------

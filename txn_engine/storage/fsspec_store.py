@@ -45,6 +45,7 @@ from txn_engine.errors import (
 from txn_engine.storage._files import create_exclusive, is_staging_name, replace_atomic
 from txn_engine.storage._paths import check_path, check_prefix, check_range
 from txn_engine.storage._probe import ensure_conditional_create
+from txn_engine.storage.base import DEFAULT_OBJECT_STORE_READ_CONCURRENCY
 
 __all__ = [
     "FSSPEC_CAPABILITIES",
@@ -254,6 +255,13 @@ class FsspecStorage:
     def __repr__(self) -> str:
         proto = _protocols(self._fs)[:1] or ("?",)
         return f"FsspecStorage({proto[0]!r}, {self._root!r}, atomicity={self._atomicity.value})"
+
+    @property
+    def read_concurrency(self) -> int:
+        """Object stores (conditional put): several concurrent reads; anything else: 1."""
+        if self._atomicity is Atomicity.CONDITIONAL_PUT:
+            return DEFAULT_OBJECT_STORE_READ_CONCURRENCY
+        return 1
 
     @property
     def uri(self) -> str:

@@ -38,6 +38,7 @@ from txn_engine.errors import (
 )
 from txn_engine.storage._paths import check_path, check_prefix, check_range
 from txn_engine.storage._probe import ensure_conditional_create
+from txn_engine.storage.base import DEFAULT_OBJECT_STORE_READ_CONCURRENCY
 from txn_engine.storage.options import StorageOptions, resolve_options, store_kind
 
 __all__ = ["ObstoreStorage", "obstore_available"]
@@ -152,6 +153,9 @@ class ObstoreStorage:
 
     def _where(self) -> str:
         return _SAS_QUERY.sub(r"\1***", self._location)
+
+    #: reads are network round trips: a commit reads the versions it is behind concurrently
+    read_concurrency = DEFAULT_OBJECT_STORE_READ_CONCURRENCY
 
     @property
     def uri(self) -> str:

@@ -10,7 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 
-from txn_engine.storage.base import Storage
+from txn_engine.storage.base import Storage, read_concurrency
 
 __all__ = ["RecordingStorage"]
 
@@ -72,6 +72,11 @@ class RecordingStorage:
     def uri(self) -> str:
         """The wrapped storage's URI."""
         return self.inner.uri
+
+    @property
+    def read_concurrency(self) -> int:
+        """The wrapped storage's (see :func:`~txn_engine.storage.base.read_concurrency`)."""
+        return read_concurrency(self.inner)
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Delegate and record."""

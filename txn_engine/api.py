@@ -484,7 +484,7 @@ class Table:
         drop = {columns} if isinstance(columns, str) else set(columns)
 
         def plan(snapshot: Dataset, _lds: Any) -> Operation:
-            fields = snapshot.manifest.fields
+            fields = snapshot.manifest_pb.fields
             paths = _paths(fields)
             missing = sorted(c for c in drop if c not in paths.values())
             if missing:
@@ -523,7 +523,7 @@ class Table:
                     **options,
                 )
             )
-            removed = [as_index_meta(pb) for pb in snapshot.indices if pb.name == index.name]
+            removed = [i for i in snapshot.indices if i.name == index.name]
             if removed and not replace:
                 raise InvalidOperationError(f"create_index: index {index.name!r} exists")
             return CreateIndex(new_indices=[index], removed_indices=removed)
@@ -631,12 +631,6 @@ def _to_arrow(data: Any) -> Any:
     )
 
 
-def as_index_meta(pb: Any) -> Any:
-    from txn_engine.model import IndexMetadata
-
-    return IndexMetadata.from_proto(pb)
-
-
 def _matching_rows(lds: Any, predicate: str | None) -> BitMap64:
     """Row addresses of the live rows matching ``predicate`` (all rows when None)."""
     table = lds.to_table(columns=[], filter=predicate, with_row_address=True)
@@ -678,7 +672,7 @@ def _update_plan(
     if unknown:
         raise InvalidOperationError(f"update: no column(s) {unknown} in the table")
     exprs = {name: values.get(name, _quote(name)) for name in schema.names}
-    stable = bool(snapshot.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+    stable = bool(snapshot.manifest_pb.reader_feature_flags & FLAG_STABLE_ROW_IDS)
     scanned = lds.to_table(columns=exprs, filter=where, with_row_id=stable)
     rows = pa.Table.from_arrays(
         [scanned.column(n).cast(schema.field(n).type) for n in schema.names], schema=schema
@@ -696,7 +690,7 @@ def _update_plan(
                 part, ids = ids[: frag.physical_rows], ids[frag.physical_rows :]
                 kept.append(attrs.evolve(frag, row_id_sequence=encode_row_id_sequence(part)))
             new = tuple(kept)
-    ids = {f.name: f.id for f in snapshot.manifest.fields if f.parent_id == -1}
+    ids = {f.name: f.id for f in snapshot.manifest_pb.fields if f.parent_id == -1}
     return Update(
         removed_fragment_ids=removed,
         updated_fragments=updated,

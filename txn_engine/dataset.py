@@ -29,6 +29,7 @@ from txn_engine.errors import (
 )
 from txn_engine.format.datafile import legacy_row_count
 from txn_engine.format.deletion import read_deletion_vector
+from txn_engine.format.fields import LanceField, frozen_map
 from txn_engine.format.io import (
     latest_version,
     read_manifest,
@@ -38,7 +39,7 @@ from txn_engine.format.io import (
 from txn_engine.format.manifest_file import ManifestFile
 from txn_engine.format.naming import NamingScheme, VersionEntry, list_versions
 from txn_engine.interop import is_pylance
-from txn_engine.model import Fragment
+from txn_engine.model import BasePath, Fragment, IndexMetadata
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 
@@ -48,7 +49,15 @@ if TYPE_CHECKING:
     from txn_engine.format.refs import Branch, Tag
     from txn_engine.transaction import Transaction
 
-__all__ = ["Dataset", "VersionInfo", "as_base", "version_history"]
+__all__ = [
+    "DataStorageFormat",
+    "Dataset",
+    "Manifest",
+    "VersionInfo",
+    "WriterVersion",
+    "as_base",
+    "version_history",
+]
 
 
 def _tagged_version(storage: Storage, tag: str) -> int:
@@ -91,6 +100,103 @@ def _writer(manifest: table_pb2.Manifest) -> str:
     if w.HasField("prerelease") and w.prerelease:
         version += f"-{w.prerelease}"
     return f"{w.library} {version}".strip()
+
+
+@attrs.frozen
+class WriterVersion:
+    """The library that wrote a manifest (``"lance"``, ``"txn_engine"``, ...) and its
+    version (``prerelease`` / ``build_metadata`` None when absent)."""
+
+    library: str
+    version: str
+    prerelease: str | None = None
+    build_metadata: str | None = None
+
+    def __str__(self) -> str:
+        version = self.version + (f"-{self.prerelease}" if self.prerelease else "")
+        return f"{self.library} {version}".strip()
+
+
+@attrs.frozen
+class DataStorageFormat:
+    """The data file format of the table (``file_format`` ``"lance"``, ``version`` e.g.
+    ``"2.2"``)."""
+
+    file_format: str
+    version: str
+
+
+def _opt(pb: Any, name: str) -> Any:
+    return getattr(pb, name) if pb.HasField(name) else None
+
+
+@attrs.frozen
+class Manifest:
+    """One version's manifest as immutable values (what :attr:`Dataset.manifest` returns).
+
+    Mirrors Lance's ``Manifest`` message: ``fields`` is the flattened schema (use
+    :attr:`Dataset.schema` for a ``pyarrow.Schema``), ``fragments`` sorted by id,
+    mappings as sorted ``(key, value)`` tuples (``dict(m.config)`` for a dict).
+    ``max_fragment_id`` / ``index_section`` / ``transaction_section`` / ``branch`` are None
+    when the manifest does not record them; ``timestamp`` is None when unset.
+    """
+
+    version: int
+    fields: tuple[LanceField, ...]
+    fragments: tuple[Fragment, ...]
+    schema_metadata: tuple[tuple[str, bytes], ...] = attrs.field(converter=frozen_map)
+    config: tuple[tuple[str, str], ...] = attrs.field(converter=frozen_map)
+    table_metadata: tuple[tuple[str, str], ...] = attrs.field(converter=frozen_map)
+    timestamp: _dt.datetime | None
+    tag: str
+    reader_feature_flags: int
+    writer_feature_flags: int
+    max_fragment_id: int | None
+    next_row_id: int
+    writer_version: WriterVersion | None
+    data_format: DataStorageFormat | None
+    base_paths: tuple[BasePath, ...]
+    branch: str | None
+    version_aux_data: int
+    index_section: int | None
+    transaction_file: str
+    transaction_section: int | None
+
+    @classmethod
+    def from_proto(
+        cls, pb: table_pb2.Manifest, *, fragments: tuple[Fragment, ...] | None = None
+    ) -> Manifest:
+        """Convert a ``Manifest`` protobuf (FormatError for an unrepresentable timestamp)."""
+        wv = pb.writer_version if pb.HasField("writer_version") else None
+        df = pb.data_format if pb.HasField("data_format") else None
+        return cls(
+            version=pb.version,
+            fields=tuple(LanceField.from_proto(f) for f in pb.fields),
+            fragments=fragments
+            if fragments is not None
+            else tuple(Fragment.from_proto(f) for f in pb.fragments),
+            schema_metadata=dict(pb.schema_metadata),
+            config=dict(pb.config),
+            table_metadata=dict(pb.table_metadata),
+            timestamp=_timestamp(pb),
+            tag=pb.tag,
+            reader_feature_flags=pb.reader_feature_flags,
+            writer_feature_flags=pb.writer_feature_flags,
+            max_fragment_id=_opt(pb, "max_fragment_id"),
+            next_row_id=pb.next_row_id,
+            writer_version=None
+            if wv is None
+            else WriterVersion(
+                wv.library, wv.version, _opt(wv, "prerelease"), _opt(wv, "build_metadata")
+            ),
+            data_format=None if df is None else DataStorageFormat(df.file_format, df.version),
+            base_paths=tuple(BasePath.from_proto(b) for b in pb.base_paths),
+            branch=_opt(pb, "branch"),
+            version_aux_data=pb.version_aux_data,
+            index_section=_opt(pb, "index_section"),
+            transaction_file=pb.transaction_file,
+            transaction_section=_opt(pb, "transaction_section"),
+        )
 
 
 @attrs.frozen
@@ -145,6 +251,8 @@ class Dataset:
         self._entry = entry
         self._file = manifest_file
         self._fragments: tuple[Fragment, ...] | None = None
+        self._manifest: Manifest | None = None
+        self._indices: tuple[IndexMetadata, ...] | None = None
 
     @classmethod
     def open(
@@ -215,8 +323,16 @@ class Dataset:
         return self._file
 
     @property
-    def manifest(self) -> table_pb2.Manifest:
-        """The ``Manifest`` protobuf of this version (do not mutate)."""
+    def manifest(self) -> Manifest:
+        """This version's manifest as an immutable :class:`Manifest` value."""
+        if self._manifest is None:
+            self._manifest = Manifest.from_proto(self._file.manifest, fragments=self.fragments)
+        return self._manifest
+
+    @property
+    def manifest_pb(self) -> table_pb2.Manifest:
+        """The raw ``Manifest`` protobuf of this version (do not mutate); for code that
+        works on the wire format, e.g. the builder."""
         return self._file.manifest
 
     # ------------------------------------------------------------------ content
@@ -225,12 +341,21 @@ class Dataset:
     def fragments(self) -> tuple[Fragment, ...]:
         """The fragments of this version, sorted by id, as attrs values."""
         if self._fragments is None:
-            self._fragments = tuple(Fragment.from_proto(f) for f in self.manifest.fragments)
+            self._fragments = tuple(Fragment.from_proto(f) for f in self.manifest_pb.fragments)
         return self._fragments
 
     @property
-    def indices(self) -> tuple[table_pb2.IndexMetadata, ...]:
-        """The ``IndexMetadata`` protobufs of this version's index section."""
+    def indices(self) -> tuple[IndexMetadata, ...]:
+        """This version's indices (segments, system indices too) as
+        :class:`~txn_engine.IndexMetadata` values, in manifest order."""
+        if self._indices is None:
+            self._indices = tuple(IndexMetadata.from_proto(i) for i in self._file.indices)
+        return self._indices
+
+    @property
+    def indices_pb(self) -> tuple[table_pb2.IndexMetadata, ...]:
+        """The raw ``IndexMetadata`` protobufs of this version's index section (do not
+        mutate)."""
         return self._file.indices
 
     def index_names(self) -> list[str]:
@@ -242,17 +367,19 @@ class Dataset:
         """The table schema as a ``pyarrow.Schema`` (with schema metadata)."""
         from txn_engine.format.schema import fields_to_arrow
 
-        return fields_to_arrow(list(self.manifest.fields), dict(self.manifest.schema_metadata))
+        return fields_to_arrow(
+            list(self.manifest_pb.fields), dict(self.manifest_pb.schema_metadata)
+        )
 
     @property
     def config(self) -> dict[str, str]:
         """The table config (``Manifest.config``)."""
-        return dict(self.manifest.config)
+        return dict(self.manifest_pb.config)
 
     @property
     def table_metadata(self) -> dict[str, str]:
         """Free-form table metadata (``Manifest.table_metadata``)."""
-        return dict(self.manifest.table_metadata)
+        return dict(self.manifest_pb.table_metadata)
 
     def fragment_row_counts(self) -> list[tuple[int, int, int]]:
         """``(fragment_id, physical_rows, deleted_rows)`` per fragment.
@@ -266,9 +393,9 @@ class Dataset:
         """
         # Like Lance: manifests without writer_version (Lance < 0.8.x) may carry wrong
         # physical_rows, so the count comes from the data file then (and when it is 0).
-        trusted = self.manifest.HasField("writer_version")
+        trusted = self.manifest_pb.HasField("writer_version")
         out: list[tuple[int, int, int]] = []
-        for frag in self.manifest.fragments:
+        for frag in self.manifest_pb.fragments:
             physical = frag.physical_rows
             if (physical == 0 or not trusted) and len(frag.files):
                 first = frag.files[0]

@@ -170,7 +170,7 @@ def delete_rows(
     """
     ds = _open(uri, storage_options, read_version)
     storage = ds.storage
-    frags = ds.manifest.fragments
+    frags = ds.manifest_pb.fragments
     pos = find_fragment_index(frags, fragment_id)
     if pos < 0:
         raise InvalidOperationError(
@@ -259,7 +259,7 @@ def overwrite(
         fields = tuple(
             LanceField.from_proto(f)
             for f in assign_new_field_ids(
-                list(ds.manifest.fields), schema, first_new_id=max_field_id(ds.manifest) + 1
+                list(ds.manifest_pb.fields), schema, first_new_id=max_field_id(ds.manifest_pb) + 1
             )
         )
     else:

@@ -689,10 +689,10 @@ def read_with_txn_engine(path: Path) -> pa.Table:
     per data file with pylance's file reader (reading Lance data files is not txn_engine's
     job)."""
     ds = txn_engine.Dataset.open(path)
-    schema = fields_to_arrow(list(ds.manifest.fields), {})
-    by_id = {f.id: f.name for f in ds.manifest.fields}
+    schema = fields_to_arrow(list(ds.manifest_pb.fields), {})
+    by_id = {f.id: f.name for f in ds.manifest_pb.fields}
     parts = []
-    for frag in ds.manifest.fragments:
+    for frag in ds.manifest_pb.fragments:
         columns: dict[str, pa.Array] = {}
         for df in frag.files:
             data = LanceFileReader(str(path / "data" / df.path)).read_all().to_table()
@@ -789,7 +789,7 @@ def test_alternating_writers(tmp_path: Path) -> None:
     def t_drop_then_readd() -> None:
         nonlocal ref
         ds = txn_engine.Dataset.open(uri)
-        kept = [LanceField.from_proto(f) for f in ds.manifest.fields if f.name != "c"]
+        kept = [LanceField.from_proto(f) for f in ds.manifest_pb.fields if f.name != "c"]
         txn_engine.commit(uri, Transaction(ds.version, Project(kept)))
         ref = ref.drop(["c"])
 
@@ -801,7 +801,7 @@ def test_alternating_writers(tmp_path: Path) -> None:
             meta, _schema = frag.merge_columns({"c": "a * 2"})
             metas.append(meta)
         ds = txn_engine.Dataset.open(uri)
-        fields = [LanceField.from_proto(f) for f in ds.manifest.fields]
+        fields = [LanceField.from_proto(f) for f in ds.manifest_pb.fields]
         new_id = Fragment.from_lance_json(metas[0]).files[-1].fields[0]
         writers.add_columns(
             uri,
@@ -825,7 +825,7 @@ def test_alternating_writers(tmp_path: Path) -> None:
         news = frags(rows.select(lds.schema.names))
         ds = txn_engine.Dataset.open(uri)
         reserve = txn_engine.commit(uri, Transaction(ds.version, ReserveFragments(len(news))))
-        high = txn_engine.Dataset.open(uri).manifest.max_fragment_id
+        high = txn_engine.Dataset.open(uri).manifest_pb.max_fragment_id
         new_frags = [
             Fragment.from_lance_json(m).with_id(high - len(news) + 1 + i)
             for i, m in enumerate(news)
@@ -929,8 +929,8 @@ def test_writers_create_overwrite_config_restore(tmp_path: Path) -> None:
     r = writers.update_config(uri, {"a": None})
     ds = txn_engine.Dataset.open(uri)
     assert ds.config == {"b": "2"}
-    assert dict(ds.manifest.table_metadata) == {"t": "x"}
-    assert dict(ds.manifest.fields[0].metadata) == {"unit": b"m"}
+    assert dict(ds.manifest_pb.table_metadata) == {"t": "x"}
+    assert dict(ds.manifest_pb.fields[0].metadata) == {"unit": b"m"}
     assert lance.dataset(str(uri)).config() == {"b": "2"}
     r = writers.update_config(uri, {"only": "1"}, replace=True)
     assert txn_engine.Dataset.open(uri).config == {"only": "1"}

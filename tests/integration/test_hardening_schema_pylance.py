@@ -36,7 +36,7 @@ def test_deeper_than_pylance_shows_is_still_ours_up_to_the_limit(tmp_path: Path)
     ds = Dataset.open(str(tmp_path / "t"))
     ours = ds.schema
     assert ours.field("c").type.equals(written.field("c").type)
-    assert arrow_to_fields(ours) == list(ds.manifest.fields)
+    assert arrow_to_fields(ours) == list(ds.manifest_pb.fields)
     assert ds.count_rows() == 3
 
 

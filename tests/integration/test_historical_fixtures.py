@@ -72,7 +72,7 @@ def test_fixture_set_covers_the_old_formats(historical: dict[str, Path]) -> None
     assert some("_indices/*/*"), "indices written by old releases"
     schemes = {list_versions(open_storage(str(r)))[0].scheme.name for r in roots}
     assert {"V1", "V2"} <= schemes, schemes
-    manifests = [Dataset.open(str(r)).manifest for r in roots]
+    manifests = [Dataset.open(str(r)).manifest_pb for r in roots]
     assert any(not m.HasField("data_format") for m in manifests), "manifests before data_format"
     formats = {(m.data_format.file_format, m.data_format.version) for m in manifests}
     assert any(v.startswith("2.") for _, v in formats), f"v2 data files: {formats}"
@@ -139,8 +139,8 @@ def test_legacy_rows_are_counted_from_data_files(historical: dict[str, Path]) ->
     # 0.8.0, migrating 0.7.5's table, wrote physical_rows = 90 for a 100-row file with 10
     # deletions (and no writer_version): Lance distrusts the manifest there and so must we.
     ds = Dataset.open(str(historical["0.8.0/migrated_from_v0.7.5"]))
-    assert not ds.manifest.HasField("writer_version")
-    assert [f.physical_rows for f in ds.manifest.fragments] == [90, 2]
+    assert not ds.manifest_pb.HasField("writer_version")
+    assert [f.physical_rows for f in ds.manifest_pb.fragments] == [90, 2]
     assert ds.fragment_row_counts() == [(0, 100, 10), (1, 2, 0)]
     assert ds.count_rows() == 92
 

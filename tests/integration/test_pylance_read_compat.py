@@ -112,10 +112,10 @@ def test_dense_delete_writes_bitmap_that_we_read(history: History) -> None:
     dense = [v for v, op in history.operations.items() if op == "Delete"][1]
     snap = ds.checkout(dense)
     kinds = {
-        f.deletion_file.file_type for f in snap.manifest.fragments if f.HasField("deletion_file")
+        f.deletion_file.file_type for f in snap.manifest_pb.fragments if f.HasField("deletion_file")
     }
     assert table_pb2.DeletionFile.BITMAP in kinds
-    for frag in snap.manifest.fragments:
+    for frag in snap.manifest_pb.fragments:
         if frag.HasField("deletion_file"):
             dv = read_deletion_vector(snap.storage, frag.id, frag.deletion_file)
             assert len(dv) == frag.deletion_file.num_deleted_rows
@@ -132,7 +132,7 @@ def test_stable_row_id_sequences_match_pylance_rowids(
     for version in (update - 1, update, update + 1):
         snap = ours.checkout(version)
         theirs = lance.dataset(uri, version=version)
-        for frag in snap.manifest.fragments:
+        for frag in snap.manifest_pb.fragments:
             assert frag.WhichOneof("row_id_sequence") == "inline_row_ids"
             ids = decode_row_id_sequence(frag.inline_row_ids)
             assert len(ids) == frag.physical_rows

@@ -113,7 +113,7 @@ def referenced_deletion_files(uri: str) -> set[str]:
     latest = Dataset.open(storage)
     out: set[str] = set()
     for info in latest.versions():
-        for pb in Dataset.open(storage, version=info.version).manifest.fragments:
+        for pb in Dataset.open(storage, version=info.version).manifest_pb.fragments:
             if pb.HasField("deletion_file"):
                 out.add(deletion_file_path(pb.id, pb.deletion_file))
     return out
@@ -501,7 +501,7 @@ def test_a_straggling_task_removes_its_own_deletion_file(tmp_path: Any) -> None:
     uri = make_table(tmp_path, n=20, per_file=20)
     storage = open_storage(uri)
     snapshot = Dataset.open(storage)
-    pb = snapshot.manifest.fragments[0]
+    pb = snapshot.manifest_pb.fragments[0]
     before = listing(uri, "_deletions")
     with pytest.raises(InvalidOperationError, match="abandoned"):
         _delete_rows(

@@ -180,7 +180,7 @@ def _exercise(seed: Seed, replace: Mapping[str, bytes] | None, tmp: str | None) 
                 call()
         with contextlib.suppress(TxnEngineError):
             live = ds.count_rows()
-            physical = sum(f.physical_rows for f in ds.manifest.fragments)
+            physical = sum(f.physical_rows for f in ds.manifest_pb.fragments)
             assert 0 <= live <= physical, f"count_rows {live} outside [0, {physical}]"
         _ = ds.fragments
 

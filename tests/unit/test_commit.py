@@ -634,7 +634,7 @@ def test_clone_creates_a_shallow_clone_once() -> None:
     assert r.version == 2  # a shallow clone keeps the source version number
     ds = Dataset.open(dst)
     assert len(ds.fragments) == 3
-    assert [b.path for b in ds.manifest.base_paths] == [name]
+    assert [b.path for b in ds.manifest_pb.base_paths] == [name]
     again = commit(dst, txn)
     assert again.already_committed
     assert again.version == 2

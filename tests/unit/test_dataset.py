@@ -123,3 +123,57 @@ def test_errors() -> None:
     _commit(s, 2, [], scheme=NamingScheme.V1)
     with pytest.raises(MixedNamingSchemeError):
         Dataset.open(s)
+
+
+def test_manifest_and_indices_are_the_librarys_types(storage: MemoryStorage) -> None:
+    # Dataset.manifest / Dataset.indices used to return the raw protobufs
+    index = table_pb2.IndexMetadata(name="id_idx", fields=[0], dataset_version=2)
+    index.uuid.uuid = bytes(range(16))
+    index.fragment_bitmap = BitMap([0, 1]).serialize()
+    index.index_details.type_url = "/lance.table.BTreeIndexDetails"
+    m = table_pb2.Manifest(version=4, fragments=[_frag(0, 10)], max_fragment_id=0)
+    m.writer_version.library = "lance"
+    m.writer_version.version = "14.0.2"
+    m.writer_version.prerelease = "rc1"
+    m.data_format.file_format = "lance"
+    m.data_format.version = "2.2"
+    m.timestamp.seconds = 1_700_000_004
+    m.config["b"], m.config["a"] = "2", "1"
+    m.schema_metadata["s"] = b"\x00"
+    m.branch = "dev"
+    m.base_paths.add(id=1, path="/elsewhere", is_dataset_root=True)
+    storage.put_if_absent(manifest_path(4, NamingScheme.V2), encode_manifest_file(m, [index], None))
+    ds = Dataset.open(storage)
+
+    man = ds.manifest
+    assert isinstance(man, te.dataset.Manifest)
+    assert not isinstance(man, table_pb2.Manifest)
+    assert man.version == 4
+    assert man.fragments == ds.fragments
+    assert isinstance(man.fragments[0], Fragment)
+    assert dict(man.config) == {"a": "1", "b": "2"} == ds.config
+    assert man.config == (("a", "1"), ("b", "2"))  # canonical: sorted pairs, hashable
+    assert dict(man.schema_metadata) == {"s": b"\x00"}
+    assert man.max_fragment_id == 0
+    assert man.branch == "dev"
+    assert man.writer_version == te.dataset.WriterVersion("lance", "14.0.2", "rc1")
+    assert str(man.writer_version) == "lance 14.0.2-rc1"
+    assert man.data_format == te.dataset.DataStorageFormat("lance", "2.2")
+    assert man.timestamp == dt.datetime.fromtimestamp(1_700_000_004, tz=dt.UTC)
+    assert man.base_paths == (te.BasePath(1, "/elsewhere", None, True),)
+    assert man.transaction_section is None
+    assert man.index_section is not None
+    hash(man)  # frozen attrs value
+    assert Dataset.open(storage, version=1).manifest.max_fragment_id is None
+
+    (idx,) = ds.indices
+    assert isinstance(idx, te.IndexMetadata)
+    assert (idx.name, idx.fields, idx.dataset_version) == ("id_idx", (0,), 2)
+    assert idx.fragment_bitmap == frozenset({0, 1})
+    assert idx.uuid == "00010203-0405-0607-0809-0a0b0c0d0e0f"
+    assert ds.index_names() == ["id_idx"]
+    # the raw protobufs stay available under clearly named accessors
+    assert isinstance(ds.manifest_pb, table_pb2.Manifest)
+    assert ds.manifest_pb.version == 4
+    assert isinstance(ds.indices_pb[0], table_pb2.IndexMetadata)
+    assert te.IndexMetadata.from_proto(ds.indices_pb[0]) == idx

@@ -177,7 +177,7 @@ def test_dataset_with_a_deep_schema_opens_counts_and_logs(tmp_path: Path) -> Non
     ds = Dataset.open(uri)
     assert ds.count_rows() == 0
     assert [v.operation for v in ds.versions()] == ["Overwrite"]
-    assert len(ds.manifest.fields) == 5_001
+    assert len(ds.manifest_pb.fields) == 5_001
     with pytest.raises(LimitExceededError) as exc:
         _ = ds.schema
     _assert_depth_error(exc)

@@ -47,7 +47,7 @@ def _land(storage: MemoryStorage, rows: SyntheticRows, ds: Dataset, op: object) 
 
 def test_deleting_some_rows_writes_a_deletion_vector() -> None:
     storage, rows, ds = _table()
-    pb = ds.manifest.fragments[0]
+    pb = ds.manifest_pb.fragments[0]
     assert live_offsets(storage, pb) == [0, 1, 2, 3, 4]
     op, effect = row_change(storage, ds.version, pb, ROWS, [0, 1, 2, 3, 4], [3, 1])
     assert isinstance(op, Delete)
@@ -61,17 +61,17 @@ def test_deleting_some_rows_writes_a_deletion_vector() -> None:
     assert sorted(op.affected_rows) == [(pb.id << 32) | 1, (pb.id << 32) | 3]
     before = read_contents(storage, rows, ds.version)
     assert _land(storage, rows, ds, op) == apply_effect(before, effect)
-    after = Dataset.open(storage).manifest.fragments[0]
+    after = Dataset.open(storage).manifest_pb.fragments[0]
     assert live_offsets(storage, after) == [0, 2, 4]
 
 
 def test_a_second_delete_keeps_the_rows_deleted_before() -> None:
     storage, rows, ds = _table()
-    pb = ds.manifest.fragments[0]
+    pb = ds.manifest_pb.fragments[0]
     first, _ = row_change(storage, ds.version, pb, ROWS, [0, 1, 2, 3, 4], [0])
     _land(storage, rows, ds, first)
     ds = Dataset.open(storage)
-    pb = ds.manifest.fragments[0]
+    pb = ds.manifest_pb.fragments[0]
     alive = live_offsets(storage, pb)
     op, effect = row_change(storage, ds.version, pb, ROWS, alive, [4], affected_known=False)
     assert isinstance(op, Delete)
@@ -85,7 +85,7 @@ def test_a_second_delete_keeps_the_rows_deleted_before() -> None:
 
 def test_deleting_every_live_row_removes_the_fragment() -> None:
     storage, _, ds = _table()
-    pb = ds.manifest.fragments[1]
+    pb = ds.manifest_pb.fragments[1]
     op, effect = row_change(storage, ds.version, pb, [(99, 0)], [0], [0])
     assert isinstance(op, Delete)
     assert (op.deleted_fragment_ids, op.updated_fragments) == ((pb.id,), ())
@@ -95,7 +95,7 @@ def test_deleting_every_live_row_removes_the_fragment() -> None:
 
 def test_update_re_adds_the_rids_with_the_new_values() -> None:
     storage, rows, ds = _table()
-    pb = ds.manifest.fragments[0]
+    pb = ds.manifest_pb.fragments[0]
     before = read_contents(storage, rows, ds.version)
     op, effect = row_change(
         storage, ds.version, pb, ROWS, [0, 1, 2, 3, 4], [2, 0],
@@ -122,12 +122,12 @@ def test_update_re_adds_the_rids_with_the_new_values() -> None:
 
 def test_compaction_keeps_the_live_rows_in_order() -> None:
     storage, rows, ds = _table()
-    first = ds.manifest.fragments[0]
+    first = ds.manifest_pb.fragments[0]
     delete, _ = row_change(storage, ds.version, first, ROWS, [0, 1, 2, 3, 4], [1])
     _land(storage, rows, ds, delete)
     ds = Dataset.open(storage)
     before = read_contents(storage, rows, ds.version)
-    olds = list(ds.manifest.fragments)
+    olds = list(ds.manifest_pb.fragments)
 
     def physical(pb: table_pb2.DataFragment) -> Sequence[Row]:
         return rows.rows(Fragment.from_proto(pb))

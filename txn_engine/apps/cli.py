@@ -166,7 +166,7 @@ def _configure_show(p: argparse.ArgumentParser) -> None:
 
 
 def _summary(ds: Dataset) -> dict[str, Any]:
-    m = ds.manifest
+    m = ds.manifest_pb
     counts = {fid: (phys, deleted) for fid, phys, deleted in ds.fragment_row_counts()}
     depth: dict[int, int] = {}
     schema = []
@@ -210,7 +210,7 @@ def _summary(ds: Dataset) -> dict[str, Any]:
             "uuid": i.uuid.uuid.hex(),
             "dataset_version": i.dataset_version,
         }
-        for i in ds.indices
+        for i in ds.indices_pb
     ]
     from txn_engine.redact import redact_uri
 

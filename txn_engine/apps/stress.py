@@ -246,7 +246,7 @@ class _Planner:
 
     def _find(self, ds: Any, paths: Sequence[str]) -> list[Any]:
         wanted = set(paths)
-        return [pb for pb in ds.manifest.fragments if len(pb.files) and pb.files[0].path in wanted]
+        return [pb for pb in ds.manifest_pb.fragments if len(pb.files) and pb.files[0].path in wanted]
 
     def plan(
         self, kind: str, ds: Dataset

@@ -364,7 +364,7 @@ class _Context:
 
     def groups(self, snapshot: Dataset) -> list[list[tuple[int, bytes]]]:
         """The pinned version's fragments (id, protobuf bytes) in task groups, round-robin."""
-        items = [(pb.id, pb.SerializeToString()) for pb in snapshot.manifest.fragments]
+        items = [(pb.id, pb.SerializeToString()) for pb in snapshot.manifest_pb.fragments]
         count = len(items) if self.max_tasks is None else min(len(items), self.max_tasks)
         return [items[i::count] for i in range(count)] if count else []
 
@@ -678,11 +678,11 @@ def _fragments_message(
 
 
 def _table_field_ids(snapshot: Dataset) -> dict[str, int]:
-    return {f.name: f.id for f in snapshot.manifest.fields if f.parent_id == -1}
+    return {f.name: f.id for f in snapshot.manifest_pb.fields if f.parent_id == -1}
 
 
 def _stable_row_ids(snapshot: Dataset) -> bool:
-    return bool(snapshot.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+    return bool(snapshot.manifest_pb.reader_feature_flags & FLAG_STABLE_ROW_IDS)
 
 
 def _quote(name: str) -> str:
@@ -876,7 +876,7 @@ def _plan_merge(
     version = snapshot.version
     uri, lance_options, storage_options = ctx.uri, ctx.lance_options, dict(ctx.storage_options)
     key = attempt.key
-    fragments = {pb.id: pb.SerializeToString() for pb in snapshot.manifest.fragments}
+    fragments = {pb.id: pb.SerializeToString() for pb in snapshot.manifest_pb.fragments}
 
     # 1. the target's keys and row addresses, one task per fragment (group)
     key_fields = [schema.field(k) for k in keys]

@@ -802,7 +802,7 @@ def _add_columns(storage: Storage, uri: str, data: pa.Schema, options: WriteOpti
         new = [field.with_nullable(True) for field in data if field.name not in have]
         if not new:
             return current.version
-        manifest = current.manifest
+        manifest = current.manifest_pb
         added = arrow_to_fields(pa.schema(new), first_id=max_field_id(manifest) + 1)
         fields = tuple(LanceField.from_proto(f) for f in [*manifest.fields, *added])
         names = ", ".join(field.name for field in new)

@@ -380,7 +380,7 @@ class WritersMachine(RuleBasedStateMachine):
         writer.planned_at = self.now_ns
         self.effects[txn.uuid] = effect
         if self.clocked is not None:  # a real writer writes its data files before committing
-            known = {df.path for pb in writer.snapshot.manifest.fragments for df in pb.files}
+            known = {df.path for pb in writer.snapshot.manifest_pb.fragments for df in pb.files}
             for df in _data_files(op):
                 if df.path not in known:
                     self.inner.put(f"data/{df.path}", b"synthetic")
@@ -708,7 +708,7 @@ class WritersMachine(RuleBasedStateMachine):
         op = txn.operation
         assert isinstance(op, (Delete, Update))
         assert op.affected_rows is not None, "ROWS conflict without known affected rows"
-        latest = Dataset.open(self.inner).manifest
+        latest = Dataset.open(self.inner).manifest_pb
         by_id = {pb.id: pb for pb in latest.fragments}
         gone = []
         for address in op.affected_rows:
@@ -799,7 +799,7 @@ class Planner:
         """An operation of ``kind`` planned against snapshot ``ds`` and its intended effect;
         None when ``kind`` is impossible on that snapshot (e.g. delete on an empty table).
         Deletion vectors are written now, as a real writer does before committing."""
-        frags = list(ds.manifest.fragments)
+        frags = list(ds.manifest_pb.fragments)
         if kind == "append":
             rows = [(next(self.rids), 0) for _ in range(data.draw(st.integers(1, 6), label="rows"))]
             return Append((self.rows.fragment(rows),)), AddRows(rows)
@@ -873,7 +873,7 @@ class Planner:
             )
             return CreateIndex(new_indices=(index,)), NoRowChange("index")
         if kind == "merge":
-            fields = [LanceField.from_proto(f) for f in ds.manifest.fields]
+            fields = [LanceField.from_proto(f) for f in ds.manifest_pb.fields]
             new_id = max([f.id for f in fields] + [-1]) + 1
             merged = []
             for pb in frags:

@@ -168,6 +168,20 @@ def test_detection_evaluates_the_rule_of_my_operation_handler(
     assert [c.rule for c in result.conflicts] == ["W2"]
 
 
+def test_lineage_facts_of_each_operation_type() -> None:
+    """What the lineage check (a version right above ours must carry our change) reads
+    from each handler: which types replace the table, edit config keys, and leave the
+    index list or the schema as their base had them."""
+
+    def having(attr: str) -> set[str]:
+        return {t.__name__ for t, h in HANDLERS.items() if getattr(h, attr)}
+
+    assert having("replaces_table") == {"Overwrite", "Restore", "Clone"}
+    assert having("edits_config") == {"UpdateConfig"}
+    assert having("keeps_indices") == {"Append", "UpdateConfig", "ReserveFragments", "UpdateBases"}
+    assert having("keeps_fields") == having("keeps_indices") | {"CreateIndex", "Delete"}
+
+
 def test_the_registry_holds_nothing_but_operation_types() -> None:
     assert set(HANDLERS) == set(_operation_types())
 

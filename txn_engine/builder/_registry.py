@@ -96,6 +96,12 @@ class Handler(Generic[OpT]):
     :meth:`derive_affected_rows`, :meth:`with_derived_rows` and :meth:`rebase` move a
     checked transaction onto the latest version. ``tests/unit/test_handlers.py`` fails
     when a type lacks any of this.
+
+    Lineage (:mod:`txn_engine.conflicts.lineage`, whether a version committed right above
+    ours carries our change): ``replaces_table`` (its version replaces the table whatever
+    it was built on: Overwrite, Restore, Clone), ``edits_config`` (it may change config
+    keys we changed), ``keeps_indices`` / ``keeps_fields`` (it leaves the index list / the
+    schema as its base had them, so what we changed there must still be there).
     """
 
     creates: bool = False
@@ -104,6 +110,10 @@ class Handler(Generic[OpT]):
     prunes_indices: bool = False
     rules: Mapping[str, Predicate] = MappingProxyType({})
     follow_up_rules: tuple[str, ...] = ()
+    replaces_table: bool = False
+    edits_config: bool = False
+    keeps_indices: bool = False
+    keeps_fields: bool = False
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: OpT) -> None:
         """Raise InvalidOperationError if ``op`` cannot apply to ``current``.

@@ -105,6 +105,9 @@ class RewriteHandler(Handler[Rewrite]):
 class ReserveFragmentsHandler(Handler[ReserveFragments]):
     """Raise the fragment-id high-water mark so the ids below it are never handed out."""
 
+    keeps_indices = True
+    keeps_fields = True
+
     touches_fragments = False
 
     def validate(

@@ -137,6 +137,9 @@ def _p1(c: RuleContext) -> None:
 class AppendHandler(Handler[Append]):
     """Add fragments; unassigned ids (0) continue after the high-water mark."""
 
+    keeps_indices = True
+    keeps_fields = True
+
     rules: Mapping[str, Predicate] = MappingProxyType({"N1": nullability_kept})
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Append) -> None:
@@ -158,6 +161,8 @@ class AppendHandler(Handler[Append]):
 @register(Overwrite)
 class OverwriteHandler(Handler[Overwrite]):
     """Replace schema, fragments and indices (creates the dataset when there is none)."""
+
+    replaces_table = True
 
     creates = True
     rules: Mapping[str, Predicate] = MappingProxyType({"K": config_keys, "K2": _k2})

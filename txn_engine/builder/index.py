@@ -142,6 +142,8 @@ class CreateIndexHandler(Handler[CreateIndex]):
     removed it already.
     """
 
+    keeps_fields = True
+
     touches_fragments = False
     rules: Mapping[str, Predicate] = MappingProxyType(
         {"F1": _f1, "I1": _i1, "I2": indexed_fields_replaced}

@@ -126,6 +126,10 @@ def _b1(c: RuleContext) -> None:
 class UpdateConfigHandler(Handler[UpdateConfig]):
     """Edit the config, table metadata, schema metadata and field metadata maps."""
 
+    edits_config = True
+    keeps_indices = True
+    keeps_fields = True
+
     touches_fragments = False
     rules: Mapping[str, Predicate] = MappingProxyType({"C1": _c1, "C2": _c2, "C3": _c3, "C4": _c4})
 
@@ -160,6 +164,9 @@ class UpdateConfigHandler(Handler[UpdateConfig]):
 @register(UpdateBases)
 class UpdateBasesHandler(Handler[UpdateBases]):
     """Register new base paths (ids, names and paths must not clash with existing ones)."""
+
+    keeps_indices = True
+    keeps_fields = True
 
     touches_fragments = False
     rules: Mapping[str, Predicate] = MappingProxyType({"B1": _b1})

@@ -228,6 +228,8 @@ class _RowsHandler:
 class DeleteHandler(_RowsHandler, Handler[Delete]):
     """Remove whole fragments and restate others (with new deletion files)."""
 
+    keeps_fields = True
+
     prunes_indices = True
     rules: Mapping[str, Predicate] = MappingProxyType({"D1": _d1, "O1": fragments_overlap})
 

@@ -21,6 +21,8 @@ class RestoreHandler(Handler[Restore]):
 
     Conflicts: C6 (a concurrent schema/field metadata edit cannot survive it)."""
 
+    replaces_table = True
+
     rules: Mapping[str, Predicate] = MappingProxyType({"C6": metadata_edits_incompatible})
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Restore) -> None:
@@ -50,6 +52,8 @@ class RestoreHandler(Handler[Restore]):
 class CloneHandler(Handler[Clone]):
     """Create a dataset whose files stay in the source: every file and index without a
     base gets the new base that points at the source."""
+
+    replaces_table = True
 
     creates = True
     only_creates = True

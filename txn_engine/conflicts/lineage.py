@@ -9,11 +9,13 @@ its change is not in the main line although the store accepted it.
 Lance manifests record no parent, so the commit loop decides from content: whatever our
 transaction changed relative to its base (fragments added, changed or removed; config
 keys, indices, columns, the fragment high-water mark) must still be in ``N + 1`` unless
-``N + 1``'s own transaction touched it. An Overwrite or Restore above ours (or an operation
-this library cannot read) replaces the table whatever it was built on, so nothing proves
-that it descends from ours: the answer is then "no" (the commit is refused, never
-acknowledged off the main line; a real follower that overwrote within that instant makes
-a refusal that loses nothing, since its table does not depend on ours).
+``N + 1``'s own transaction touched it (what each operation type touches, replaces or
+leaves alone is its handler's: :class:`txn_engine.builder.Handler`). An Overwrite or
+Restore above ours (or an operation this library cannot read) replaces the table whatever
+it was built on, so nothing proves that it descends from ours: the answer is then "no"
+(the commit is refused, never acknowledged off the main line; a real follower that
+overwrote within that instant makes a refusal that loses nothing, since its table does
+not depend on ours).
 """
 
 from __future__ import annotations
@@ -21,19 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from txn_engine._proto import table_pb2
-from txn_engine.conflicts.detect import modified_fragment_ids
-from txn_engine.ops import (
-    Append,
-    Clone,
-    CreateIndex,
-    Delete,
-    Operation,
-    Overwrite,
-    ReserveFragments,
-    Restore,
-    UpdateBases,
-    UpdateConfig,
-)
+from txn_engine.builder import handler_for
+from txn_engine.ops import Operation
 
 __all__ = ["descends_from"]
 
@@ -60,12 +51,6 @@ def _field_ids(m: table_pb2.Manifest) -> frozenset[int]:
     return frozenset(f.id for f in m.fields)
 
 
-#: Operations that leave the index list and the schema as their base had them, so what we
-#: changed there must still be in a version they built on ours.
-_KEEPS_INDICES = (Append, UpdateConfig, ReserveFragments, UpdateBases)
-_KEEPS_FIELDS = (Append, UpdateConfig, ReserveFragments, UpdateBases, CreateIndex, Delete)
-
-
 def descends_from(
     base: table_pb2.Manifest,
     ours: table_pb2.Manifest,
@@ -85,10 +70,13 @@ def descends_from(
     ``newer``'s operation leaves them alone. A change with none of these (an empty one)
     cannot be told apart, and loses nothing if it is off the main line.
     """
-    if newer_operation is None or isinstance(newer_operation, (Overwrite, Restore, Clone)):
+    if newer_operation is None:
+        return False
+    handler = handler_for(newer_operation)
+    if handler.replaces_table:
         return False  # replaces the table: no content can show it was built on ours
     before, after, then = _fragments(base), _fragments(ours), _fragments(newer)
-    touched = modified_fragment_ids(newer_operation)
+    touched = handler.modified_fragment_ids(newer_operation)
     for fid, sig in after.items():
         if before.get(fid) == sig:
             continue  # not ours to check
@@ -104,12 +92,12 @@ def descends_from(
             return False  # a fragment we removed is back
     if base.max_fragment_id < ours.max_fragment_id and newer.max_fragment_id < ours.max_fragment_id:
         return False  # the high-water mark we raised went down again
-    if not isinstance(newer_operation, UpdateConfig):
+    if not handler.edits_config:
         for key in set(base.config) | set(ours.config):
             mine = ours.config.get(key)
             if base.config.get(key) != mine and newer.config.get(key) != mine:
                 return False
-    if isinstance(newer_operation, _KEEPS_INDICES):
+    if handler.keeps_indices:
         was, now, then_ids = (
             _index_ids(base_indices),
             _index_ids(our_indices),
@@ -117,7 +105,7 @@ def descends_from(
         )
         if not (now - was) <= then_ids or (was - now) & then_ids:
             return False  # an index we added is missing, or one we removed is back
-    if isinstance(newer_operation, _KEEPS_FIELDS):
+    if handler.keeps_fields:
         was_f, now_f, then_f = _field_ids(base), _field_ids(ours), _field_ids(newer)
         if not (now_f - was_f) <= then_f or (was_f - now_f) & then_f:
             return False  # a column we added is missing, or one we dropped is back

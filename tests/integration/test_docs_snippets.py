@@ -1,7 +1,7 @@
 """Every ```python block of README.md and docs/*.md runs as written (each in a fresh
 namespace, from a temporary working directory).
 
-Two documents are not covered yet, each named here with the reason: their blocks are
+The documents named here are not covered yet, each with the reason: their blocks are
 fragments that need outside context. Their owners make them runnable and delete the entry
 (a test fails once an entry names a document that no longer has such blocks).
 """
@@ -17,7 +17,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NOT_YET_RUNNABLE = {
     "docs/spark.md": "uses a DataFrame `df` defined elsewhere and s3:// buckets",
-    "docs/testing.md": "blocks elide their setup (`...`, `journal_paths`, `my_delete_planner`)",
 }
 DOCS = [
     path

@@ -17,7 +17,11 @@ import lance
 import pyarrow as pa
 import pytest
 
-from txn_engine.errors import CommitStateUnknownError, RetryableConflictError
+from txn_engine.errors import (
+    CommitStateUnknownError,
+    RetriesExhaustedError,
+    RetryableConflictError,
+)
 from txn_engine.spark import FragmentCollector, _write
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -88,7 +92,8 @@ def test_merge_schema_replans_within_its_retry_budget(
     """A column addition preempted on every plan: re-planned with the policy's backoff
     between plans, then the last conflict is raised; nothing is committed."""
     sleeps: list[float] = []
-    monkeypatch.setattr(_write, "MERGE_SCHEMA_RETRY", _recorded(_write.MERGE_SCHEMA_RETRY, sleeps))
+    three = attrs.evolve(_write.MERGE_SCHEMA_RETRY, max_attempts=3)
+    monkeypatch.setattr(_write, "MERGE_SCHEMA_RETRY", _recorded(three, sleeps))
     plans: list[int] = []
 
     def preempted(storage: Any, txn: Any, **_: Any) -> Any:
@@ -99,8 +104,12 @@ def test_merge_schema_replans_within_its_retry_budget(
     monkeypatch.setattr(importlib.import_module("txn_engine.commit"), "commit", preempted)
     uri = _dataset(tmp_path)
     wider = pa.schema([("id", pa.int64()), ("name", pa.string())])
-    with pytest.raises(RetryableConflictError, match="preempted 4"):
-        FragmentCollector.plan(uri, schema=wider, merge_schema=True, commit_attempts=4)
+    # the columns and the rows land in one Merge, committed (and re-planned) by commit()
+    collector = FragmentCollector.plan(uri, schema=wider, merge_schema=True, commit_attempts=4)
+    batch = pa.record_batch([pa.array([1]), pa.array(["a"])], schema=wider)
+    with pytest.raises(RetriesExhaustedError) as info:
+        collector.commit(collector.write_batches([batch]))
+    assert "preempted 4" in str(info.value.__cause__)
     assert plans == [1, 1, 1, 1]
     assert len(sleeps) == 3  # between the plans, as long as a plan took (not slept here)
     assert all(s > 0 for s in sleeps)

@@ -808,10 +808,13 @@ def _fragments_of(txn: transaction_pb2.Transaction) -> Iterator[Any]:
         yield from txn.append.fragments
     elif op == "overwrite":
         yield from txn.overwrite.fragments
+    elif op == "merge":  # a mergeSchema append: every fragment, the new ones among them
+        yield from txn.merge.fragments
 
 
 def transaction_data_files(txn: transaction_pb2.Transaction) -> set[str]:
-    """The data file paths (relative to ``data/``) an Append/Overwrite transaction added."""
+    """The data file paths (relative to ``data/``) an Append/Overwrite/Merge transaction
+    references."""
     return {f.path for frag in _fragments_of(txn) for f in frag.files}
 
 

@@ -134,8 +134,10 @@ def resolve_query_id(options: StreamOptions) -> str:
         return options.stream_id
     if not options.checkpoint_location:
         raise InvalidOperationError(
-            "txn_lance streaming needs .option('checkpointLocation', ...) on the writeStream "
-            "(or .option('streamId', ...) naming the query)"
+            "txn_lance streaming needs the query's identity to commit each micro-batch "
+            "exactly once: give .option('checkpointLocation', path) on the writeStream (the "
+            "session-wide spark.sql.streaming.checkpointLocation is not passed to Python "
+            "data sources), or .option('streamId', id) naming the query"
         )
     import fsspec
 
@@ -242,9 +244,8 @@ def write_stream_task(
     version) before any file is written, marks each file, and returns ``(write key,
     fragment JSONs)`` for the commit message."""
     storage = _open(uri, options)
-    read_version, target = _pin(
-        storage, uri, "append", schema, attrs.evolve(options, merge_schema=False)
-    )
+    pinned = _pin(storage, uri, "append", schema, attrs.evolve(options, merge_schema=False))
+    read_version, target = pinned.read_version, pinned.schema
     key = _staging.new_write_key()
     txn_uuid = batch_uuid(uri, query_id, batch_id)
     write_id = _write_id(query_id, batch_id)
@@ -406,7 +407,7 @@ def commit_stream_batch(
                 options=attrs.evolve(options, properties=properties),
             )
             txn = collector.transaction(jsons)
-            version, already, _, _, keep = collector._commit_once(storage, txn, referenced)
+            version, already, _, _, keep = collector._commit_once(storage, txn, referenced, jsons)
     if hook is not None:
         hook("committed")
     if batch_id > progress.batch_id:

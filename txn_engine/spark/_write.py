@@ -29,8 +29,8 @@ import json
 import logging
 import time
 import uuid as uuid_mod
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -43,7 +43,7 @@ from txn_engine.errors import (
     TxnEngineError,
 )
 from txn_engine.model import Fragment, LanceField
-from txn_engine.ops import Append, Overwrite, Update
+from txn_engine.ops import Append, Operation, Overwrite, Update
 from txn_engine.redact import redact_uri
 from txn_engine.retry import RetryPolicy
 from txn_engine.spark import _staging
@@ -51,6 +51,10 @@ from txn_engine.spark._options import DEFAULT_STAGING_RETENTION_SECONDS, WriteOp
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 from txn_engine.transaction import COMMIT_MESSAGE_KEY, Transaction
+
+if TYPE_CHECKING:
+    from txn_engine.commit import CommitResult
+    from txn_engine.dataset import Dataset
 
 __all__ = [
     "FRAGMENT_COLUMN",
@@ -82,14 +86,21 @@ UNKNOWN_OUTCOME_RETRY = RetryPolicy(
     max_slots=None,
     max_delay=2.0,
 )
-#: Re-planning budget of ``mergeSchema``'s column addition when a concurrent commit preempts
-#: it: at least 3 plans (``commit_attempts`` when larger), the commit loop's backoff between.
-MERGE_SCHEMA_RETRY = RetryPolicy(max_attempts=3)
+#: Re-planning budget of a ``mergeSchema`` append's Merge when concurrent commits preempt it
+#: (every concurrent Append does; a re-plan re-reads the latest manifest, no data is
+#: rewritten): 11 plans (``commit_attempts`` when larger) within 60 s, the commit loop's
+#: backoff between.
+MERGE_SCHEMA_RETRY = RetryPolicy(max_attempts=11, deadline=60.0)
 #: Namespace for turning a caller-chosen write id into a transaction uuid.
 _WRITE_ID_NAMESPACE = uuid_mod.UUID("5b0d8a52-61f4-4c55-9d8e-2f3b1a7c9e01")
 
 WriteMode = Literal["append", "overwrite"]
 FragmentLike = Any  # dict | str | bytes | lance.fragment.FragmentMetadata
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest
 
 
 def _uuid_for(write_id: str, generated: bool) -> str:
@@ -182,6 +193,9 @@ class FragmentCollector:
     already_committed_version: int | None = None
     #: the lease pinning ``read_version`` while the job runs (released by commit/abort)
     lease_path: str | None = None
+    #: ``mergeSchema``: the columns this append adds to the table (committed with the rows
+    #: in one Merge; the data files are written with fresh field ids, remapped at commit)
+    added_columns: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ planning
 
@@ -225,7 +239,11 @@ class FragmentCollector:
         txn_uuid = _uuid_for(write_id, generated)
         key = _staging.new_write_key()
         storage = _open(uri, options)
-        read_version, target = _pin(storage, uri, mode, schema, options)
+        pinned = _pin(storage, uri, mode, schema, options)
+        read_version, target = pinned.read_version, pinned.schema
+        if pinned.added_columns:
+            # the new files must have the table's file format (written as a new schema)
+            options = attrs.evolve(options, data_storage_version=pinned.data_storage_version)
         collector = cls(
             uri=uri,
             mode=mode,
@@ -236,6 +254,7 @@ class FragmentCollector:
             schema=target,
             options=options,
             lease_path=_lease_read_version(storage, read_version),
+            added_columns=pinned.added_columns,
         )
         if not generated and read_version > 0:
             landed = _staging.find_landed(
@@ -338,16 +357,24 @@ class FragmentCollector:
         if first is None:
             return []
 
+        refused: list[InvalidOperationError] = []
+
         def conformed() -> Iterator[pa.RecordBatch]:
             assert first is not None
-            yield self.conform(first)
-            for batch in iterator:
-                if batch.num_rows:
-                    yield self.conform(batch)
+            for batch in _chain(first, iterator):
+                if not batch.num_rows:
+                    continue
+                batch = self.conform(batch)
+                try:
+                    self.check_replace_where(batch)
+                except InvalidOperationError as exc:
+                    refused.append(exc)  # pylance re-raises it wrapped: keep the typed one
+                    raise
+                yield batch
 
         reader = pa.RecordBatchReader.from_batches(self.schema, conformed())
         kwargs: dict[str, Any] = {
-            "mode": "append" if not self.creates_dataset and self._keeps_schema else "overwrite",
+            "mode": "append" if self._writes_table_ids else "overwrite",
             "max_rows_per_file": self.options.max_rows_per_file,
             "progress": _Marker(),
         }
@@ -360,7 +387,14 @@ class FragmentCollector:
         if self.options.lance_storage_options:
             kwargs["storage_options"] = dict(self.options.lance_storage_options)
         self._check_open(storage)
-        fragments = lance.fragment.write_fragments(reader, self.uri, schema=self.schema, **kwargs)
+        try:
+            fragments = lance.fragment.write_fragments(
+                reader, self.uri, schema=self.schema, **kwargs
+            )
+        except Exception:
+            if refused:
+                raise refused[0] from None
+            raise
         out = []
         names: list[str] = []
         for fragment in fragments:
@@ -371,6 +405,37 @@ class FragmentCollector:
             out.append(json.dumps(data))
         self._check_still_open(storage, names)
         return out
+
+    def check_replace_where(self, batch: pa.RecordBatch) -> None:
+        """For ``replaceWhere``: refuse ``batch`` unless every row satisfies the predicate
+        (Delta's constraint check: a row the predicate does not select would survive the
+        next replace of the same slice, so it is an error, not a silent extra row). The
+        predicate is evaluated by pylance on the batch (an in-memory Lance table); a row
+        where it is false or null counts. Raises InvalidOperationError naming the predicate
+        and the number of such rows; the task fails and nothing of the write lands."""
+        predicate = self.options.replace_where
+        if predicate is None or not batch.num_rows:
+            return
+        import lance
+
+        check = f"({predicate}) IS NOT TRUE"
+        try:
+            scratch = lance.write_dataset(
+                pa.Table.from_batches([batch]), f"memory://replace-where-{uuid_mod.uuid4().hex}"
+            )
+            outside = scratch.count_rows(filter=check)
+        except Exception as exc:  # pylance's parse / planning errors
+            raise InvalidOperationError(
+                f"replaceWhere {predicate!r} is not a Lance filter over the data written to "
+                f"{redact_uri(self.uri)}: {exc}"
+            ) from exc
+        if outside:
+            raise InvalidOperationError(
+                f"replaceWhere {predicate!r}: {outside} row(s) of the data written to "
+                f"{redact_uri(self.uri)} do not match the predicate (it is false or null for "
+                "them); every row a replaceWhere writes must match it. Filter the DataFrame "
+                "with the same condition, or widen the predicate; nothing was committed"
+            )
 
     def _check_open(self, storage: Storage) -> None:
         """Refuse to write for a write that was already committed or aborted."""
@@ -423,14 +488,28 @@ class FragmentCollector:
         """Whether the data is written with the table's schema (append, replaceWhere)."""
         return self.mode == "append" or self.options.replace_where is not None
 
+    @property
+    def _writes_table_ids(self) -> bool:
+        """Whether pylance writes the files with the table's field ids (an append or
+        replaceWhere into an existing table that brings no new column); otherwise the
+        files get fresh ids (new schema; ``mergeSchema`` remaps them at commit)."""
+        return not self.creates_dataset and self._keeps_schema and not self.added_columns
+
     def transaction(self, fragments: Iterable[FragmentLike]) -> Transaction:
         """The single transaction this write commits (Append, or Overwrite when the mode
-        is overwrite or the write creates the dataset, or an Update for ``replaceWhere``),
-        at the pinned read version.
+        is overwrite or the write creates the dataset, an Update for ``replaceWhere``, a
+        Merge for an append that adds columns with ``mergeSchema``), at the pinned read
+        version.
 
         For ``replaceWhere`` this scans the pinned version for the matching rows and writes
         their deletion files (one per affected fragment) before returning."""
-        frags = tuple(Fragment.from_lance_json(_fragment_json(f)) for f in fragments)
+        jsons = [_fragment_json(f) for f in fragments]
+        if self.added_columns and not self.creates_dataset:
+            from txn_engine.dataset import Dataset
+
+            snapshot = Dataset.open(self.open_storage(), version=self.read_version)
+            return self._merge_schema_transaction(snapshot, jsons)
+        frags = tuple(Fragment.from_lance_json(data) for data in jsons)
         operation: Append | Overwrite | Update
         if self.mode == "append" and not self.creates_dataset:
             operation = Append(fragments=frags)
@@ -448,16 +527,86 @@ class FragmentCollector:
                     for k, v in (self.schema.metadata or {}).items()
                 },
             )
+        return self._transaction_of(operation, self.read_version)
+
+    def _transaction_of(self, operation: Operation, read_version: int) -> Transaction:
+        """``operation`` as this write's transaction: its uuid, write id and properties."""
         properties = dict(self.options.properties)
         if self.options.commit_message is not None:
             properties[COMMIT_MESSAGE_KEY] = self.options.commit_message
         properties[WRITE_ID_PROPERTY] = self.write_id
         return Transaction(
-            read_version=self.read_version,
+            read_version=read_version,
             operation=operation,
             uuid=self.uuid,
             properties=properties,
         )
+
+    def _merge_schema_transaction(
+        self, snapshot: Dataset, jsons: Sequence[Mapping[str, Any]]
+    ) -> Transaction:
+        """``mergeSchema`` in one version: a Merge at ``snapshot`` listing every fragment
+        of the table unchanged plus the new ones, under the table's schema widened by the
+        columns the data adds (nullable, ids above every id in use, dropped columns' ids
+        included). The existing fragments have no data file for the new columns, so their
+        rows read them as null (pylance 14 reads such a fragment that way).
+
+        The executors wrote the files as a new schema (fresh ids, pre-order from 0); their
+        ``fields`` are remapped to the table's ids here, by column path. Raises
+        RetryableConflictError when the table at ``snapshot`` no longer fits the files (a
+        concurrent commit changed the type of one of the columns, added a non-nullable
+        column the data lacks): run the job again, it plans against the new schema."""
+        from txn_engine.builder import max_fragment_id
+        from txn_engine.errors import RetryableConflictError
+        from txn_engine.format.schema import arrow_to_fields, max_field_id
+        from txn_engine.ops import Merge
+
+        manifest = snapshot.manifest_pb
+        table = snapshot.schema
+        for field in table:
+            index = self.schema.get_field_index(field.name)
+            same = index >= 0 and self.schema.field(index).type.equals(field.type)
+            if (index >= 0 and not same) or (index < 0 and not field.nullable):
+                raise RetryableConflictError(
+                    f"mergeSchema append to {redact_uri(self.uri)}: column {field.name!r} of "
+                    f"the table at version {snapshot.version} is {field.type}"
+                    f"{'' if field.nullable else ' not null'}; the data files were written "
+                    f"for version {self.read_version}'s schema",
+                    read_version=self.read_version,
+                    conflicting_version=snapshot.version,
+                    operation="Merge",
+                    remedy="run the write again; it plans against the new schema",
+                )
+        new = pa.schema([field for field in self.schema if field.name not in table.names])
+        added = arrow_to_fields(
+            new,
+            first_id=max_field_id(manifest) + 1,
+            data_storage_version=_data_format(manifest) or "2.2",
+        )
+        fields = [*manifest.fields, *added]
+        wanted = _field_ids_by_path(fields)
+        mapping = {
+            fresh: wanted[path]
+            for path, fresh in _field_ids_by_path(arrow_to_fields(self.schema)).items()
+        }
+        high = max_fragment_id(manifest)
+        next_id = 0 if high is None else high + 1
+        appended = []
+        for offset, data in enumerate(jsons):
+            data = dict(data)
+            data["id"] = next_id + offset
+            data["files"] = [
+                {**f, "fields": [mapping.get(i, i) for i in f.get("fields", ())]}
+                for f in data.get("files", ())
+            ]
+            appended.append(Fragment.from_lance_json(data))
+        operation = Merge(
+            fragments=(*snapshot.fragments, *appended),
+            schema=tuple(LanceField.from_proto(f) for f in [*manifest.fields, *added]),
+            schema_metadata=dict(manifest.schema_metadata),
+            preserves_nullability=True,
+        )
+        return self._transaction_of(operation, snapshot.version)
 
     def _replace_where(self, new_fragments: tuple[Fragment, ...]) -> Update:
         """An Update at the pinned version: the rows matching ``replace_where`` deleted
@@ -561,7 +710,7 @@ class FragmentCollector:
         else:
             txn = self.transaction(jsons)
             version, already, attempts, commit_seconds, keep = self._commit_once(
-                storage, txn, referenced
+                storage, txn, referenced, jsons
             )
         stats = _staging.finalize(storage, self.write_key, keep, extra_files=referenced - keep)
         result = SparkCommitResult(
@@ -606,14 +755,16 @@ class FragmentCollector:
                 storage.delete(self.lease_path)
 
     def _commit_once(
-        self, storage: Storage, txn: Transaction, referenced: set[str]
+        self,
+        storage: Storage,
+        txn: Transaction,
+        referenced: set[str],
+        jsons: Sequence[Mapping[str, Any]],
     ) -> tuple[int, bool, int, float, set[str]]:
         """Commit ``txn``; retry (up to ``commit_attempts`` calls) while the outcome is
         unknown. txn_engine's commit finds the transaction by uuid among the versions it
         checks, so a retry of a commit that did land reports it instead of landing twice.
         Returns (version, already_committed, calls, seconds in commit, files to keep)."""
-        from txn_engine.commit import commit as txn_commit
-
         policy = self._retry_policy()
         retry = attrs.evolve(UNKNOWN_OUTCOME_RETRY, max_attempts=self.options.commit_attempts)
         budget = retry.budget()  # the commit_attempts calls and the sleeps between them
@@ -623,7 +774,7 @@ class FragmentCollector:
             attempt = budget.start_attempt()
             t0 = time.perf_counter()
             try:
-                result = txn_commit(storage, txn, retry_policy=policy)
+                result = self._commit_call(storage, txn, jsons, policy)
             except (CommitStateUnknownError, StorageError) as exc:
                 last = exc
             except TxnEngineError:
@@ -667,6 +818,38 @@ class FragmentCollector:
             remedy="call commit() again with the same fragments, or find_landed(); do not "
             "delete the data files",
         ) from last
+
+    def _commit_call(
+        self,
+        storage: Storage,
+        txn: Transaction,
+        jsons: Sequence[Mapping[str, Any]],
+        policy: RetryPolicy | None,
+    ) -> CommitResult:
+        """One call of txn_engine's commit for ``txn`` (at the pinned read version, so a
+        transaction that already landed is found by its uuid). A ``mergeSchema`` Merge that
+        a concurrent commit preempts (a Merge conflicts with every concurrent Append,
+        Delete, Update, ...) is re-planned on the latest version: the table's fragments
+        then plus this write's, no data rewritten; within :data:`MERGE_SCHEMA_RETRY`
+        (``RetriesExhaustedError`` when it runs out)."""
+        from txn_engine.commit import commit as txn_commit
+        from txn_engine.commit import replan_and_commit
+
+        if not self.added_columns or self.creates_dataset:
+            return txn_commit(storage, txn, retry_policy=policy)
+        plans = [txn]
+
+        def plan(snapshot: Dataset) -> Transaction:
+            if plans:
+                return plans.pop()  # the first plan: the one pinned at planning
+            return self._merge_schema_transaction(snapshot, jsons)
+
+        return replan_and_commit(
+            storage,
+            plan,
+            retry_policy=_merge_schema_retry(self.options),
+            commit_retry_policy=policy,
+        )
 
     def _retry_policy(self) -> RetryPolicy | None:
         return _retry_policy(self.options)
@@ -746,28 +929,49 @@ def _open(uri: str, options: WriteOptions) -> Storage:
     return open_storage(uri, dict(options.storage_options) or None)
 
 
+@attrs.frozen
+class _Pinned:
+    """What a write plans against: the read version, the schema the data is written with,
+    the columns an append adds (``mergeSchema`` in one version) and, then, the table's
+    data file format (the new files must have it)."""
+
+    read_version: int
+    schema: pa.Schema
+    added_columns: tuple[str, ...] = ()
+    data_storage_version: str | None = None
+
+
 def _pin(
     storage: Storage, uri: str, mode: WriteMode, schema: pa.Schema, options: WriteOptions
-) -> tuple[int, pa.Schema]:
-    """(read version, target schema) as of now."""
+) -> _Pinned:
+    """The read version (the latest version now) and the target schema."""
     from txn_engine.format.io import latest_version
 
     try:
         entry = latest_version(storage)
     except DatasetNotFoundError:
-        return 0, schema
+        return _Pinned(0, schema)
     if mode == "overwrite" and options.replace_where is None:
-        return entry.version, schema
+        return _Pinned(entry.version, schema)
     from txn_engine.dataset import Dataset
 
     if options.replace_where is not None and options.merge_schema:
         raise InvalidOperationError("replaceWhere cannot be combined with mergeSchema")
 
-    target = Dataset.open(storage, version=entry.version).schema
+    current = Dataset.open(storage, version=entry.version)
+    target = current.schema
     theirs, ours = set(target.names), set(schema.names)
     read_version = entry.version
     if options.merge_schema and theirs < ours:
         check_lossless(schema, target, what=f"cannot append to {uri}")
+        if _merges_in_one_version(current.manifest_pb):
+            new = [field.with_nullable(True) for field in schema if field.name not in theirs]
+            return _Pinned(
+                read_version,
+                pa.schema([*target, *new], metadata=target.metadata),
+                tuple(field.name for field in new),
+                _data_format(current.manifest_pb),
+            )
         read_version = _add_columns(storage, uri, schema, options)
         target = Dataset.open(storage, version=read_version).schema
         theirs = set(target.names)
@@ -778,7 +982,40 @@ def _pin(
             f"(missing: {sorted(theirs - ours)}, unexpected: {sorted(ours - theirs)}){hint}"
         )
     check_lossless(schema, target, what=f"cannot append to {uri}")
-    return read_version, target
+    return _Pinned(read_version, target)
+
+
+def _merges_in_one_version(manifest: Any) -> bool:
+    """Whether ``mergeSchema`` can add the columns and the rows in one Merge: not for
+    tables with stable row ids (a Merge's new fragments get no row ids, so the columns are
+    added first, then the rows appended) nor for legacy (v1) data files, whose field ids
+    live in the files themselves."""
+    from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
+
+    if manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS:
+        return False
+    major = (_data_format(manifest) or "").split(".", 1)[0]
+    return major.isdigit() and int(major) >= 2
+
+
+def _data_format(manifest: Any) -> str | None:
+    """The Lance file format version of a manifest's data files (``"2.0"``, ...)."""
+    return str(manifest.data_format.version) if manifest.HasField("data_format") else None
+
+
+def _field_ids_by_path(fields: Iterable[Any]) -> dict[tuple[str, ...], int]:
+    """Lance field id of every field (protobuf ``Field``) by its path of names."""
+    fields = list(fields)
+    by_id = {f.id: f for f in fields}
+    out: dict[tuple[str, ...], int] = {}
+    for f in fields:
+        path = [f.name]
+        parent = f.parent_id
+        while parent in by_id and len(path) <= len(fields):  # bounded, even for a cycle
+            path.append(by_id[parent].name)
+            parent = by_id[parent].parent_id
+        out[tuple(reversed(path))] = f.id
+    return out
 
 
 def _add_columns(storage: Storage, uri: str, data: pa.Schema, options: WriteOptions) -> int:
@@ -793,8 +1030,7 @@ def _add_columns(storage: Storage, uri: str, data: pa.Schema, options: WriteOpti
     from txn_engine.format.schema import arrow_to_fields, max_field_id
     from txn_engine.ops import Merge
 
-    attempts = max(MERGE_SCHEMA_RETRY.max_attempts, options.commit_attempts)
-    budget = attrs.evolve(MERGE_SCHEMA_RETRY, max_attempts=attempts).budget()
+    budget = _merge_schema_retry(options).budget()
     while True:
         budget.start_attempt()
         current = Dataset.open(storage)
@@ -826,6 +1062,13 @@ def _add_columns(storage: Storage, uri: str, data: pa.Schema, options: WriteOpti
             raise
         _log.info("mergeSchema: %s gained columns %s in version %d", uri, names, result.version)
         return result.version
+
+
+def _merge_schema_retry(options: WriteOptions) -> RetryPolicy:
+    """``mergeSchema``'s re-planning budget: :data:`MERGE_SCHEMA_RETRY`, with at least
+    ``commit_attempts`` plans."""
+    attempts = max(MERGE_SCHEMA_RETRY.max_attempts, options.commit_attempts)
+    return attrs.evolve(MERGE_SCHEMA_RETRY, max_attempts=attempts)
 
 
 def check_lossless(data: pa.Schema, table: pa.Schema, *, what: str = "cannot write") -> None:

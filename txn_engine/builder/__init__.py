@@ -48,6 +48,7 @@ from txn_engine.builder._policy import (
     PendingDeletionFile,
     Predicate,
     Rebased,
+    RebaseTarget,
     RowClash,
     RuleContext,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "ManifestState",
     "PendingDeletionFile",
     "Predicate",
+    "RebaseTarget",
     "Rebased",
     "RowClash",
     "RuleContext",

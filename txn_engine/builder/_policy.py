@@ -28,6 +28,7 @@ __all__ = [
     "FragmentLookup",
     "PendingDeletionFile",
     "Predicate",
+    "RebaseTarget",
     "Rebased",
     "RowClash",
     "RuleContext",
@@ -99,6 +100,22 @@ class PendingDeletionFile:
     @property
     def path(self) -> str:
         return deletion_file_path(self.fragment_id, self.deletion_file)
+
+
+@attrs.frozen
+class RebaseTarget:
+    """What a rebase moves a transaction onto: the latest ``version`` and its
+    ``fragments`` (sorted by id), the fragments my predicates marked
+    (``RuleContext.rebase_ids``, rule D1), my fragments as of my read version
+    (``initial_fragments``; None when nothing is marked), how to read a deletion vector
+    (``read_dv``) and where the ids of new deletion files come from (``new_id``)."""
+
+    version: int
+    fragments: Sequence[table_pb2.DataFragment]
+    rebase_fragment_ids: frozenset[int]
+    initial_fragments: FragmentLookup | None
+    read_dv: DeletionReader
+    new_id: Callable[[], int]
 
 
 @attrs.frozen

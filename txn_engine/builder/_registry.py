@@ -13,13 +13,11 @@ so do the drivers of :mod:`txn_engine.conflicts` (detection, rebase).
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 import attrs
-from pyroaring import BitMap64
 
 from txn_engine._proto import table_pb2
 from txn_engine.builder._common import Ids, ManifestState, invalid
@@ -28,6 +26,7 @@ from txn_engine.builder._policy import (
     FragmentLookup,
     Predicate,
     Rebased,
+    RebaseTarget,
     RowClash,
     RuleContext,
 )
@@ -36,7 +35,7 @@ from txn_engine.transaction import Transaction
 #: The config keys an operation edits: (upserted, deleted).
 ConfigEdits = tuple[frozenset[str], frozenset[str]]
 
-_NO_EDITS: ConfigEdits = (frozenset(), frozenset())
+NO_CONFIG_EDITS: ConfigEdits = (frozenset(), frozenset())
 
 OpT = TypeVar("OpT")
 
@@ -93,8 +92,8 @@ class Handler(Generic[OpT]):
     ``follow_up_rules`` are also evaluated after the matrix's rule found nothing (Update:
     the upsert key check U1). :meth:`modified_fragment_ids` and :meth:`config_edits` say
     what the operation touches (rules O1 and K read them on both sides);
-    :meth:`derive_affected_rows`, :meth:`with_derived_rows` and :meth:`rebase` move a
-    checked transaction onto the latest version. ``tests/unit/test_handlers.py`` fails
+    :meth:`with_derived_rows` and :meth:`rebase` move a checked transaction onto the
+    latest version. ``tests/unit/test_handlers.py`` fails
     when a type lacks any of this.
 
     Lineage (:mod:`txn_engine.conflicts.lineage`, whether a version committed right above
@@ -145,14 +144,7 @@ class Handler(Generic[OpT]):
 
     def config_edits(self, op: OpT) -> ConfigEdits:
         """The config keys ``op`` upserts and deletes (rules K, K2, C1, C2 compare them)."""
-        return _NO_EDITS
-
-    def derive_affected_rows(
-        self, txn: Transaction, initial_fragments: FragmentLookup, read_dv: DeletionReader
-    ) -> BitMap64 | None:
-        """The row addresses ``txn`` removed, derived from its own deletion files (None:
-        not derivable for this operation)."""
-        return None
+        return NO_CONFIG_EDITS
 
     def with_derived_rows(
         self,
@@ -161,25 +153,14 @@ class Handler(Generic[OpT]):
         initial_fragments: FragmentLookup,
         read_dv: DeletionReader,
     ) -> Transaction | None:
-        """``txn`` carrying what :meth:`derive_affected_rows` derives, when the conflicts it
-        met (their rule codes ``rules``) might then resolve and it carries none; None
-        otherwise (``ConflictOptions.derive_affected_rows``)."""
+        """``txn`` carrying what it affected, derived from its own files, when the
+        conflicts it met (their rule codes ``rules``) might then resolve and it carries
+        none; None otherwise (``ConflictOptions.derive_affected_rows``)."""
         return None
 
-    def rebase(
-        self,
-        txn: Transaction,
-        *,
-        latest_version: int,
-        latest_fragments: Sequence[table_pb2.DataFragment],
-        rebase_fragment_ids: frozenset[int],
-        initial_fragments: FragmentLookup | None,
-        read_dv: DeletionReader,
-        new_id: Callable[[], int] = lambda: secrets.randbits(64),
-    ) -> Rebased | RowClash:
-        """``txn`` moved onto ``latest_version``; by default unchanged (the builder
-        rebuilds it on the latest manifest). ``rebase_fragment_ids`` are the fragments my
-        predicates put in ``RuleContext.rebase_ids``."""
+    def rebase(self, txn: Transaction, target: RebaseTarget) -> Rebased | RowClash:
+        """``txn`` moved onto ``target.version``; by default unchanged (the builder
+        rebuilds it on the latest manifest)."""
         return Rebased(txn)
 
 

@@ -16,6 +16,7 @@ from txn_engine._proto import table_pb2
 from txn_engine.builder._common import ManifestState, field_ids_of, invalid
 from txn_engine.builder._policy import Predicate, RuleContext, expect
 from txn_engine.builder._registry import (
+    NO_CONFIG_EDITS,
     Build,
     ConfigEdits,
     Handler,
@@ -26,12 +27,10 @@ from txn_engine.builder._registry import (
 from txn_engine.ops import UpdateBases, UpdateConfig, UpdateMap
 from txn_engine.transaction import Transaction
 
-_NO_EDITS: ConfigEdits = (frozenset(), frozenset())
-
 
 def _map_edits(m: UpdateMap | None) -> ConfigEdits:
     if m is None:
-        return _NO_EDITS
+        return NO_CONFIG_EDITS
     return m.upserted_keys, m.deleted_keys
 
 

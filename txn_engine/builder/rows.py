@@ -10,8 +10,7 @@ upsert key check U1 and the MemWAL rule M1.
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 import attrs
@@ -40,6 +39,7 @@ from txn_engine.builder._policy import (
     PendingDeletionFile,
     Predicate,
     Rebased,
+    RebaseTarget,
     RowClash,
     RuleContext,
     expect,
@@ -180,11 +180,6 @@ class _RowsHandler:
     def modified_fragment_ids(self, op: Delete | Update) -> frozenset[int]:
         return _modified(op)
 
-    def derive_affected_rows(
-        self, txn: Transaction, initial_fragments: FragmentLookup, read_dv: DeletionReader
-    ) -> BitMap64 | None:
-        return derive_affected_rows(txn, initial_fragments, read_dv)
-
     def with_derived_rows(
         self,
         txn: Transaction,
@@ -202,26 +197,8 @@ class _RowsHandler:
             return None
         return attrs.evolve(txn, operation=attrs.evolve(op, affected_rows=rows))
 
-    def rebase(
-        self,
-        txn: Transaction,
-        *,
-        latest_version: int,
-        latest_fragments: Sequence[table_pb2.DataFragment],
-        rebase_fragment_ids: frozenset[int],
-        initial_fragments: FragmentLookup | None,
-        read_dv: DeletionReader,
-        new_id: Callable[[], int] = lambda: secrets.randbits(64),
-    ) -> Rebased | RowClash:
-        return rebase_deletions(
-            txn,
-            latest_version=latest_version,
-            latest_fragments=latest_fragments,
-            rebase_fragment_ids=rebase_fragment_ids,
-            initial_fragments=initial_fragments,
-            read_dv=read_dv,
-            new_id=new_id,
-        )
+    def rebase(self, txn: Transaction, target: RebaseTarget) -> Rebased | RowClash:
+        return rebase_deletions(txn, target)
 
 
 @register(Delete)
@@ -421,25 +398,18 @@ def derive_affected_rows(
     return rows
 
 
-def rebase_deletions(
-    txn: Transaction,
-    *,
-    latest_version: int,
-    latest_fragments: Sequence[table_pb2.DataFragment],
-    rebase_fragment_ids: frozenset[int],
-    initial_fragments: FragmentLookup | None,
-    read_dv: DeletionReader,
-    new_id: Callable[[], int] = lambda: secrets.randbits(64),
-) -> Rebased | RowClash:
-    """A Delete/Update moved onto ``latest_version``: for each fragment of
-    ``rebase_fragment_ids`` the latest deletion vector merged with my affected rows (a
-    new ``.bin`` file to write; a fragment left with no rows is removed instead); a
+def rebase_deletions(txn: Transaction, target: RebaseTarget) -> Rebased | RowClash:
+    """A Delete/Update moved onto ``target.version``: for each fragment of
+    ``target.rebase_fragment_ids`` the latest deletion vector merged with my affected rows
+    (a new ``.bin`` file to write; a fragment left with no rows is removed instead); a
     :class:`RowClash` when both deleted or updated one row. Without fragments to merge,
     only the read version moves."""
     op = txn.operation
     if not isinstance(op, (Delete, Update)):
         return Rebased(txn)
-    if not rebase_fragment_ids:
+    latest_version, latest_fragments = target.version, target.fragments
+    initial_fragments, read_dv = target.initial_fragments, target.read_dv
+    if not target.rebase_fragment_ids:
         return Rebased(txn.with_read_version(latest_version))
     affected = op.affected_rows
     if affected is None or initial_fragments is None:  # D1 never marks fragments then
@@ -447,7 +417,7 @@ def rebase_deletions(
     new_files: dict[int, DeletionFile] = {}
     writes: list[PendingDeletionFile] = []
     now_empty: list[int] = []
-    for fid in sorted(rebase_fragment_ids):
+    for fid in sorted(target.rebase_fragment_ids):
         pos = find_fragment_index(latest_fragments, fid)
         if pos < 0:
             return RowClash(f"fragment {fid} no longer exists", (fid,))
@@ -471,7 +441,7 @@ def rebase_deletions(
         pb = table_pb2.DeletionFile(
             file_type=table_pb2.DeletionFile.BITMAP,
             read_version=latest_version,
-            id=new_id(),
+            id=target.new_id(),
             num_deleted_rows=len(merged),
         )
         writes.append(PendingDeletionFile(fid, pb, encode_bitmap_deletions(merged)))

@@ -15,6 +15,18 @@ from txn_engine.ops import Clone, Restore
 from txn_engine.transaction import Transaction
 
 
+def _needed(source: ManifestState | None, message: str) -> ManifestState:
+    if source is None:
+        raise invalid(message)
+    return source
+
+
+def _copy(manifest: table_pb2.Manifest) -> table_pb2.Manifest:
+    m = table_pb2.Manifest()
+    m.CopyFrom(manifest)
+    return m
+
+
 @register(Restore)
 class RestoreHandler(Handler[Restore]):
     """The next version is a copy of an earlier one (writer version and flags included).
@@ -31,11 +43,8 @@ class RestoreHandler(Handler[Restore]):
             raise invalid(f"Restore: version {op.version} does not exist")
 
     def whole(self, current: ManifestState | None, op: Restore, sources: Sources) -> Whole | None:
-        source = sources.restore
-        if source is None:
-            raise invalid("Restore needs the manifest of the version it restores")
-        m = table_pb2.Manifest()
-        m.CopyFrom(source.manifest)
+        source = _needed(sources.restore, "Restore needs the manifest of the version it restores")
+        m = _copy(source.manifest)
         indices = [copy_index(i) for i in source.indices]
         if current is not None:
             # pylance 14 keeps the id high-water marks of the latest version, so fragment
@@ -62,11 +71,8 @@ class CloneHandler(Handler[Clone]):
         """Nothing beyond the common checks (the driver refuses a Clone onto a dataset)."""
 
     def whole(self, current: ManifestState | None, op: Clone, sources: Sources) -> Whole | None:
-        source = sources.clone
-        if source is None:
-            raise invalid("Clone needs the manifest of the version it clones")
-        m = table_pb2.Manifest()
-        m.CopyFrom(source.manifest)
+        source = _needed(sources.clone, "Clone needs the manifest of the version it clones")
+        m = _copy(source.manifest)
         new_base = max((b.id for b in m.base_paths), default=-1) + 1
         for frag in m.fragments:
             for df in frag.files:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
@@ -60,6 +61,23 @@ class Conflict:
     index_names: frozenset[str] = frozenset()
     row_addresses: tuple[int, ...] = ()
     other_uuid: str | None = None
+
+    @classmethod
+    def of_transaction(
+        cls, mine: Transaction, outcome: Outcome, rule: str, version: int, reason: str, **rest: Any
+    ) -> Conflict:
+        """A conflict of ``mine`` (its read version and kind filled in) with no other
+        transaction to name unless ``rest`` gives one; ``rest``: the other fields."""
+        rest.setdefault("other", None)
+        return cls(
+            outcome=outcome,
+            rule=rule,
+            version=version,
+            read_version=mine.read_version,
+            mine=mine.kind,
+            reason=reason,
+            **rest,
+        )
 
     @property
     def retryable(self) -> bool:
@@ -214,17 +232,13 @@ def unreadable_conflict(
 ) -> Conflict:
     """The conservative conflict for a committed version whose transaction cannot be read,
     decoded, or carries an operation this library does not know."""
-    return Conflict(
-        outcome=Outcome.INCOMPATIBLE,
-        rule="UNREADABLE",
-        version=version,
-        read_version=mine.read_version,
-        mine=mine.kind,
-        other=None,
-        reason=(
-            f"This {mine.kind} transaction cannot be checked against version {version}: its "
-            f"transaction is unreadable or unknown ({type(error).__name__}: {error})."
-        ),
+    return Conflict.of_transaction(
+        mine,
+        Outcome.INCOMPATIBLE,
+        "UNREADABLE",
+        version,
+        f"This {mine.kind} transaction cannot be checked against version {version}: its "
+        f"transaction is unreadable or unknown ({type(error).__name__}: {error}).",
         other_uuid=other_uuid,
     )
 
@@ -238,15 +252,11 @@ def missing_history_conflict(
     Missing history is never "no conflict": the transaction cannot be proved safe.
     """
     cause = "" if error is None else f" ({type(error).__name__}: {error})"
-    return Conflict(
-        outcome=Outcome.INCOMPATIBLE,
-        rule="MISSING",
-        version=version,
-        read_version=mine.read_version,
-        mine=mine.kind,
-        other=None,
-        reason=(
-            f"This {mine.kind} transaction (read version {mine.read_version}) cannot be "
-            f"checked: version {version} is missing from the history (cleaned up?){cause}."
-        ),
+    return Conflict.of_transaction(
+        mine,
+        Outcome.INCOMPATIBLE,
+        "MISSING",
+        version,
+        f"This {mine.kind} transaction (read version {mine.read_version}) cannot be "
+        f"checked: version {version} is missing from the history (cleaned up?){cause}.",
     )

@@ -14,9 +14,9 @@
   txn_engine's :class:`~txn_engine.ops.Rewrite` carries none.)
 
 The deletion-vector merge itself is the Delete and Update handlers' (their ``rebase``
-hook, :mod:`txn_engine.builder.rows`); :func:`rebase` and :func:`derive_affected_rows` are
-the drivers that look the handler up. Nothing here raises for a conflict; :func:`rebase`
-returns a :class:`Conflict` instead.
+hook, :mod:`txn_engine.builder.rows`, where :func:`derive_affected_rows` lives too);
+:func:`rebase` is the driver that looks the handler up. Nothing here raises for a
+conflict; :func:`rebase` returns a :class:`Conflict` instead.
 Nothing here does I/O either: deletion vectors are read through the ``read_dv`` callable the
 caller passes (the commit loop reads them from storage), and the merged deletion files are
 returned as :class:`PendingDeletionFile` values for the caller to write before its manifest.
@@ -34,7 +34,6 @@ import secrets
 from collections.abc import Callable, Sequence
 
 import attrs
-from pyroaring import BitMap64
 
 from txn_engine._proto import table_pb2
 from txn_engine.builder import (
@@ -42,6 +41,7 @@ from txn_engine.builder import (
     FragmentLookup,
     PendingDeletionFile,
     Rebased,
+    RebaseTarget,
     RowClash,
     find_fragment_index,
     handler_for,
@@ -49,6 +49,7 @@ from txn_engine.builder import (
 from txn_engine.builder._row_addresses import addresses as _addresses  # noqa: F401 (tests)
 from txn_engine.builder._row_addresses import fragment_offsets
 from txn_engine.builder._row_addresses import offsets_by_mask as _offsets_by_mask  # noqa: F401
+from txn_engine.builder.rows import derive_affected_rows
 from txn_engine.conflicts.detect import Conflict
 from txn_engine.conflicts.matrix import Outcome
 from txn_engine.transaction import Transaction
@@ -89,20 +90,6 @@ def find_fragment(
     return None if pos < 0 else fragments[pos]
 
 
-def derive_affected_rows(
-    txn: Transaction, initial_fragments: FragmentLookup, read_dv: DeletionReader
-) -> BitMap64 | None:
-    """The row addresses a Delete/Update removed, computed from its deletion files.
-
-    For each updated fragment: its deletion vector minus the read version's; for each
-    removed fragment: every row not already deleted at the read version. ``None`` when it
-    cannot be derived (not a Delete / row-rewriting Update, no updated fragments, or a
-    fragment whose data files it changed).
-    """
-    handler = handler_for(txn.operation)
-    return handler.derive_affected_rows(txn, initial_fragments, read_dv)
-
-
 def rebase(
     txn: Transaction,
     *,
@@ -121,32 +108,23 @@ def rebase(
     retryable ``Conflict`` when my affected rows clash with rows the latest version already
     deleted.
     """
-    out = handler_for(txn.operation).rebase(
-        txn,
-        latest_version=latest_version,
-        latest_fragments=latest_fragments,
-        rebase_fragment_ids=rebase_fragment_ids,
-        initial_fragments=initial_fragments,
-        read_dv=read_dv,
-        new_id=new_id,
+    target = RebaseTarget(
+        latest_version, latest_fragments, rebase_fragment_ids, initial_fragments, read_dv, new_id
     )
+    out = handler_for(txn.operation).rebase(txn, target)
     if isinstance(out, RowClash):
         return _conflict(txn, latest_version, out)
     return out
 
 
 def _conflict(txn: Transaction, version: int, clash: RowClash) -> Conflict:
-    return Conflict(
-        outcome=Outcome.RETRYABLE,
-        rule="ROWS",
-        version=version,
-        read_version=txn.read_version,
-        mine=txn.kind,
-        other=None,
-        reason=(
-            f"This {txn.kind} transaction was preempted by a concurrent transaction at or "
-            f"before version {version}: {clash.detail}. Please retry."
-        ),
+    return Conflict.of_transaction(
+        txn,
+        Outcome.RETRYABLE,
+        "ROWS",
+        version,
+        f"This {txn.kind} transaction was preempted by a concurrent transaction at or "
+        f"before version {version}: {clash.detail}. Please retry.",
         fragment_ids=frozenset(clash.fragment_ids),
         row_addresses=clash.rows,
     )

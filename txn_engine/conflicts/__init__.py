@@ -2,9 +2,12 @@
 
 * :mod:`txn_engine.conflicts.matrix`: ``MATRIX[(mine_kind, other_kind)] -> Rule``.
 * :mod:`txn_engine.conflicts.detect`: ``detect(mine, other, other_version=...)`` returns
-  :class:`Conflict` values; nothing there raises.
-* :mod:`txn_engine.conflicts.rebase`: moving a transaction onto the latest version
-  (deletion-vector merge for Delete/Update).
+  :class:`Conflict` values; nothing there raises. It evaluates each cell's rule on my
+  operation's handler (:class:`txn_engine.builder.Handler`: the predicates of one
+  operation type live with its validation and its effect on the manifest).
+* :mod:`txn_engine.conflicts.rebase`: moving a transaction onto the latest version (the
+  handler's ``rebase``: deletion-vector merge for Delete/Update).
+* :mod:`txn_engine.conflicts.planner`: ``plan_retry``, the decision over all winners.
 
 Only the commit loop (:mod:`txn_engine.commit`) turns conflicts into exceptions. The
 functions ``detect``/``check``/``rebase`` live in the submodules of the same names (not

@@ -4,8 +4,11 @@ lost responses and crashes (exactly-once). Clock, sleep and randomness are injec
 from __future__ import annotations
 
 import importlib
+import math
+import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -204,6 +207,134 @@ def test_k_intervening_versions_cost_at_most_k_reads(k: int) -> None:
     reads = [c for c in rec.calls if c[0] in ("get", "get_range", "size")]
     assert len(reads) <= k
     assert rec.counts["list"] == 1
+
+
+class DelayedReads:
+    """A storage on which every read request (get, get_range, size) takes ``delay`` seconds,
+    as on an object store, declaring ``read_concurrency`` (its reads may overlap); records
+    the most reads ever in flight at once."""
+
+    def __init__(self, inner: Storage, delay: float, concurrency: int) -> None:
+        self.inner = inner
+        self.delay = delay
+        self.read_concurrency = concurrency
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        self.inner.put_if_absent(path, data)
+
+    def put(self, path: str, data: bytes) -> None:
+        self.inner.put(path, data)
+
+    def list(self, prefix: str) -> Sequence[str]:
+        return self.inner.list(prefix)
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)
+
+    def _slow(self, read: Callable[[], Any], delay: float | None = None) -> Any:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            time.sleep(self.delay if delay is None else delay)
+            return read()
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def get(self, path: str) -> bytes:
+        return self._slow(lambda: self.inner.get(path))  # type: ignore[no-any-return]
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        return self._slow(lambda: self.inner.get_range(path, start, end))  # type: ignore[no-any-return]
+
+    def size(self, path: str) -> int:
+        return self._slow(lambda: self.inner.size(path))  # type: ignore[no-any-return]
+
+
+def _stale_commit(k: int, concurrency: int, delay: float) -> tuple[float, DelayedReads, Any]:
+    """Commit an Append read at version 1 with ``k`` Appends landed since, on storage with
+    ``delay`` per read request; returns the wall time, the storage and the recorder."""
+    inner = MemoryStorage()
+    create(inner)
+    for _ in range(k):
+        append(inner)
+    slow = DelayedReads(inner, delay, concurrency)
+    rec = RecordingStorage(slow)
+    start = time.perf_counter()
+    r = commit(rec, Transaction(1, Append([frag()])))
+    took = time.perf_counter() - start
+    assert r.version == k + 2
+    assert r.attempts == 1
+    return took, slow, rec
+
+
+def test_a_stale_commit_reads_the_winners_concurrently_on_an_object_store() -> None:
+    """k = 16 versions behind, 25 ms per read request: with 8 threads the winners cost about
+    ceil(16 / 8) x (requests per winner) x 25 ms, not 16 x that; order and request count
+    unchanged, and never more than 8 reads in flight."""
+    k, delay = 16, 0.025
+    serial, slow1, rec1 = _stale_commit(k, 1, delay)
+    parallel, slow8, rec8 = _stale_commit(k, 8, delay)
+    assert slow1.max_in_flight == 1
+    assert slow8.max_in_flight == 8  # bounded by the store's read_concurrency
+    reads = {m: rec8.counts[m] for m in ("get", "get_range", "size")}
+    assert reads == {m: rec1.counts[m] for m in ("get", "get_range", "size")}  # same requests
+    per_winner = sum(reads.values()) / k
+    # serial: every read waits for the one before; parallel: 16 winners in 2 waves of 8
+    assert serial >= k * per_winner * delay
+    assert parallel < serial / 3, (parallel, serial)
+    # ~ceil(k / 8) waves of reads, plus the read version and the latest (x3: a loaded CI box)
+    assert parallel < (math.ceil(k / 8) * per_winner + 2) * delay * 3
+    print(
+        f"\n[k={k}, {delay * 1000:.0f} ms/read, {sum(reads.values())} reads] "
+        f"serial {serial * 1000:.0f} ms, 8 threads {parallel * 1000:.0f} ms"
+    )
+
+
+def test_concurrent_winner_reads_keep_version_order() -> None:
+    """Later versions answer first (shorter delays): the first conflict in version order is
+    still the one reported."""
+    inner = MemoryStorage()
+    create(inner)
+    append(inner, 1)  # 2
+    commit(inner, Transaction(2, Overwrite([frag()], SCHEMA)))  # 3: conflicts with ours
+    append(inner, 3)  # 4
+    commit(inner, Transaction(4, Overwrite([frag()], SCHEMA)))  # 5: conflicts too
+    append(inner, 5)  # 6
+
+    slow = DelayedReads(inner, 0.0, 8)
+    orders: list[str] = []
+
+    def get_range(path: str, start: int, end: int) -> bytes:
+        version = next(v for v in range(1, 8) if path.endswith(manifest_name(v, NamingScheme.V2)))
+        # version 2 slowest, version 6 fastest
+        data: bytes = slow._slow(lambda: inner.get_range(path, start, end), 0.01 * (8 - version))
+        orders.append(path)
+        return data
+
+    slow.get_range = get_range  # type: ignore[method-assign]
+    with pytest.raises(IncompatibleTransactionError) as info:
+        commit(slow, Transaction(1, Append([frag()])))
+    assert info.value.conflicting_version == 3
+    finished = [
+        next(v for v in range(1, 8) if p.endswith(manifest_name(v, NamingScheme.V2)))
+        for p in orders
+    ]
+    winners = [v for v in finished if 2 <= v <= 5]
+    assert sorted(winners) == [2, 3, 4, 5]
+    assert winners != sorted(winners)  # the winners' reads did finish out of order
+    assert slow.max_in_flight > 1
 
 
 # ---- conflicts raise typed errors ----------------------------------------------------------------

@@ -140,6 +140,17 @@ def test_store_entries_use_lances_keys_and_final_paths() -> None:
     assert ExternalCommitHandler(inner, store).base_uri == inner.uri.rstrip("/")
 
 
+def test_a_version_written_before_onboarding_is_never_claimed() -> None:
+    inner = MemoryStorage()
+    inner.put_if_absent(manifest(1), b"pre-store")
+    handler = ExternalCommitHandler(inner, InMemoryManifestStore(), base_uri="ds")
+    with pytest.raises(ObjectExistsError):
+        handler.commit(1, manifest(1), b"stale writer")
+    assert inner.get(manifest(1)) == b"pre-store"
+    assert handler.store.get_latest("ds") is None  # nothing claimed
+    assert inner.list("_versions") == [manifest(1).rpartition("/")[2]]  # no staging object
+
+
 def test_a_claim_under_the_other_naming_scheme_is_not_this_path() -> None:
     handler = ExternalCommitHandler(MemoryStorage(), InMemoryManifestStore(), base_uri="ds")
     handler.claim(3, manifest(3, NamingScheme.V1), b"v1 name")

@@ -108,6 +108,21 @@ def _lance(module: str = "lance") -> Any:
         ) from exc
 
 
+_SESSION: Any = None
+
+
+def _session() -> Any:
+    """One pylance ``Session`` (metadata and index caches) for every handle of the process:
+    planning opens pylance's dataset at the pinned version on every call, and a fresh
+    session would read that version's metadata cold each time."""
+    global _SESSION
+    if _SESSION is None:
+        _SESSION = _lance().Session(
+            metadata_cache_size_bytes=128 * 1024 * 1024, index_cache_size_bytes=512 * 1024 * 1024
+        )
+    return _SESSION
+
+
 class Table:
     """A writer handle on one Lance dataset (see the module docstring). Create with
     :func:`txn_engine.open`.
@@ -157,7 +172,12 @@ class Table:
         """pylance's ``LanceDataset`` at ``version`` (default: latest), for reading."""
         lance = _lance()
         with _planning("open"):
-            return lance.dataset(self._uri, version=version, storage_options=self._lance_options)
+            return lance.dataset(
+                self._uri,
+                version=version,
+                storage_options=self._lance_options,
+                session=_session(),
+            )
 
     def to_table(self, **scan: Any) -> Any:
         """The latest version read by pylance as a ``pyarrow.Table`` (``scan``: pylance's
@@ -184,13 +204,18 @@ class Table:
         *,
         with_lance: bool = True,
         properties: Mapping[str, str] | None = None,
+        if_missing: Callable[[], CommitResult] | None = None,
     ) -> CommitResult:
         """Plan at the pinned latest version (pylance opened at that version too),
         commit, re-plan on a retryable conflict. A lease pins the read version against
-        cleanup from the start of planning until the commit is decided."""
+        cleanup from the start of planning until the commit is decided. ``if_missing``
+        answers instead when there is no dataset to plan against (append / overwrite
+        create it)."""
         held: list[Lease] = []
+        calls: list[int] = []
 
         def planned(snapshot: Dataset) -> Transaction:
+            calls.append(snapshot.version)
             for old in held:  # re-planning: the previous read version is no longer needed
                 old.release()
             held.clear()
@@ -210,6 +235,10 @@ class Table:
                 commit_retry_policy=self.commit_retry_policy,
                 conflict_options=self.conflict_options,
             )
+        except DatasetNotFoundError:
+            if if_missing is None or calls:  # planned against a dataset that then vanished
+                raise
+            return if_missing()
         finally:
             for old in held:
                 old.release()
@@ -251,8 +280,6 @@ class Table:
         still fails if a value does not fit.
         """
         table = _to_arrow(data)
-        if not self._exists():
-            return self._create(table, None, "append")
         write_fragments = _lance("lance.fragment").write_fragments
 
         def plan(snapshot: Dataset, lds: Any) -> Operation:
@@ -262,7 +289,12 @@ class Table:
             )
             return as_transaction(txn).operation
 
-        return self._run("append", plan, properties=properties)
+        return self._run(
+            "append",
+            plan,
+            properties=properties,
+            if_missing=lambda: self._create(table, None, "append"),
+        )
 
     def overwrite(
         self,
@@ -275,8 +307,6 @@ class Table:
         is none). Indices are dropped; the config is kept. Columns whose name exists keep
         their field id, as pylance does."""
         table = _to_arrow(data)
-        if not self._exists():
-            return self._create(table, schema, "overwrite")
         write_fragments = _lance("lance.fragment").write_fragments
 
         def plan(snapshot: Dataset, lds: Any) -> Operation:
@@ -290,7 +320,12 @@ class Table:
             )
             return as_transaction(txn).operation
 
-        return self._run("overwrite", plan, properties=properties)
+        return self._run(
+            "overwrite",
+            plan,
+            properties=properties,
+            if_missing=lambda: self._create(table, schema, "overwrite"),
+        )
 
     def delete(
         self, predicate: str, *, properties: Mapping[str, str] | None = None

@@ -9,12 +9,13 @@ The lease is the JSON object ``_txn_engine/leases/<uuid>.json``::
 
     {"version": 7, "created_at_ns": ..., "expires_at_ns": ..., "owner": "host:pid"}
 
-written when the lease is taken, rewritten with a later ``expires_at_ns`` by a daemon
-thread every ``ttl / 3`` seconds, and deleted when the ``with`` block exits (or on
-:meth:`Lease.release`). :func:`txn_engine.cleanup.cleanup` keeps every version at or after
-the oldest *live* (unexpired) lease, every file those versions reference, and every file
-written since the oldest live lease was created (the files of a writer that took its lease
-before writing them and has not committed yet).
+written when the lease is taken, rewritten with a later ``expires_at_ns`` every ``ttl / 3``
+seconds (one daemon thread per process renews every lease that asks for it), and deleted
+when the ``with`` block exits (or on :meth:`Lease.release`).
+:func:`txn_engine.cleanup.cleanup` keeps every version at or after the oldest *live*
+(unexpired) lease, every file those versions reference, and every file written since the
+oldest live lease was created (the files of a writer that took its lease before writing
+them and has not committed yet).
 
 Protocol (what makes a lease effective):
 
@@ -42,6 +43,8 @@ clock skew between machines well below ``ttl`` (the default ``ttl`` is ten minut
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import os
 import socket
@@ -180,6 +183,60 @@ def _default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+class _Renewer:
+    """The one daemon thread of a process that renews every background lease when due.
+
+    Starting a thread per lease cost about as much as the rest of a small commit; one
+    shared thread renews each lease every ``ttl / 3`` seconds instead. A lease leaves the
+    schedule when :meth:`Lease.release` runs or its renewal says to stop. After ``fork``
+    the child starts its own thread on first use.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Lease]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def add(self, held: Lease, interval: float) -> None:
+        with self._cond:
+            if len(self._heap) > 1024:  # released leases wait for their turn to leave: purge
+                self._heap = [e for e in self._heap if not e[2].released]
+                heapq.heapify(self._heap)
+            entry = (time.monotonic() + interval, next(self._seq), held)
+            heapq.heappush(self._heap, entry)
+            thread = self._thread
+            if thread is None or self._pid != os.getpid() or not thread.is_alive():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(
+                    target=self._loop, name="txn_engine-lease-renewer", daemon=True
+                )
+                self._thread.start()
+            elif self._heap[0] is entry:  # due before everything else: wait less
+                self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    # released leases leave the schedule at once
+                    while self._heap and self._heap[0][2].released:
+                        heapq.heappop(self._heap)
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        _, _, held = heapq.heappop(self._heap)
+                        break
+                    self._cond.wait(None if not self._heap else self._heap[0][0] - now)
+            interval = held._renew_tick()  # outside the lock: it writes
+            if interval is not None:
+                with self._cond:
+                    heapq.heappush(self._heap, (time.monotonic() + interval, next(self._seq), held))
+
+
+_RENEWER = _Renewer()
+
+
 class Lease:
     """A held lease (see the module docstring); use it as a context manager.
 
@@ -213,19 +270,14 @@ class Lease:
         self._id = str(uuid_module.uuid4())
         self._path = f"{LEASES_DIR}/{self._id}.json"
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._released = False
         self._expired = False
         self._created_at_ns = clock()
         self._expires_at_ns = 0
         self.last_error: BaseException | None = None
         self._version = self._acquire(version)
-        self._thread: threading.Thread | None = None
         if renew_in_background:
-            self._thread = threading.Thread(
-                target=self._renew_loop, name=f"txn_engine-lease-{self._id[:8]}", daemon=True
-            )
-            self._thread.start()
+            _RENEWER.add(self, ttl / 3)
 
     def _write(self, version: int) -> None:
         now = self._clock()
@@ -235,9 +287,9 @@ class Lease:
 
     def _acquire(self, version: int | None) -> int:
         for _ in range(_ACQUIRE_ATTEMPTS):
+            # (a given version is checked only after the lease is written: that check is the
+            # one the protocol needs, and a version that is absent fails it the same way)
             target = latest_version(self._storage).version if version is None else version
-            if version is not None:
-                resolve_version(self._storage, target)  # VersionNotFoundError if absent
             self._write(target)
             self._wait_for_cleanups()
             try:
@@ -312,16 +364,17 @@ class Lease:
                 )
             self._write(self._version)
 
-    def _renew_loop(self) -> None:
-        interval = self._ttl / 3
-        while not self._stop.wait(interval):
-            try:
-                self.renew()
-            except LeaseExpiredError as exc:
+    def _renew_tick(self) -> float | None:
+        """One background renewal; the delay until the next one, or None to stop."""
+        try:
+            self.renew()
+        except LeaseExpiredError as exc:
+            if not self._released:
                 self.last_error = exc
-                return
-            except StorageError as exc:  # transient: retry at the next tick
-                self.last_error = exc
+            return None
+        except StorageError as exc:  # transient: retry at the next tick
+            self.last_error = exc
+        return self._ttl / 3
 
     def release(self) -> None:
         """Stop renewing and delete the lease object (idempotent)."""
@@ -329,11 +382,9 @@ class Lease:
             if self._released:
                 return
             self._released = True
-            self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-        self._storage.delete(self._path)
+            # a renewal writes under the lock and checks ``_released`` first, so none can
+            # re-create the object after the delete below
+            self._storage.delete(self._path)
 
     def __enter__(self) -> Lease:
         return self

@@ -186,3 +186,68 @@ def test_acquisition_of_latest_retries_when_the_latest_is_cleaned_meanwhile() ->
     assert held.version == 2
     assert len(store.list(LEASES_DIR)) == 1
     held.release()
+
+
+def _lease_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name.startswith("txn_engine-lease")]
+
+
+def test_one_shared_thread_renews_every_background_lease() -> None:
+    # a thread per lease cost as much as the rest of a small writer-API commit
+    store = _dataset(2)
+    held = [Lease(store, 1, ttl=0.3, owner=f"t{i}") for i in range(12)]
+    try:
+        assert len(_lease_threads()) == 1
+        first = [h.expires_at_ns for h in held]
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(
+            h.expires_at_ns == f for h, f in zip(held, first, strict=True)
+        ):
+            time.sleep(0.02)
+        assert all(h.expires_at_ns > f for h, f in zip(held, first, strict=True))
+        time.sleep(0.45)  # past every first expiry: all still live
+        assert all(info.live(time.time_ns()) for info in read_leases(store))
+        assert not any(h.expired for h in held)
+    finally:
+        for h in held:
+            h.release()
+    assert store.list(LEASES_DIR) == []
+    time.sleep(0.25)  # a released lease is never renewed (its object is not re-created)
+    assert store.list(LEASES_DIR) == []
+    assert len(_lease_threads()) == 1
+
+
+def test_a_lease_released_while_its_renewal_runs_leaves_no_object() -> None:
+    import threading
+
+    class _SlowPut(MemoryStorage):
+        """The renewal's write blocks until the test has called release."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.in_put = threading.Event()
+            self.go = threading.Event()
+            self.block = False
+
+        def put(self, path: str, data: bytes) -> None:
+            if self.block and path.startswith(LEASES_DIR):
+                self.in_put.set()
+                self.go.wait(5)
+            super().put(path, data)
+
+    store = _SlowPut()
+    commit(store, Transaction(0, Overwrite([_frag()], SCHEMA)))
+    held = Lease(store, 1, ttl=0.15, owner="t")
+    store.block = True
+    assert store.in_put.wait(5)  # the shared renewer is inside a renewal write
+    releasing = threading.Thread(target=held.release)
+    releasing.start()
+    time.sleep(0.05)
+    store.go.set()  # the renewal's write lands, then release deletes the object
+    releasing.join(5)
+    assert held.released
+    store.block = False
+    time.sleep(0.2)
+    assert store.list(LEASES_DIR) == []

@@ -8,6 +8,7 @@ fragments that need outside context. Their owners make them runnable and delete 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -15,13 +16,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NOT_YET_RUNNABLE = {
-    "docs/spark.md": "uses a DataFrame `df` defined elsewhere and s3:// buckets",
-}
+NOT_YET_RUNNABLE: dict[str, str] = {}
+#: Documents read as one story: their blocks run in order in ONE namespace (a block uses the
+#: SparkSession and the tables earlier blocks made), in one test each.
+IN_ORDER = {"docs/spark.md"}
 DOCS = [
     path
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    if str(path.relative_to(ROOT)) not in NOT_YET_RUNNABLE
+    if str(path.relative_to(ROOT)) not in NOT_YET_RUNNABLE | dict.fromkeys(IN_ORDER, "")
 ]
 _BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 
@@ -55,6 +57,35 @@ def test_block_runs(
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_snippet_{index}"}
     exec(compile(code, f"{name}[{index}]", "exec"), namespace)
+    assert os.getcwd() == str(tmp_path)
+
+
+@pytest.mark.pylance
+@pytest.mark.parametrize("name", sorted(IN_ORDER))
+def test_document_runs_in_order(
+    name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every python block of ``name``, top to bottom, in one namespace; the output a
+    ``# ...`` comment right below a ``print(...)`` line promises is printed. The page's own
+    ``SparkSession.builder...getOrCreate()`` joins the test run's shared session when
+    there is one (the ``spark`` fixture), so the run keeps one session per process."""
+    if "spark" in name:
+        with contextlib.suppress(pytest.FixtureLookupError):  # else the page makes one
+            request.getfixturevalue("spark")
+    blocks = _BLOCK.findall((ROOT / name).read_text(encoding="utf-8"))
+    assert len(blocks) >= 5, f"{name}: expected its python blocks"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "docs_document"}
+    for index, code in enumerate(blocks):
+        capsys.readouterr()
+        exec(compile(code, f"{name}[{index}]", "exec"), namespace)
+        printed = capsys.readouterr().out.splitlines()
+        for promised in re.findall(r"^print\(.*\)\n# (.+)$", code, re.M):
+            assert promised in printed, f"{name}[{index}] printed {printed}, not {promised!r}"
     assert os.getcwd() == str(tmp_path)
 
 

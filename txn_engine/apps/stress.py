@@ -246,7 +246,8 @@ class _Planner:
 
     def _find(self, ds: Any, paths: Sequence[str]) -> list[Any]:
         wanted = set(paths)
-        return [pb for pb in ds.manifest_pb.fragments if len(pb.files) and pb.files[0].path in wanted]
+        fragments = ds.manifest_pb.fragments
+        return [pb for pb in fragments if len(pb.files) and pb.files[0].path in wanted]
 
     def plan(
         self, kind: str, ds: Dataset
@@ -566,10 +567,17 @@ def verify_run(
     storage_options: Mapping[str, Any] | None = None,
     lance_storage_options: Mapping[str, str] | None = None,
     foreign: Any = None,
+    progress: TextIO | None = None,
 ) -> tuple[list[str], Contents | None, int, int | None]:
     """Verify a run from its journals: ``(findings, expected contents, versions checked,
     pylance row count)``. ``foreign(rid)`` admits versions written by journal-less writers
-    that only touch such rids (see :func:`txn_engine.testing.journal.check_history`)."""
+    that only touch such rids (see :func:`txn_engine.testing.journal.check_history`).
+    The history checks take time linear in the history. When ``progress`` is a terminal,
+    a status line there tells how far they are (nothing is written to anything else)."""
+    status = _StatusLine.on(progress)
+    began = time.perf_counter()
+    if status is not None:
+        status.show("verifying: history invariants", force=True)
     storage = open_storage(uri, storage_options)
     summary = read_journals(sorted(Path(journal_dir).glob("w*.jsonl")))
     seed_rows = tuple((rid, 0) for rid in range(SEED_ROWS))
@@ -583,11 +591,17 @@ def verify_run(
         first_contents=Contents.of(seed_rows),
         fallback_rows=fallback,
         foreign=foreign,
+        progress=None
+        if status is None
+        else lambda done, total: status.show(f"verifying: {done}/{total} version checks"),
     )
     findings += check.findings
     pylance_rows: int | None = None
     if real and have_pylance():
         import lance
+
+        if status is not None:
+            status.show("verifying: pylance reads the latest version", force=True)
 
         options = dict(lance_storage_options) if lance_storage_options else None
         table = lance.dataset(uri, storage_options=options).to_table(columns=["rid", "val"])
@@ -602,7 +616,36 @@ def verify_run(
             diff = check.expected.difference(read)
             if diff is not None:
                 findings.append(f"pylance reads other rows than expected: {diff}")
+    if status is not None:
+        status.done(f"verified {check.versions} versions in {time.perf_counter() - began:.1f} s")
     return findings, check.expected, check.versions, pylance_rows
+
+
+class _StatusLine:
+    """One ``[stress]`` line rewritten in place on a terminal (at most 5 times a second)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.last = 0.0
+
+    @classmethod
+    def on(cls, out: TextIO | None) -> _StatusLine | None:
+        """A status line on ``out`` when it is a terminal, else None (stay quiet)."""
+        try:
+            return cls(out) if out is not None and out.isatty() else None
+        except (AttributeError, ValueError):  # no isatty, or a closed stream
+            return None
+
+    def show(self, text: str, *, force: bool = False) -> None:
+        now = time.perf_counter()
+        if force or now - self.last >= 0.2:
+            self.out.write(f"\r\x1b[K[stress] {text}")
+            self.out.flush()
+            self.last = now
+
+    def done(self, text: str) -> None:
+        self.out.write(f"\r\x1b[K[stress] {text}\n")
+        self.out.flush()
 
 
 def check_stress_options(
@@ -755,6 +798,7 @@ def run_stress(
             real=real,
             storage_options=storage_options,
             lance_storage_options=lance_storage_options,
+            progress=progress,
         )
         if keep_journals is not None:
             shutil.copytree(journal_dir, keep_journals, dirs_exist_ok=True)

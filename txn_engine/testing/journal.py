@@ -29,6 +29,7 @@ from txn_engine.errors import TxnEngineError
 from txn_engine.format.io import read_manifest_entry, read_transaction
 from txn_engine.format.naming import list_versions
 from txn_engine.model import Fragment
+from txn_engine.ops import UpdateMap
 from txn_engine.storage.base import Storage
 from txn_engine.testing.model import (
     AddRows,
@@ -44,9 +45,9 @@ from txn_engine.testing.model import (
     Row,
     RowSource,
     SetValues,
+    StoredContents,
     SyntheticRows,
-    apply_effect,
-    read_contents,
+    _Versioned,
 )
 
 __all__ = [
@@ -237,78 +238,236 @@ def check_history(
     fallback_rows: RowSource | None = None,
     foreign: Callable[[int], bool] | None = None,
     max_findings: int = 20,
+    progress: Callable[[int, int], None] | None = None,
 ) -> HistoryCheck:
     """Fold the journal intents over the landed history from ``first_version`` (whose
     contents are ``first_contents``) and compare every version (see module docstring).
     From version 1, the landed transactions themselves are folded too
-    (:class:`~txn_engine.testing.model.HistoryModel`)."""
+    (:class:`~txn_engine.testing.model.HistoryModel`).
+
+    Time is linear in the history: each manifest is read once per fold, each deletion file
+    once, and a version costs what its transaction and its manifest changed (the stored
+    contents are kept up to date from each manifest's changed fragments,
+    :class:`~txn_engine.testing.model.StoredContents`; the expected contents from each
+    intent). ``progress(done, total)`` is called after each version of each fold (total:
+    the versions to check, twice when the landed transactions are folded too)."""
     source = journal.rows if fallback_rows is None else ChainedRows(journal.rows, fallback_rows)
-    findings: list[str] = []
-    expected = first_contents
-    history: dict[int, Contents] = {first_version: first_contents}
+    entries = [e for e in list_versions(storage) if e.version >= first_version]
+    both = first_version == 1
+    total = len(entries) * (2 if both else 1)
+    fold = _IntentFold(first_version, first_contents, StoredContents(storage, source))
     seen: dict[str, int] = {}
     unacked = 0
     foreign_versions = 0
-    entries = [e for e in list_versions(storage) if e.version >= first_version]
-    for entry in entries:
+    for done, entry in enumerate(entries, 1):
         v = entry.version
-        if len(findings) >= max_findings:
+        if len(fold.findings) >= max_findings:
             break
         try:
             mf = read_manifest_entry(storage, entry)
             uuid = read_transaction(storage, entry, mf).uuid
-            actual = read_contents(storage, source, v)
+            fold.read(mf.manifest)
         except (TxnEngineError, KeyError) as exc:
-            findings.append(f"v{v}: cannot read: {exc}")
+            fold.findings.append(f"v{v}: cannot read: {exc}")
             continue
         if uuid in seen:
-            findings.append(f"v{v}: transaction {uuid} already landed as v{seen[uuid]}")
+            fold.findings.append(f"v{v}: transaction {uuid} already landed as v{seen[uuid]}")
         seen[uuid] = v
         if v == first_version:
-            diff = first_contents.difference(actual)
-            if diff is not None:
-                findings.append(f"v{v}: {diff}")
-            continue
-        if uuid in journal.rejected:
-            findings.append(f"v{v}: transaction {uuid} landed but its writer was told it did not")
-        effect = journal.intents.get(uuid)
-        if effect is None:
-            if foreign is None:
-                findings.append(f"v{v}: transaction {uuid} is in no journal")
-                expected = actual
-            else:  # a foreign writer's version: only foreign rows may change
-                foreign_versions += 1
-                kept = {r: x for r, x in expected.rows if not foreign(r)}
-                theirs = {r: x for r, x in actual.rows if foreign(r)}
-                expected = Contents.of([*kept.items(), *theirs.items()], expected.config_dict)
-        else:
+            fold.check_first(v)
+        elif uuid in journal.intents:
+            if uuid in journal.rejected:
+                fold.findings.append(
+                    f"v{v}: transaction {uuid} landed but its writer was told it did not"
+                )
             if uuid not in journal.acked:
                 unacked += 1
             elif journal.acked[uuid] != v:
-                findings.append(
+                fold.findings.append(
                     f"v{v}: transaction {uuid} was acknowledged at v{journal.acked[uuid]}"
                 )
-            try:
-                expected = apply_effect(expected, effect, history)
-            except EffectError as exc:
-                findings.append(f"v{v}: intent does not fit the previous version: {exc}")
-                expected = actual
-        history[v] = expected
-        diff = expected.difference(actual)
-        if diff is not None:
-            findings.append(f"v{v}: table differs from the fold of intents: {diff}")
-            expected = actual
+            fold.land(v, journal.intents[uuid])
+        else:
+            if uuid in journal.rejected:
+                fold.findings.append(
+                    f"v{v}: transaction {uuid} landed but its writer was told it did not"
+                )
+            if foreign is None:
+                fold.findings.append(f"v{v}: transaction {uuid} is in no journal")
+                fold.resync(v)
+            else:  # a foreign writer's version: only foreign rows may change
+                foreign_versions += 1
+                fold.foreign(v, foreign)
+        if progress is not None:
+            progress(done, total)
+    findings = fold.findings
     for uuid, version in journal.acked.items():
         if uuid not in seen:
             findings.append(f"acknowledged transaction {uuid} (v{version}) is not in the history")
     for uuid in journal.duplicate_acks:
         findings.append(f"transaction {uuid} was acknowledged twice")
-    if first_version == 1:  # the landed-transaction fold needs the whole history
-        findings += HistoryModel(storage, source).advance()[: max(0, max_findings - len(findings))]
+    if both:  # the landed-transaction fold needs the whole history
+        offset = len(entries)
+
+        def step(done: int, _: int) -> None:
+            if progress is not None:
+                progress(offset + done, total)
+
+        findings += HistoryModel(storage, source).advance(step)[
+            : max(0, max_findings - len(findings))
+        ]
     return HistoryCheck(
         tuple(findings[:max_findings]),
         len(entries),
-        expected if entries else None,
+        fold.contents() if entries else None,
         unacked,
         foreign_versions,
     )
+
+
+class _IntentFold:
+    """The expected contents (the fold of intents) next to the stored ones, both updated
+    version by version; only the rids either side changed are compared, and the set of rids
+    that differ is kept, so a version costs what it changed."""
+
+    def __init__(self, first_version: int, first: Contents, stored: StoredContents) -> None:
+        self.first = first
+        self.stored = stored
+        self.rows: _Versioned[int, int] = _Versioned()
+        self.rows.replace(first.by_rid)
+        self.rows.commit(first_version)
+        self.configs: dict[int, Mapping[str, str]] = {first_version: first.config_dict}
+        self.config: Mapping[str, str] = self.configs[first_version]
+        self.differ: set[int] = set()  # rids where expected and stored differ
+        self.changed: set[int] = set()  # rids the last manifest changed
+        self.findings: list[str] = []
+
+    def read(self, manifest: Any) -> None:
+        """Advance the stored contents to ``manifest`` (KeyError / TxnEngineError: unread)."""
+        self.changed = self.stored.advance(manifest)
+
+    def contents(self) -> Contents:
+        return Contents.of(self.rows.current.items(), self.config)
+
+    def _update(self, rids: Iterable[int]) -> None:
+        expected, stored = self.rows.current, self.stored.values
+        for rid in rids:
+            values = stored.get(rid)
+            mine = expected.get(rid)
+            if (values is None and mine is None) or (values == [mine]):
+                self.differ.discard(rid)
+            else:
+                self.differ.add(rid)
+
+    def _differs(self) -> bool:
+        return bool(self.differ) or dict(self.config) != self.stored.config
+
+    def _difference(self) -> str:
+        return self.contents().difference(self.stored.contents()) or "contents differ"
+
+    def _commit(self, v: int) -> None:
+        self.rows.commit(v)
+        self.configs[v] = self.config
+
+    def check_first(self, v: int) -> None:
+        """The first version holds the first contents (the fold does not move)."""
+        self._update({*self.changed, *self.rows.current})
+        if self._differs():
+            self.findings.append(f"v{v}: {self._difference()}")
+
+    def resync(self, v: int) -> None:
+        """Take the stored contents as the expected ones from here on."""
+        self._update(self.changed)
+        for rid in list(self.differ):
+            values = self.stored.values.get(rid)
+            if values is None:
+                self.rows.pop(rid)
+            else:
+                self.rows.set(rid, values[-1])
+        self.config = dict(self.stored.config)
+        self._update(list(self.differ))
+        self._commit(v)
+
+    def foreign(self, v: int, foreign: Callable[[int], bool]) -> None:
+        """A journal-less writer's version: its rows are taken as stored."""
+        self._update(self.changed)
+        for rid in [r for r in self.differ if foreign(r)]:
+            values = self.stored.values.get(rid)
+            if values is None:
+                self.rows.pop(rid)
+            else:
+                self.rows.set(rid, values[-1])
+        self._update([r for r in self.differ if foreign(r)])
+        if self._differs():  # a journal writer's row changed: only foreign rows may
+            self._differs_finding(v)
+            return
+        self._commit(v)
+
+    def land(self, v: int, effect: Effect) -> None:
+        """Fold ``effect`` as version ``v`` and compare."""
+        try:
+            touched = self._apply(effect)
+        except EffectError as exc:
+            self.rows.rollback()
+            self.findings.append(f"v{v}: intent does not fit the previous version: {exc}")
+            self.resync(v)
+            return
+        self._update({*touched, *self.changed})
+        if self._differs():
+            self._differs_finding(v)
+            return
+        self._commit(v)
+
+    def _differs_finding(self, v: int) -> None:
+        self.findings.append(f"v{v}: table differs from the fold of intents: {self._difference()}")
+        self.resync(v)
+
+    def _apply(self, effect: Effect) -> Iterable[int]:
+        """Apply ``effect`` to the pending rows (the preconditions of
+        :func:`~txn_engine.testing.model.apply_effect`); return the rids it touched."""
+        rows = self.rows
+        current = rows.current
+        if isinstance(effect, AddRows):
+            clash = sorted(r for r, _ in effect.rows if r in current)
+            if clash:
+                raise EffectError(f"appended rids already present: {clash[:5]}")
+            for rid, value in effect.rows:
+                rows.set(rid, value)
+            return [r for r, _ in effect.rows]
+        if isinstance(effect, RemoveRows):
+            missing = sorted(r for r in effect.rids if r not in current)
+            if missing:
+                raise EffectError(f"deleted rids that are not live (deleted twice?): {missing[:5]}")
+            for rid in effect.rids:
+                rows.pop(rid)
+            return effect.rids
+        if isinstance(effect, SetValues):
+            missing = sorted(r for r, _ in effect.rows if r not in current)
+            if missing:
+                raise EffectError(f"updated rids that are not live: {missing[:5]}")
+            for rid, value in effect.rows:
+                rows.set(rid, value)
+            return [r for r, _ in effect.rows]
+        if isinstance(effect, (ReplaceTable, RestoreVersion)):
+            config: Mapping[str, str]
+            if isinstance(effect, ReplaceTable):
+                table: Mapping[int, int] = dict(effect.rows)
+                config = {**self.config, **dict(effect.config_upserts)}
+            else:
+                try:
+                    table = rows.at(effect.version)
+                    config = self.configs[effect.version]
+                except KeyError:
+                    raise EffectError(
+                        f"restore of version {effect.version}: contents unknown"
+                    ) from None
+            before = set(current)
+            rows.replace(table)
+            self.config = config
+            return before | set(table)
+        if isinstance(effect, EditConfig):
+            self.config = UpdateMap(effect.entries).apply(self.config)
+            return ()
+        if isinstance(effect, NoRowChange):
+            return ()
+        raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - exhaustive

@@ -25,8 +25,8 @@ import itertools
 import os
 import uuid as uuid_mod
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 from pyroaring import BitMap
@@ -36,7 +36,7 @@ from txn_engine.errors import TxnEngineError
 from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.io import read_manifest, read_manifest_entry, read_transaction
 from txn_engine.format.naming import list_versions
-from txn_engine.model import DataFile, Fragment
+from txn_engine.model import DataFile, DeletionFile, Fragment
 from txn_engine.ops import (
     Append,
     Clone,
@@ -74,6 +74,7 @@ __all__ = [
     "Row",
     "RowSource",
     "SetValues",
+    "StoredContents",
     "SyntheticRows",
     "apply_effect",
     "read_contents",
@@ -242,6 +243,159 @@ def read_contents(storage: Storage, source: RowSource, version: int | None = Non
     return _contents_from_pb(storage, source, mf.manifest)
 
 
+class _FragmentReader:
+    """Rows and deletion vectors of fragments, each deletion file read once: deletion files
+    are immutable (a new deletion writes a new file), so a history check reads each of them
+    once however many versions keep it."""
+
+    def __init__(self, storage: Storage, source: RowSource) -> None:
+        self.storage = storage
+        self.source = source
+        self._deleted: dict[tuple[int, DeletionFile], frozenset[int]] = {}
+        self.deletion_reads = 0
+
+    def deleted(self, fragment: Fragment) -> frozenset[int]:
+        if fragment.deletion_file is None:
+            return frozenset()
+        key = (fragment.id, fragment.deletion_file)
+        found = self._deleted.get(key)
+        if found is None:
+            found = frozenset(_deleted(self.storage, fragment))
+            self.deletion_reads += 1
+            self._deleted[key] = found
+        return found
+
+    def live(self, fragment: Fragment) -> tuple[Row, ...]:
+        deleted = self.deleted(fragment)
+        rows = self.source.rows(fragment)
+        if not deleted:
+            return tuple(rows)
+        return tuple(row for offset, row in enumerate(rows) if offset not in deleted)
+
+
+def _fragment_keys(manifest: Any) -> dict[int, bytes]:
+    """``fragment id -> the fragment's encoded bytes`` of a manifest (what changed between
+    two versions, compared without decoding a fragment into Python values)."""
+    return {pb.id: pb.SerializeToString(deterministic=True) for pb in manifest.fragments}
+
+
+class StoredContents:
+    """The stored contents of one version after another, kept up to date from what changed
+    between consecutive manifests: a fragment whose encoding did not change costs a bytes
+    comparison, only new or changed fragments have their rows and deletion vector read
+    (each deletion file once). Checking every version of a history this way takes time
+    linear in the history, where reading each version's contents whole is quadratic.
+
+    Call :meth:`advance` with each manifest in version order (versions may be skipped).
+    """
+
+    def __init__(self, storage: Storage, source: RowSource) -> None:
+        self._reader = _FragmentReader(storage, source)
+        self._keys: dict[int, bytes] = {}
+        self._live: dict[int, tuple[Row, ...]] = {}
+        #: ``rid -> values`` of the stored rows (a rid stored twice has two values)
+        self.values: dict[int, list[int]] = {}
+        self.config: dict[str, str] = {}
+
+    @property
+    def deletion_reads(self) -> int:
+        """Deletion files read so far."""
+        return self._reader.deletion_reads
+
+    def advance(self, manifest: Any) -> set[int]:
+        """Move to ``manifest`` (a ``Manifest`` protobuf); returns the rids whose stored rows
+        changed. Raises ``KeyError`` (rows unknown to the source) or TxnEngineError (a
+        deletion file unreadable) and then stays at the previous manifest."""
+        keys = _fragment_keys(manifest)
+        added = {
+            pb.id: self._reader.live(Fragment.from_proto(pb))
+            for pb in manifest.fragments
+            if self._keys.get(pb.id) != keys[pb.id]
+        }
+        changed: set[int] = set()
+        for fid in [f for f, key in self._keys.items() if keys.get(f) != key]:
+            for rid, value in self._live.pop(fid):
+                values = self.values[rid]
+                values.remove(value)
+                if not values:
+                    del self.values[rid]
+                changed.add(rid)
+        for fid, rows in added.items():
+            self._live[fid] = rows
+            for rid, value in rows:
+                self.values.setdefault(rid, []).append(value)
+                changed.add(rid)
+        self._keys = keys
+        self.config = dict(manifest.config)
+        return changed
+
+    def contents(self) -> Contents:
+        """The current version's contents."""
+        return Contents.of(
+            ((rid, v) for rid, values in self.values.items() for v in values), self.config
+        )
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+_ABSENT: Any = object()
+
+
+class _Versioned(Generic[K, V]):
+    """A dict folded version after version that can still tell any earlier folded version:
+    each version records the previous values of the keys it changed (an undo log). A fold
+    step costs what it changes; recalling version ``u`` costs the changes since ``u``."""
+
+    def __init__(self) -> None:
+        self.current: dict[K, V] = {}
+        self._undo: dict[int, dict[K, Any]] = {}
+        self.pending: dict[K, Any] = {}
+
+    def set(self, key: K, value: V) -> None:
+        if key not in self.pending:
+            self.pending[key] = self.current.get(key, _ABSENT)
+        self.current[key] = value
+
+    def pop(self, key: K) -> V | None:
+        if key not in self.current:
+            return None
+        if key not in self.pending:
+            self.pending[key] = self.current[key]
+        return self.current.pop(key)
+
+    def replace(self, new: Mapping[K, V]) -> None:
+        for key in [k for k in self.current if k not in new]:
+            self.pop(key)
+        for key, value in new.items():
+            if self.current.get(key, _ABSENT) is not value:
+                self.set(key, value)
+
+    def commit(self, version: int) -> None:
+        self._undo[version] = self.pending
+        self.pending = {}
+
+    def rollback(self) -> None:
+        for key, old in self.pending.items():
+            if old is _ABSENT:
+                self.current.pop(key, None)
+            else:
+                self.current[key] = old
+        self.pending = {}
+
+    def at(self, version: int) -> dict[K, V]:
+        """The dict as committed at ``version`` (KeyError: never committed)."""
+        if version not in self._undo:
+            raise KeyError(version)
+        state = dict(self.current)
+        for later in sorted((u for u in self._undo if u > version), reverse=True):
+            for key, old in self._undo[later].items():
+                if old is _ABSENT:
+                    state.pop(key, None)
+                else:
+                    state[key] = old
+        return state
+
+
 # ---- writer intent ------------------------------------------------------------------------
 
 
@@ -395,16 +549,6 @@ class _Frag:
         return [row for offset, row in enumerate(self.rows) if offset not in self.deleted]
 
 
-@attrs.frozen
-class _State:
-    fragments: Mapping[int, _Frag]
-    config: Mapping[str, str]
-    high: int | None  # fragment id high-water mark
-
-    def contents(self) -> Contents:
-        return Contents.of((row for f in self.fragments.values() for row in f.live()), self.config)
-
-
 class HistoryModel:
     """Folds a dataset's landed transactions in version order, with Lance's semantics, and
     compares each version's manifest with the fold.
@@ -415,20 +559,41 @@ class HistoryModel:
     keeps every offset the fragment's previous deletion vector had (no deletion lost) and
     leaves its data files alone; a Rewrite's new fragments hold exactly the live rows of
     the old ones.
+
+    Time is linear in the history: a version costs what its transaction changed plus a
+    bytes comparison of each fragment with the previous manifest's; each manifest is read
+    once and each deletion file once (the fold keeps an undo log, so a Restore can recall
+    any folded version).
     """
+
+    #: findings spelled out in full (both tables listed); later ones name the fragments
+    DETAILED_FINDINGS = 20
 
     def __init__(self, storage: Storage, source: RowSource) -> None:
         self.storage = storage
         self.source = source
-        self.states: dict[int, _State] = {}
+        self._reader = _FragmentReader(storage, source)
+        self._fragments: _Versioned[int, _Frag] = _Versioned()
+        self._configs: dict[int, Mapping[str, str]] = {}
+        self._highs: dict[int, int | None] = {}
+        self._folded: int | None = None  # the version the fold is at
+        self._manifest_keys: dict[int, bytes] = {}  # of the last manifest compared
+        self._manifest_frags: dict[int, Fragment] = {}
+        self._differ: set[int] = set()  # fragment ids where the fold and the manifest differ
+        self._detailed = 0
         self.latest = 0
 
-    def advance(self) -> list[str]:
-        """Fold every version newer than the last one folded; return the findings."""
+    @property
+    def deletion_reads(self) -> int:
+        """Deletion files read so far (each at most once)."""
+        return self._reader.deletion_reads
+
+    def advance(self, progress: Callable[[int, int], None] | None = None) -> list[str]:
+        """Fold every version newer than the last one folded; return the findings.
+        ``progress(done, total)`` is called after each version."""
         findings: list[str] = []
-        for entry in list_versions(self.storage):
-            if entry.version <= self.latest:
-                continue
+        entries = [e for e in list_versions(self.storage) if e.version > self.latest]
+        for done, entry in enumerate(entries, 1):
             v = entry.version
             try:
                 mf = read_manifest_entry(self.storage, entry)
@@ -437,35 +602,91 @@ class HistoryModel:
                 findings.append(f"v{v}: unreadable: {exc}")
                 self.latest = v
                 continue
-            previous = self.states.get(v - 1)
             try:
-                state, problems = self._apply(previous, txn, v)
-            except (KeyError, EffectError) as exc:
+                problems = self._apply(self._folded == v - 1, txn, v)
+            except (KeyError, EffectError, TxnEngineError) as exc:
+                self._fragments.rollback()
                 findings.append(f"v{v} ({txn.kind}): cannot fold: {exc}")
                 self.latest = v
                 continue
             findings += [f"v{v} ({txn.kind}): {p}" for p in problems]
-            self.states[v] = state
-            self.latest = v
-            expected_ids = {fid: f.rows for fid, f in state.fragments.items()}
-            actual_ids = {
-                pb.id: tuple(self.source.rows(Fragment.from_proto(pb)))
-                for pb in mf.manifest.fragments
-            }
-            if expected_ids != actual_ids:
-                findings.append(
-                    f"v{v} ({txn.kind}): fragment ids {sorted(actual_ids)} but the fold has "
-                    f"{sorted(expected_ids)} (or their rows differ)"
-                )
-            actual = _contents_from_pb(self.storage, self.source, mf.manifest)
-            diff = state.contents().difference(actual)
-            if diff is not None:
-                findings.append(f"v{v} ({txn.kind}): table differs from the serial fold: {diff}")
+            folded_changes = set(self._fragments.pending)
+            self._fragments.commit(v)
+            self._folded = self.latest = v
+            try:
+                findings += self._compare(v, txn.kind, mf.manifest, folded_changes)
+            except (KeyError, TxnEngineError) as exc:
+                findings.append(f"v{v} ({txn.kind}): cannot read the stored rows: {exc}")
+            if progress is not None:
+                progress(done, len(entries))
         return findings
 
     def contents(self, version: int | None = None) -> Contents:
         """The folded contents of ``version`` (latest folded by default)."""
-        return self.states[self.latest if version is None else version].contents()
+        version = self._folded if version is None else version
+        if version is None:
+            raise KeyError("nothing folded yet")
+        config = self._configs[version]
+        fragments = (
+            self._fragments.current if version == self._folded else self._fragments.at(version)
+        )
+        return Contents.of((row for f in fragments.values() for row in f.live()), config)
+
+    # ---- comparing ----------------------------------------------------------------------
+
+    def _compare(self, v: int, kind: str, manifest: Any, folded: set[int]) -> list[str]:
+        """Compare the fragments the fold or the manifest changed (and those that differed
+        before); spell the whole difference out only when there is one."""
+        keys = _fragment_keys(manifest)
+        previous = self._manifest_keys
+        changed = {pb.id: pb for pb in manifest.fragments if previous.get(pb.id) != keys[pb.id]}
+        stored = {fid: Fragment.from_proto(pb) for fid, pb in changed.items()}
+        gone = [fid for fid in self._manifest_keys if fid not in keys]
+        for fid in gone:
+            del self._manifest_frags[fid]
+        self._manifest_frags.update(stored)
+        self._manifest_keys = keys
+        fold = self._fragments.current
+        for fid in {*folded, *changed, *gone, *self._differ}:
+            mine, theirs = fold.get(fid), self._manifest_frags.get(fid)
+            same = (mine is None and theirs is None) or (
+                mine is not None
+                and theirs is not None
+                and tuple(self.source.rows(theirs)) == mine.rows
+                and self._reader.deleted(theirs) == mine.deleted
+            )
+            if same:
+                self._differ.discard(fid)
+            else:
+                self._differ.add(fid)
+        config = self._configs[v]
+        if not self._differ and dict(manifest.config) == config:
+            return []
+        self._detailed += 1
+        if self._detailed > self.DETAILED_FINDINGS:
+            return [
+                f"v{v} ({kind}): table differs from the serial fold (fragments "
+                f"{sorted(self._differ)[:10]}, or the config)"
+            ]
+        out: list[str] = []
+        expected_ids = {fid: f.rows for fid, f in fold.items()}
+        actual_ids = {
+            fid: tuple(self.source.rows(frag)) for fid, frag in self._manifest_frags.items()
+        }
+        if expected_ids != actual_ids:
+            out.append(
+                f"v{v} ({kind}): fragment ids {sorted(actual_ids)} but the fold has "
+                f"{sorted(expected_ids)} (or their rows differ)"
+            )
+        actual = Contents.of(
+            (row for frag in self._manifest_frags.values() for row in self._reader.live(frag)),
+            dict(manifest.config),
+        )
+        folded_contents = Contents.of((row for f in fold.values() for row in f.live()), config)
+        diff = folded_contents.difference(actual)
+        if diff is not None:
+            out.append(f"v{v} ({kind}): table differs from the serial fold: {diff}")
+        return out
 
     # ---- folding ----------------------------------------------------------------------
 
@@ -479,21 +700,20 @@ class HistoryModel:
                 frag = frag.with_id(high)
             else:
                 high = frag.id if high is None else max(high, frag.id)
-            deleted = frozenset(_deleted(self.storage, frag))
+            deleted = self._reader.deleted(frag)
             out.append(_Frag(frag, tuple(self.source.rows(frag)), deleted))
         return out, high
 
-    def _updated(
-        self, fragments: dict[int, _Frag], updated: Iterable[Fragment], problems: list[str]
-    ) -> None:
+    def _updated(self, updated: Iterable[Fragment], problems: list[str]) -> None:
+        fragments = self._fragments
         for frag in updated:
-            old = fragments.get(frag.id)
+            old = fragments.current.get(frag.id)
             if old is None:
                 problems.append(f"updated fragment {frag.id} does not exist")
                 continue
             if frag.files != old.fragment.files:
                 problems.append(f"fragment {frag.id}: data files changed by a row mutation")
-            deleted = frozenset(_deleted(self.storage, frag))
+            deleted = self._reader.deleted(frag)
             lost = old.deleted - deleted
             if lost:
                 problems.append(
@@ -502,41 +722,46 @@ class HistoryModel:
                 )
             if deleted and max(deleted) >= frag.physical_rows:
                 problems.append(f"fragment {frag.id}: deleted offset beyond physical_rows")
-            fragments[frag.id] = _Frag(frag, old.rows, deleted)
+            fragments.set(frag.id, _Frag(frag, old.rows, deleted))
 
-    def _apply(
-        self, previous: _State | None, txn: Transaction, version: int
-    ) -> tuple[_State, list[str]]:
+    def _apply(self, chained: bool, txn: Transaction, version: int) -> list[str]:
+        """Fold ``txn`` as ``version`` into the (pending) fragments; records its config and
+        high-water mark. ``chained``: the fold is at ``version - 1``."""
         op = txn.operation
         problems: list[str] = []
-        if previous is None:
+        fragments = self._fragments
+        config: Mapping[str, str]
+        if not chained:
             if not isinstance(op, Overwrite):
                 raise EffectError(f"version {version} has no folded predecessor")
-            previous = _State({}, {}, None)
-        fragments = dict(previous.fragments)
-        config = dict(previous.config)
-        high = previous.high
+            fragments.replace({})
+            config, high = {}, None
+        else:
+            assert self._folded is not None
+            config, high = self._configs[self._folded], self._highs[self._folded]
         if isinstance(op, Overwrite):
             news, high = self._assign(op.fragments, high)
-            fragments = {f.fragment.id: f for f in news}
-            config.update(op.config_upserts)
+            fragments.replace({f.fragment.id: f for f in news})
+            config = {**config, **dict(op.config_upserts)}
         elif isinstance(op, Append):
             news, high = self._assign(op.fragments, high)
-            fragments.update((f.fragment.id, f) for f in news)
+            for f in news:
+                fragments.set(f.fragment.id, f)
         elif isinstance(op, (Delete, Update)):
             removed = op.deleted_fragment_ids if isinstance(op, Delete) else op.removed_fragment_ids
             for fid in removed:
-                if fragments.pop(fid, None) is None:
+                if fragments.pop(fid) is None:
                     problems.append(f"removed fragment {fid} does not exist")
-            self._updated(fragments, op.updated_fragments, problems)
+            self._updated(op.updated_fragments, problems)
             if isinstance(op, Update):
                 news, high = self._assign(op.new_fragments, high)
-                fragments.update((f.fragment.id, f) for f in news)
+                for f in news:
+                    fragments.set(f.fragment.id, f)
         elif isinstance(op, Rewrite):
             for group in op.groups:
                 old_rows: list[Row] = []
                 for old in group.old_fragments:
-                    frag = fragments.pop(old.id, None)
+                    frag = fragments.pop(old.id)
                     if frag is None:
                         problems.append(f"rewritten fragment {old.id} does not exist")
                         continue
@@ -548,15 +773,20 @@ class HistoryModel:
                         f"rewrite of fragments {[f.id for f in group.old_fragments]} does not "
                         "preserve their live rows"
                     )
-                fragments.update((f.fragment.id, f) for f in news)
+                for f in news:
+                    fragments.set(f.fragment.id, f)
         elif isinstance(op, Restore):
-            source = self.states.get(op.version)
-            if source is None:
-                raise EffectError(f"restore of version {op.version}, which was not folded")
-            fragments = dict(source.fragments)
-            config = dict(source.config)
-            if source.high is not None:
-                high = source.high if high is None else max(high, source.high)
+            try:
+                restored = fragments.at(op.version)
+            except KeyError:
+                raise EffectError(
+                    f"restore of version {op.version}, which was not folded"
+                ) from None
+            fragments.replace(restored)
+            config = self._configs[op.version]
+            source_high = self._highs[op.version]
+            if source_high is not None:
+                high = source_high if high is None else max(high, source_high)
         elif isinstance(op, UpdateConfig):
             if op.config_updates is not None:
                 config = op.config_updates.apply(config)
@@ -565,13 +795,13 @@ class HistoryModel:
         elif isinstance(op, Merge):
             merged: dict[int, _Frag] = {}
             for given in op.fragments:
-                known = fragments.get(given.id)
+                known = fragments.current.get(given.id)
                 rows = known.rows if known is not None else tuple(self.source.rows(given))
-                merged[given.id] = _Frag(given, rows, frozenset(_deleted(self.storage, given)))
-            fragments = merged
+                merged[given.id] = _Frag(given, rows, self._reader.deleted(given))
+            fragments.replace(merged)
         elif isinstance(op, DataReplacement):
             for replacement in op.replacements:
-                if replacement.fragment_id not in fragments:
+                if replacement.fragment_id not in fragments.current:
                     problems.append(f"replaced fragment {replacement.fragment_id} does not exist")
         elif isinstance(op, Clone):
             raise EffectError("Clone is not modelled")
@@ -579,11 +809,12 @@ class HistoryModel:
             pass
         else:  # pragma: no cover - exhaustive
             raise EffectError(f"unknown operation {txn.kind}")
-        if fragments:
-            top = max(fragments)
+        if fragments.current:
+            top = max(fragments.current)
             high = top if high is None else max(high, top)
-        # fragments keep the manifest's file lists (Merge/Project/DataReplacement change them)
-        return _State(dict(sorted(fragments.items())), config, high), problems
+        self._configs[version] = config
+        self._highs[version] = high
+        return problems
 
 
 def _contents_from_pb(storage: Storage, source: RowSource, manifest: Any) -> Contents:

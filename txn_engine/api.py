@@ -54,7 +54,15 @@ from txn_engine.errors import (
     TxnEngineError,
 )
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
-from txn_engine.format.refs import Tag, create_tag, delete_tag, list_tags
+from txn_engine.format.refs import (
+    Branch,
+    Tag,
+    create_tag,
+    delete_tag,
+    list_branches,
+    list_tags,
+    read_branch,
+)
 from txn_engine.format.rowids import encode_row_id_sequence
 from txn_engine.interop import as_fragments, as_index, as_transaction
 from txn_engine.lease import Lease
@@ -131,20 +139,32 @@ class Table:
     :meth:`RetryPolicy.replanning`), ``commit_retry_policy`` the budget of each commit
     (default :class:`RetryPolicy`), ``conflict_options`` opt-in permissive rules.
     ``lance_storage_options`` are given to pylance (default: ``storage_options``).
+    ``branch`` names a branch (``_refs/branches/``, pylance's too): every read and commit of
+    the handle is then on that branch (its versions are under ``tree/<branch>/``); the main
+    line is untouched.
     """
 
     def __init__(
         self,
         uri: _Uri,
         *,
+        branch: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         lance_storage_options: Mapping[str, str] | None = None,
         retry_policy: RetryPolicy | None = None,
         commit_retry_policy: RetryPolicy | None = None,
         conflict_options: ConflictOptions | None = None,
     ) -> None:
-        self._uri = os.fspath(uri)
-        self._storage: Storage = open_storage(self._uri, storage_options)
+        self._root_uri = os.fspath(uri)
+        self._options = dict(storage_options) if storage_options is not None else None
+        self._root: Storage = open_storage(self._root_uri, storage_options)
+        self._branch = branch
+        if branch is None:
+            self._uri, self._storage = self._root_uri, self._root
+        else:
+            found = read_branch(self._root, branch)  # VersionNotFoundError when absent
+            self._uri = f"{self._root_uri.rstrip('/')}/{found.path}"
+            self._storage = open_storage(self._uri, storage_options)
         if lance_storage_options is None and storage_options is not None:
             lance_storage_options = {str(k): str(v) for k, v in storage_options.items()}
         self._lance_options = dict(lance_storage_options) if lance_storage_options else None
@@ -156,8 +176,13 @@ class Table:
 
     @property
     def uri(self) -> str:
-        """The dataset URI."""
-        return self._uri
+        """The dataset URI (as given; a branch's own root is ``<uri>/tree/<branch>``)."""
+        return self._root_uri
+
+    @property
+    def branch(self) -> str | None:
+        """The branch this handle reads and commits (None: the main line)."""
+        return self._branch
 
     def dataset(self, version: int | None = None) -> Dataset:
         """The txn_engine :class:`Dataset` at ``version`` (default: latest)."""
@@ -186,7 +211,10 @@ class Table:
             return self.to_lance().to_table(**scan)
 
     def __repr__(self) -> str:
-        return f"Table({self._uri!r})"
+        from txn_engine.redact import redact_uri
+
+        branch = "" if self._branch is None else f", branch={self._branch!r}"
+        return f"Table({redact_uri(self._root_uri)!r}{branch})"
 
     # ------------------------------------------------------------------ machinery
 
@@ -293,7 +321,7 @@ class Table:
             "append",
             plan,
             properties=properties,
-            if_missing=lambda: self._create(table, None, "append"),
+            if_missing=None if self._branch else lambda: self._create(table, None, "append"),
         )
 
     def overwrite(
@@ -324,7 +352,7 @@ class Table:
             "overwrite",
             plan,
             properties=properties,
-            if_missing=lambda: self._create(table, schema, "overwrite"),
+            if_missing=None if self._branch else lambda: self._create(table, schema, "overwrite"),
         )
 
     def delete(
@@ -604,29 +632,70 @@ class Table:
 
         return self._run("update_config", plan, with_lance=False, properties=properties)
 
-    # ------------------------------------------------------------------ tags
+    # ------------------------------------------------------------------ tags and branches
 
     def tags(self) -> list[Tag]:
         """Every tag (``_refs/tags/``, pylance's too), sorted by name."""
-        return list_tags(self._storage)
+        return list_tags(self._root)
 
     def create_tag(
         self, name: str, version: int | None = None, *, metadata: Mapping[str, str] | None = None
     ) -> Tag:
         """Tag ``version`` (default: the latest) as ``name``; pylance reads it
         (``lance.dataset(uri, version=name)``) and cleanup keeps the version. Raises
-        InvalidOperationError for a bad or existing name, VersionNotFoundError."""
+        InvalidOperationError for a bad or existing name, VersionNotFoundError.
+        Main-line versions only: on a branch handle it raises InvalidOperationError."""
+        if self._branch is not None:
+            raise InvalidOperationError(
+                f"create_tag: {self!r} is a branch handle; txn_engine tags main-line versions "
+                "(tag a branch version with pylance: ds.tags.create(name, (branch, version)))"
+            )
         target = self.version if version is None else version
-        return create_tag(self._storage, name, target, metadata=metadata)
+        return create_tag(self._root, name, target, metadata=metadata)
 
     def delete_tag(self, name: str) -> None:
         """Delete tag ``name`` (the version stays). VersionNotFoundError if none."""
-        delete_tag(self._storage, name)
+        delete_tag(self._root, name)
+
+    def branches(self) -> list[Branch]:
+        """Every branch of the dataset (``_refs/branches/``), sorted by name."""
+        return list_branches(self._root)
+
+    def create_branch(self, name: str, version: int | None = None) -> Table:
+        """Create branch ``name`` from ``version`` (default: the latest) of this handle's
+        line and return a handle on it. The branch is created by pylance
+        (``LanceDataset.create_branch``: its refs file and its first version, which reads
+        the parent's files in place); what the returned handle commits lands on the branch.
+        Raises InvalidOperationError when the name is invalid or taken."""
+        from txn_engine.format.refs import validate_ref_name
+
+        validate_ref_name(name)
+        if name in {b.name for b in list_branches(self._root)}:
+            # (pylance 14 fails with an internal error here)
+            raise InvalidOperationError(f"create_branch: branch {name!r} already exists")
+        lance = _lance()
+        target = self.version if version is None else version
+        reference: Any = target if self._branch is None else (self._branch, target)
+        with _planning("create_branch"):
+            root = lance.dataset(
+                self._root_uri, storage_options=self._lance_options, session=_session()
+            )
+            root.create_branch(name, reference, storage_options=self._lance_options)
+        return Table(
+            self._root_uri,
+            branch=name,
+            storage_options=self._options,
+            lance_storage_options=self._lance_options,
+            retry_policy=self.retry_policy,
+            commit_retry_policy=self.commit_retry_policy,
+            conflict_options=self.conflict_options,
+        )
 
 
 def open(
     uri: _Uri,
     *,
+    branch: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     lance_storage_options: Mapping[str, str] | None = None,
     retry_policy: RetryPolicy | None = None,
@@ -634,9 +703,12 @@ def open(
     conflict_options: ConflictOptions | None = None,
 ) -> Table:
     """A :class:`Table` writer handle on the dataset at ``uri`` (which need not exist yet:
-    ``append`` / ``overwrite`` create it)."""
+    ``append`` / ``overwrite`` create it). With ``branch``, the handle reads and commits
+    that existing branch (VersionNotFoundError if there is none; ``create_branch`` makes
+    one)."""
     return Table(
         uri,
+        branch=branch,
         storage_options=storage_options,
         lance_storage_options=lance_storage_options,
         retry_policy=retry_policy,

@@ -261,11 +261,23 @@ class Dataset:
         *,
         version: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        branch: str | None = None,
     ) -> Dataset:
         """Open the dataset at ``uri`` (path, ``file://``, ``memory://``, fsspec URI, or a
         ready :class:`~txn_engine.storage.Storage`) at ``version`` (default: latest; a
-        string is a tag name, as in pylance)."""
+        string is a tag name, as in pylance). With ``branch``, ``version`` is a version of
+        that branch (whose root is ``<uri>/tree/<branch>``; VersionNotFoundError when there
+        is no such branch)."""
         storage = open_storage(uri, storage_options)
+        if branch is not None:
+            from txn_engine.format.refs import read_branch
+
+            if isinstance(uri, Storage):
+                raise InvalidOperationError("open a branch by its dataset URI, not a Storage")
+            found = read_branch(storage, branch)
+            storage = open_storage(f"{os.fspath(uri).rstrip('/')}/{found.path}", storage_options)
+            if isinstance(version, str):
+                raise InvalidOperationError("a branch version is a number, not a tag name")
         if isinstance(version, str):
             version = _tagged_version(storage, version)
         entry, manifest_file = read_manifest(storage, version)
@@ -285,7 +297,9 @@ class Dataset:
         return [t.name for t in self.tags() if t.branch is None and t.version == target]
 
     def branches(self) -> list[Branch]:
-        """Every branch of the dataset (``_refs/branches/``), sorted by name (read-only)."""
+        """Every branch of the dataset (``_refs/branches/``), sorted by name; open one with
+        ``Dataset.open(uri, branch=name)``, commit to one with ``txn_engine.open(uri,
+        branch=name)``."""
         from txn_engine.format.refs import list_branches
 
         return list_branches(self._storage)

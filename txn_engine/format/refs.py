@@ -7,7 +7,9 @@ A tag is ``_refs/tags/<name>.json``::
 
 A branch is ``_refs/branches/<name>.json`` (``{"parentBranch", "identifier":
 {"version_mapping": [[version, id]]}, "parentVersion", "createAt" (seconds),
-"manifestSize", "metadata"}``) and its versions live under ``tree/<name>/_versions/``.
+"manifestSize", "metadata"}``) and its versions live under ``tree/<name>/_versions/``: the
+directory ``tree/<name>`` is a dataset root of its own (its first version, written when the
+branch is created, lists the parent's root among its base paths).
 
 Names follow pylance's rule: characters alphanumeric, ``.``, ``-`` or ``_``; not empty,
 not starting with ``.``, no ``..``, not ending with ``.lock``. In the file name, characters
@@ -47,6 +49,7 @@ __all__ = [
     "delete_tag",
     "list_branches",
     "list_tags",
+    "read_branch",
     "read_tag",
     "validate_ref_name",
 ]
@@ -246,32 +249,42 @@ def delete_tag(storage: Storage, name: str) -> None:
     storage.delete(path)
 
 
+def _branch(storage: Storage, name: str, path: str) -> Branch:
+    data = _load(storage, path)
+    try:
+        return Branch(
+            name=name,
+            parent_version=int(data["parentVersion"]),
+            parent_branch=data.get("parentBranch"),
+            created_at=_time(data.get("createAt")),
+            manifest_size=None if data.get("manifestSize") is None else int(data["manifestSize"]),
+            metadata=_metadata(data.get("metadata")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptManifestError(
+            f"{storage.uri}: branch file {path} is malformed: {exc}"
+        ) from exc
+
+
+def read_branch(storage: Storage, name: str) -> Branch:
+    """The branch ``name``. Raises VersionNotFoundError when there is no such branch."""
+    validate_ref_name(name)
+    try:
+        return _branch(storage, name, f"{BRANCHES_DIR}/{_file(name)}")
+    except ObjectNotFoundError as exc:
+        raise VersionNotFoundError(f"{storage.uri}: there is no branch {name!r}") from exc
+
+
 def list_branches(storage: Storage) -> list[Branch]:
-    """Every branch, sorted by name (read-only: txn_engine does not commit to branches)."""
+    """Every branch, sorted by name. Commit to one with ``txn_engine.open(uri, branch=name)``;
+    its versions live under :attr:`Branch.path`."""
     out: list[Branch] = []
     for file_name in storage.list(BRANCHES_DIR):
         name = _name(file_name)
         if name is None:
             continue
-        path = f"{BRANCHES_DIR}/{file_name}"
         try:
-            data = _load(storage, path)
-            out.append(
-                Branch(
-                    name=name,
-                    parent_version=int(data["parentVersion"]),
-                    parent_branch=data.get("parentBranch"),
-                    created_at=_time(data.get("createAt")),
-                    manifest_size=None
-                    if data.get("manifestSize") is None
-                    else int(data["manifestSize"]),
-                    metadata=_metadata(data.get("metadata")),
-                )
-            )
+            out.append(_branch(storage, name, f"{BRANCHES_DIR}/{file_name}"))
         except ObjectNotFoundError:
             continue
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptManifestError(
-                f"{storage.uri}: branch file {path} is malformed: {exc}"
-            ) from exc
     return sorted(out, key=lambda b: b.name)

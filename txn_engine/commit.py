@@ -330,11 +330,11 @@ def _read_back(handler: CommitHandler, version: int, path: str) -> bytes | None:
 
 def _settle(
     handler: CommitHandler,
-    version: int,
     path: str,
     data: bytes,
     cause: BaseException,
     txn: Transaction,
+    version: int,
 ) -> bytes:
     """Decide whether an ambiguous manifest create landed: return the bytes now at
     ``path`` (``data`` itself when ours is there, else the winner's manifest, which the
@@ -381,11 +381,11 @@ def _create(
     try:
         handler.commit(version, path, data)
     except ObjectExistsError as exc:
-        return _settle(handler, version, path, data, exc, txn)
+        return _settle(handler, path, data, exc, txn, version)
     except (AtomicityUnsupportedError, InvalidStorageArgumentError):
         raise
     except StorageError as exc:
-        return _settle(handler, version, path, data, exc, txn)
+        return _settle(handler, path, data, exc, txn, version)
     return data
 
 

@@ -2,19 +2,24 @@
 (txn_engine/storage/base.py), through the shared suite
 :class:`txn_engine.testing.conformance.StorageConformance`.
 
-LocalStorage, MemoryStorage, FsspecStorage over fsspec's memory filesystem (a private store)
-and FsspecStorage over fsspec's local filesystem plug in here; the object stores (S3, Azure,
+LocalStorage, MemoryStorage (private, and ``memory://`` shared handles), FsspecStorage over
+fsspec's memory filesystem (a private store), over fsspec's local filesystem, and over a
+non-atomic filesystem with a commit lock plug in here; the object stores (S3, Azure,
 GCS through obstore and fsspec) plug into the same suite in
 tests/integration/test_object_stores.py.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import fsspec
 import pytest
+from fsspec.implementations.dirfs import DirFileSystem
 
 from txn_engine.storage import FsspecStorage, LocalStorage, MemoryStorage, Storage
 from txn_engine.storage.base import read_concurrency
@@ -73,6 +78,24 @@ class TestFsspecLocal(StorageConformance):
             storage,
             *(FsspecStorage(fsspec.filesystem("file"), storage.uri) for _ in range(n - 1)),
         ]
+
+
+class TestFsspecWithCommitLock(StorageConformance):
+    """A filesystem without atomic create (fsspec's DirFileSystem over a private memory
+    store) conforms once a commit lock excludes every writer."""
+
+    @pytest.fixture
+    def storage(self) -> Storage:
+        mutex = threading.Lock()
+
+        @contextmanager
+        def lock(path: str) -> Iterator[None]:
+            with mutex:
+                yield
+
+        memory = fsspec.filesystem("memory", global_store=False, skip_instance_cache=True)
+        fs = DirFileSystem(path="/ds", fs=memory)
+        return FsspecStorage(fs, "", commit_lock=lock, uri="dir+memory://ds")
 
 
 def test_local_and_memory_stores_read_serially() -> None:

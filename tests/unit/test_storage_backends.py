@@ -377,18 +377,7 @@ def test_memory_instances_are_private_and_shared_handles_share() -> None:
     MemoryStorage.drop_shared(name)
 
 
-@pytest.mark.usefixtures("fast_thread_switching")
-def test_memory_shared_handles_race_has_one_winner() -> None:
-    name = "test-storage-race"
-    try:
-        handles = [MemoryStorage.shared(name) for _ in range(8)]
-        for r in range(30):
-            won, lost = race([h.put_if_absent for h in handles], f"_versions/{r}.manifest")
-            assert len(won) == 1
-            assert len(lost) == 7
-            assert handles[0].get(f"_versions/{r}.manifest") == b"w%d" % won[0]
-    finally:
-        MemoryStorage.drop_shared(name)
+# the 8-handle race on one memory:// store: TestSharedMemoryStorage in test_storage.py
 
 
 # ----------------------------------------------------------------------------- fsspec
@@ -550,20 +539,8 @@ def test_commit_lock_wraps_check_and_write() -> None:
     ]
 
 
-@pytest.mark.usefixtures("fast_thread_switching")
-def test_commit_lock_makes_non_atomic_fs_exclusive() -> None:
-    mutex = threading.Lock()
-
-    @contextmanager
-    def lock(path: str) -> Iterator[None]:
-        with mutex:
-            yield
-
-    st = FsspecStorage(DirFileSystem(path="/ds", fs=private_memfs()), "", commit_lock=lock)
-    for r in range(40):
-        won, lost = race([st.put_if_absent] * 8, f"_versions/{r}.manifest")
-        assert len(won) == 1
-        assert len(lost) == 7
+# a commit lock makes a non-atomic filesystem exclusive: TestFsspecWithCommitLock in
+# test_storage.py (the whole Storage contract, its 8-way race included)
 
 
 def test_unsafe_mode_is_check_then_write() -> None:

@@ -37,13 +37,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
+import time
+import uuid as uuid_module
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 from pyroaring import BitMap64
 
+from txn_engine._proto import table_pb2
 from txn_engine.commit import CommitResult, commit, replan_and_commit
 from txn_engine.conflicts.rebase import ConflictOptions
 from txn_engine.dataset import Dataset
@@ -66,12 +70,13 @@ from txn_engine.format.refs import (
 from txn_engine.format.rowids import encode_row_id_sequence
 from txn_engine.interop import as_fragments, as_index, as_transaction
 from txn_engine.lease import Lease
-from txn_engine.model import Fragment, LanceField
+from txn_engine.model import Fragment, IndexDetails, IndexMetadata, LanceField
 from txn_engine.ops import (
     CreateIndex,
     Delete,
     Operation,
     Project,
+    ReserveFragments,
     Restore,
     Rewrite,
     RewriteGroup,
@@ -470,8 +475,13 @@ class Table:
         ``Compaction.plan`` / ``CompactionTask.execute``, options as pylance's).
 
         Returns None when there is nothing to compact (nothing is committed then).
-        Indices over rewritten fragments are not remapped: they stop covering them (the
-        rows are still found by scanning); rebuild with :meth:`create_index`.
+
+        Indices stay correct the way pylance's ``defer_index_remap`` keeps them: when an
+        index covers rewritten fragments (and row ids are not stable), the new fragments'
+        ids are reserved first (a ``ReserveFragments`` version, as pylance commits too),
+        and the ``Rewrite`` records the old -> new row addresses in the
+        ``__lance_frag_reuse`` system index; the index files are kept and cover the new
+        fragments, and readers (pylance) remap through it.
         """
         options: dict[str, Any] = {
             "target_rows_per_fragment": target_rows_per_fragment,
@@ -487,19 +497,21 @@ class Table:
         def plan(snapshot: Dataset, lds: Any) -> Operation:
             Compaction = _lance("lance.optimize").Compaction
 
-            tasks = Compaction.plan(lds, options).tasks
-            groups = []
-            for task in tasks:
-                result = task.execute(lds)
-                groups.append(
-                    RewriteGroup(
-                        as_fragments(result.original_fragments),
-                        as_fragments(result.new_fragments),
-                    )
+            remap = _remaps_indices(snapshot)
+            opts = {**options, "defer_index_remap": True} if remap else options
+            results = [task.execute(lds) for task in Compaction.plan(lds, opts).tasks]
+            groups = [
+                RewriteGroup(
+                    as_fragments(result.original_fragments), as_fragments(result.new_fragments)
                 )
+                for result in results
+            ]
             if not groups:
                 empty.append(True)
-            return Rewrite(groups)
+            old_ids = {f.id for g in groups for f in g.old_fragments}
+            if not remap or not _indexed(snapshot, old_ids):
+                return Rewrite(groups)
+            return self._deferred_remap(snapshot, groups, results)
 
         # nothing to compact: answer without committing an empty Rewrite
         probe = self.dataset()
@@ -510,6 +522,50 @@ class Table:
             if not Compaction.plan(lds, options).tasks:
                 return None
         return self._run("compact", plan, properties=properties)
+
+    def _deferred_remap(
+        self, snapshot: Dataset, groups: list[RewriteGroup], results: list[Any]
+    ) -> Rewrite:
+        """Reserve the new fragments' ids (one ReserveFragments commit), then a Rewrite
+        with those ids and this compaction's ``__lance_frag_reuse`` version, as pylance's
+        ``Compaction.commit(..., {"defer_index_remap": True})`` records them."""
+        count = sum(len(g.new_fragments) for g in groups)
+        reserved = commit(
+            self._storage,
+            Transaction(snapshot.version, ReserveFragments(count)),
+            retry_policy=self.commit_retry_policy,
+        )
+        high = Dataset.open(self._storage, version=reserved.version).manifest.max_fragment_id
+        ids = iter(range((high or 0) - count + 1, (high or 0) + 1))
+        details = table_pb2.FragmentReuseIndexDetails()
+        entry = details.inline.versions.add(dataset_version=reserved.version)
+        placed: list[RewriteGroup] = []
+        for group, result in zip(groups, results, strict=True):
+            news = tuple(attrs.evolve(f, id=next(ids)) for f in group.new_fragments)
+            placed.append(RewriteGroup(group.old_fragments, news))
+            addrs = json.loads(result.json()).get("row_addrs")
+            if addrs is None:
+                raise InvalidOperationError(
+                    "compact: pylance's compaction result carries no row addresses"
+                )
+            entry.groups.add(
+                changed_row_addrs=bytes(addrs),
+                old_fragments=[_digest(f) for f in group.old_fragments],
+                new_fragments=[_digest(f) for f in news],
+            )
+        reuse = IndexMetadata(
+            uuid=str(uuid_module.uuid4()),
+            name=_FRAG_REUSE,
+            fields=(),
+            dataset_version=reserved.version,
+            fragment_bitmap=[f.id for g in placed for f in g.new_fragments],
+            index_details=IndexDetails(
+                "/lance.table.FragmentReuseIndexDetails", details.SerializeToString()
+            ),
+            index_version=0,
+            created_at=time.time_ns() // 1_000_000,
+        )
+        return Rewrite(placed, frag_reuse_index=reuse)
 
     def add_columns(
         self,
@@ -718,6 +774,32 @@ def open(
 
 
 # ---- planning helpers ---------------------------------------------------------------------
+
+
+_FRAG_REUSE = "__lance_frag_reuse"
+_SYSTEM_INDICES = frozenset({_FRAG_REUSE, "__lance_mem_wal"})
+
+
+def _remaps_indices(snapshot: Dataset) -> bool:
+    """Whether compacting this version must keep indices over address-style row ids
+    (stable row ids need no remap: the builder moves the bitmaps)."""
+    stable = bool(snapshot.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+    return not stable and any(i.name not in _SYSTEM_INDICES for i in snapshot.indices)
+
+
+def _indexed(snapshot: Dataset, fragment_ids: set[int]) -> bool:
+    """Whether a (non-system) index covers one of ``fragment_ids``."""
+    return any(
+        i.name not in _SYSTEM_INDICES and i.fragment_bitmap and i.fragment_bitmap & fragment_ids
+        for i in snapshot.indices
+    )
+
+
+def _digest(fragment: Fragment) -> table_pb2.FragmentReuseIndexDetails.FragmentDigest:
+    deleted = fragment.deletion_file.num_deleted_rows if fragment.deletion_file else 0
+    return table_pb2.FragmentReuseIndexDetails.FragmentDigest(
+        id=fragment.id, physical_rows=fragment.physical_rows, num_deleted_rows=deleted
+    )
 
 
 def _to_arrow(data: Any) -> Any:

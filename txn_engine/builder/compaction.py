@@ -88,6 +88,14 @@ class RewriteHandler(Handler[Rewrite]):
         for ri in op.rewritten_indices:
             if uuid_mod.UUID(ri.old_id).bytes not in known:
                 raise invalid(f"Rewrite: rewritten index {ri.old_id} does not exist")
+        reuse = op.frag_reuse_index
+        if reuse is not None:
+            new_ids = {f.id for g in op.groups for f in g.new_fragments}
+            if reuse.name != FRAG_REUSE_INDEX or not (reuse.fragment_bitmap or set()) <= new_ids:
+                raise invalid(
+                    f"Rewrite: a deferred remap records the {FRAG_REUSE_INDEX} index over the "
+                    "new fragments (whose ids it must give)"
+                )
 
     def explicit_ids(self, op: Rewrite) -> Iterable[int]:
         return [f.id for g in op.groups for f in g.new_fragments]
@@ -150,10 +158,11 @@ def _apply_rewrite(
         new_ids.extend(p.id for p in new_pbs)
         replacements.append((BitMap(old_ids), BitMap(p.id for p in new_pbs)))
     rewritten = {ri.old_id: ri for ri in op.rewritten_indices}
+    deferred = op.frag_reuse_index is not None
     for index in indices:
         key = uuid_text(index.uuid.uuid)
         ri = rewritten.get(key)
-        if not stable and ri is None:
+        if not stable and ri is None and (not deferred or index.name == FRAG_REUSE_INDEX):
             continue
         bm = index_bitmap(index)
         if bm is not None:
@@ -178,4 +187,32 @@ def _apply_rewrite(
                 del index.files[:]
                 for f in ri.new_index_files:
                     index.files.add(path=f.path, size_bytes=f.size_bytes)
+    if op.frag_reuse_index is not None:
+        _add_frag_reuse_version(indices, op.frag_reuse_index.to_proto())
     return new_ids
+
+
+def _add_frag_reuse_version(
+    indices: list[table_pb2.IndexMetadata], ours: table_pb2.IndexMetadata
+) -> None:
+    """Replace the fragment-reuse index by ``ours`` carrying the current one's versions
+    followed by ours (what pylance 14's deferred remap records; merged here so a
+    compaction that landed meanwhile keeps its version)."""
+    current = next((i for i in indices if i.name == FRAG_REUSE_INDEX), None)
+    if current is not None:
+        before = table_pb2.FragmentReuseIndexDetails()
+        before.ParseFromString(current.index_details.value)
+        if before.WhichOneof("content") != "inline":
+            raise invalid(
+                f"Rewrite: the {FRAG_REUSE_INDEX} index keeps its versions in a file; "
+                "txn_engine appends only to inline ones (trim it, or compact with pylance)"
+            )
+        mine = table_pb2.FragmentReuseIndexDetails()
+        mine.ParseFromString(ours.index_details.value)
+        merged = table_pb2.FragmentReuseIndexDetails()
+        merged.inline.versions.extend(before.inline.versions)
+        merged.inline.versions.extend(mine.inline.versions)
+        ours.index_details.value = merged.SerializeToString()
+        if current.HasField("index_version"):
+            ours.index_version = current.index_version
+    indices[:] = [*(i for i in indices if i.name != FRAG_REUSE_INDEX), ours]

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import attrs
 
 from txn_engine.interop import as_fragments
-from txn_engine.model import Fragment, IndexDetails, IndexFile
+from txn_engine.model import Fragment, IndexDetails, IndexFile, IndexMetadata
 
 __all__ = ["ReserveFragments", "Rewrite", "RewriteGroup", "RewrittenIndex"]
 
@@ -55,6 +55,12 @@ class Rewrite:
     rewritten_indices: tuple[RewrittenIndex, ...] = attrs.field(
         default=(), converter=_tuple_of_RewrittenIndex
     )
+    #: Deferred index remap (pylance's ``defer_index_remap``): this compaction's version of
+    #: the ``__lance_frag_reuse`` system index (old -> new row addresses, one version entry;
+    #: the builder appends it to the manifest's), so indices keep their files and readers
+    #: remap. Every index covering a rewritten group then covers its new fragments. Like
+    #: pylance 14, not part of the encoded transaction: it lands in the manifest.
+    frag_reuse_index: IndexMetadata | None = None
 
     @property
     def old_fragment_ids(self) -> frozenset[int]:

@@ -30,7 +30,7 @@ from txn_engine.transaction import Transaction
 commit_mod = importlib.import_module("txn_engine.commit")
 detect_mod = importlib.import_module("txn_engine.conflicts.detect")
 planner_mod = importlib.import_module("txn_engine.conflicts.planner")
-rebase_mod = importlib.import_module("txn_engine.conflicts.rebase")
+rows_mod = importlib.import_module("txn_engine.builder.rows")
 builder_mod = importlib.import_module("txn_engine.builder")
 _FAULTS = tuple(k for k in FAULT_KINDS if k != "latency")
 
@@ -93,7 +93,7 @@ def test_catches_a_rebase_that_drops_the_other_writers_deletions(
     patched: Callable[[Any, str, Any], None],
 ) -> None:
     """Merging deletion vectors keeps only my offsets: a concurrent deletion is lost."""
-    patched(rebase_mod, "_pb_dv", lambda storage, fragment: BitMap())
+    patched(rows_mod, "_pb_dv", lambda read_dv, fragment: BitMap())
     message = find_failure(FourWritersDeletesAndCompactions)
     assert any(
         sign in message

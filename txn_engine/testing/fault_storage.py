@@ -35,12 +35,13 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from txn_engine.commit import SETTLE_ATTEMPTS
 from txn_engine.errors import AmbiguousWriteError, ObjectExistsError, StorageError
 from txn_engine.storage.base import Storage
-from txn_engine.testing.faults import Fault, SimulatedCrash
+from txn_engine.storage.handler import CommitHandler
+from txn_engine.testing.faults import Fault, SimulatedCrash, wrapped_handler
 
 __all__ = [
     "FAULT_KINDS",
@@ -186,7 +187,16 @@ class ChaosStorage:
             self.injected[kind] += 1
             return kind
 
+    @property
+    def commit_handler(self) -> CommitHandler:
+        """The inner storage's commit authority, its manifest creates subject to the same
+        faults as ``put_if_absent``."""
+        return wrapped_handler(self, self.inner, self._create)
+
     def put_if_absent(self, path: str, data: bytes) -> None:
+        self._create(path, lambda: self.inner.put_if_absent(path, data))
+
+    def _create(self, path: str, do: Callable[[], None]) -> None:
         self._delay()
         kind = self._draw(_MANIFEST_KINDS) if path.startswith("_versions/") else None
         if kind == "fail_before_write":
@@ -195,7 +205,7 @@ class ChaosStorage:
             raise ObjectExistsError(f"injected fault: {path} reported as existing")
         if kind == "crash_before_manifest":
             raise SimulatedCrash(f"crash before put_if_absent({path})")
-        self.inner.put_if_absent(path, data)
+        do()
         if kind == "crash_after_manifest":
             raise SimulatedCrash(f"crash after put_if_absent({path})")
         if kind == "unknown_outcome":

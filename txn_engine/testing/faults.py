@@ -28,8 +28,9 @@ import attrs
 
 from txn_engine.errors import AmbiguousWriteError
 from txn_engine.storage.base import Storage
+from txn_engine.storage.handler import CommitHandler, StoreCommitHandler, commit_handler_for
 
-__all__ = ["Fault", "FaultyStorage", "SimulatedCrash"]
+__all__ = ["Fault", "FaultyStorage", "SimulatedCrash", "WrappedCommitHandler"]
 
 _T = TypeVar("_T")
 FaultMode = Literal["before", "after", "crash_before", "crash_after", "hook"]
@@ -70,6 +71,58 @@ class Fault:
     @property
     def exhausted(self) -> bool:
         return self.times is not None and self.fired >= self.times
+
+
+class WrappedCommitHandler:
+    """The commit handler of a storage wrapper whose inner storage has its own authority
+    (``s3+ddb://``): the wrapper's faults apply to the version create, reads go through
+    the wrapper, and the inner authority still decides.
+
+    ``create(path, do)`` is the wrapper's fault logic for a manifest create: it runs ``do``
+    (the inner handler's commit) or raises instead of or after it, as a faulty
+    ``put_if_absent(path, ...)`` would.
+    """
+
+    def __init__(
+        self,
+        wrapper: Storage,
+        inner: CommitHandler,
+        create: Callable[[str, Callable[[], None]], None],
+    ) -> None:
+        self._wrapper = wrapper
+        self._inner = inner
+        self._create = create
+
+    def __repr__(self) -> str:
+        return f"WrappedCommitHandler({self._wrapper!r}, {self._inner!r})"
+
+    @property
+    def storage(self) -> Storage:
+        """The wrapper: reads during a commit see its faults too."""
+        return self._wrapper
+
+    def commit(self, version: int, path: str, data: bytes) -> None:
+        """The inner authority's create, subject to the wrapper's faults."""
+        self._create(path, lambda: self._inner.commit(version, path, data))
+
+    def resolve(self, version: int, path: str) -> bool:
+        """Delegate to the inner authority."""
+        return self._inner.resolve(version, path)
+
+    def finish_pending(self) -> Sequence[str]:
+        """Delegate to the inner authority."""
+        return self._inner.finish_pending()
+
+
+def wrapped_handler(
+    wrapper: Storage, inner: Storage, create: Callable[[str, Callable[[], None]], None]
+) -> CommitHandler:
+    """The commit handler a wrapper of ``inner`` carries: the store's own create-if-absent
+    through the wrapper, or the inner authority with the wrapper's faults applied."""
+    handler = commit_handler_for(inner)
+    if isinstance(handler, StoreCommitHandler):
+        return StoreCommitHandler(wrapper)
+    return WrappedCommitHandler(wrapper, handler, create)
 
 
 class FaultyStorage:
@@ -153,6 +206,14 @@ class FaultyStorage:
             raise
         self.log.append((method, path, outcome))
         return result
+
+    @property
+    def commit_handler(self) -> CommitHandler:
+        """The inner storage's commit authority, its manifest creates subject to the rules
+        for ``put_if_absent`` (see :class:`WrappedCommitHandler`)."""
+        return wrapped_handler(
+            self, self.inner, lambda path, do: self._call("put_if_absent", path, do)
+        )
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Delegate (subject to faults)."""

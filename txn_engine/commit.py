@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -687,11 +688,55 @@ def _land(
         if found:
             state.raw[target] = found  # the winner's manifest: the next attempt needs it
         return None
-    _check_lineage(state, target, scheme, current, built, path)
-    # the commit landed; if the redundant copy fails, readers use the inline transaction
-    with contextlib.suppress(StorageError):
-        storage.put(transaction_path(name), pb.SerializeToString(deterministic=True))
+    # the redundant copy: on an object store it goes out beside the lineage check (two
+    # requests in flight, one round trip); if it fails, readers use the inline transaction
+    copy = _TransactionCopy(
+        storage, transaction_path(name), pb.SerializeToString(deterministic=True)
+    )
+    try:
+        _check_lineage(state, target, scheme, current, built, path)
+    except BaseException:
+        copy.withdraw()  # our manifest was withdrawn: so is its copy (best effort)
+        raise
+    copy.join()
     return CommitResult(target, txn, budget.attempts, path)
+
+
+class _TransactionCopy:
+    """Writes the ``_transactions/`` copy of a landed transaction. On a store that serves
+    requests concurrently (``read_concurrency`` > 1: object stores) it starts at once, in a
+    thread, beside the lineage check, so it is not one more sequential round trip; elsewhere
+    (local disk) it is written after the check. A failed copy is ignored (pylance 14 reads
+    the inline transaction)."""
+
+    def __init__(self, storage: Storage, path: str, data: bytes) -> None:
+        self._storage, self._path, self._data = storage, path, data
+        self._thread: threading.Thread | None = None
+        if read_concurrency(storage) > 1:
+            self._thread = threading.Thread(
+                target=self._write, name="txn-engine-txn-copy", daemon=True
+            )
+            self._thread.start()
+
+    def _write(self) -> None:
+        with contextlib.suppress(StorageError):
+            self._storage.put(self._path, self._data)
+
+    def join(self) -> None:
+        """The copy is written (or failed) when this returns."""
+        if self._thread is None:
+            self._write()
+        else:
+            self._thread.join()
+
+    def withdraw(self) -> None:
+        """Our manifest was withdrawn: remove the copy if it was started (best effort; a
+        leftover is an orphan that cleanup removes)."""
+        if self._thread is None:
+            return
+        self._thread.join()
+        with contextlib.suppress(Exception):
+            self._storage.delete(self._path)
 
 
 def _check_lineage(

@@ -262,6 +262,37 @@ class DelayedReads:
         return self._slow(lambda: self.inner.size(path))  # type: ignore[no-any-return]
 
 
+class DelayedRequests(DelayedReads):
+    """DelayedReads whose writes and existence checks take ``delay`` too (counted in flight)."""
+
+    def put(self, path: str, data: bytes) -> None:
+        self._slow(lambda: self.inner.put(path, data))
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        self._slow(lambda: self.inner.put_if_absent(path, data))
+
+    def exists(self, path: str) -> bool:
+        return self._slow(lambda: self.inner.exists(path))  # type: ignore[no-any-return]
+
+
+def test_the_transaction_copy_goes_out_beside_the_lineage_check_on_an_object_store() -> None:
+    """After the create, the ``.txn`` copy and the lineage check's existence check are in
+    flight together (one round trip, not two) on a store that serves requests concurrently;
+    the copy is there when commit returns."""
+    inner = MemoryStorage()
+    create(inner)
+    ds = Dataset.open(inner)
+    slow = DelayedRequests(inner, 0.05, 8)
+    r = commit(slow, Transaction(1, Append([frag()])), base=ds, assume_latest=True)
+    assert r.version == 2
+    assert slow.max_in_flight == 2
+    assert inner.exists(f"_transactions/1-{r.transaction.uuid}.txn")
+    # on a store without concurrent requests (local disk) nothing overlaps
+    serial = DelayedRequests(inner, 0.01, 1)
+    commit(serial, Transaction(2, Append([frag()])), base=Dataset.open(inner), assume_latest=True)
+    assert serial.max_in_flight == 1
+
+
 def _stale_commit(k: int, concurrency: int, delay: float) -> tuple[float, DelayedReads, Any]:
     """Commit an Append read at version 1 with ``k`` Appends landed since, on storage with
     ``delay`` per read request; returns the wall time, the storage and the recorder."""

@@ -321,7 +321,6 @@ def test_a_table_replacing_follower_cannot_prove_lineage_and_refuses_safely() ->
     assert [f.physical_rows for f in top.fragments] == [7]  # the Overwrite's table, intact
 
 
-
 def test_a_fragment_id_reused_by_the_removed_twin_is_not_taken_for_ours() -> None:
     """The removed twin appended a fragment with the very id ours got (same high-water
     mark), and the version above it changed that fragment (a new column, a deletion): the
@@ -342,3 +341,29 @@ def test_a_fragment_id_reused_by_the_removed_twin_is_not_taken_for_ours() -> Non
     with pytest.raises(HistoryUnavailableError, match="withdrawn"):
         commit(store, Transaction(1, Append([frag()])))
     assert versions(inner) == [1, 3]
+
+
+class ConcurrentMemory(MemoryStorage):
+    """An in-memory store that declares concurrent requests, like an object store."""
+
+    read_concurrency = 8
+
+
+def test_a_withdrawn_commit_leaves_no_transaction_copy() -> None:
+    """The ``.txn`` copy goes out beside the lineage check on an object store; when the
+    check withdraws our manifest, the copy is deleted too (nothing of ours is left)."""
+    from txn_engine.dataset import Dataset
+
+    store = ConcurrentMemory()
+    commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
+    append(store)  # 2
+    base = Dataset.open(store)
+    append(store)  # 3
+    append(store)  # 4
+    for v in (1, 2, 3):
+        remove(store, v)
+    mine = Transaction(2, Append([frag()]))
+    with pytest.raises(HistoryUnavailableError, match="withdrawn"):
+        commit(store, mine, base=base, assume_latest=True)
+    assert versions(store) == [4]
+    assert not store.exists(f"_transactions/2-{mine.uuid}.txn")

@@ -121,21 +121,6 @@ def _lance(module: str = "lance") -> Any:
         ) from exc
 
 
-_SESSION: Any = None
-
-
-def _session() -> Any:
-    """One pylance ``Session`` (metadata and index caches) for every handle of the process:
-    planning opens pylance's dataset at the pinned version on every call, and a fresh
-    session would read that version's metadata cold each time."""
-    global _SESSION
-    if _SESSION is None:
-        _SESSION = _lance().Session(
-            metadata_cache_size_bytes=128 * 1024 * 1024, index_cache_size_bytes=512 * 1024 * 1024
-        )
-    return _SESSION
-
-
 class Table:
     """A writer handle on one Lance dataset (see the module docstring). Create with
     :func:`txn_engine.open`.
@@ -206,7 +191,6 @@ class Table:
                 self._uri,
                 version=version,
                 storage_options=self._lance_options,
-                session=_session(),
             )
 
     def to_table(self, **scan: Any) -> Any:
@@ -733,9 +717,7 @@ class Table:
         target = self.version if version is None else version
         reference: Any = target if self._branch is None else (self._branch, target)
         with _planning("create_branch"):
-            root = lance.dataset(
-                self._root_uri, storage_options=self._lance_options, session=_session()
-            )
+            root = lance.dataset(self._root_uri, storage_options=self._lance_options)
             root.create_branch(name, reference, storage_options=self._lance_options)
         return Table(
             self._root_uri,

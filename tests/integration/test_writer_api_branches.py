@@ -145,3 +145,25 @@ def test_branch_handles_refuse_what_they_cannot_do(tmp_path: Path) -> None:
     with pytest.raises(InvalidOperationError):
         te.open(uri).create_branch("../x")
     assert repr(branch).endswith("branch='b')")
+
+
+def test_what_txn_engine_commits_on_a_branch_survives_a_main_line_cleanup(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from txn_engine.cleanup import cleanup
+
+    uri = str(tmp_path / "t.lance")
+    main = te.open(uri)
+    main.append(_rows(0, 2))
+    main.append(_rows(2, 1))
+    dev = main.create_branch("dev", 1)
+    dev.append(_rows(10, 1))
+    dev.delete("id = 0")
+    main.delete("id = 1")
+    main.append(_rows(3, 1))
+    report = cleanup(uri, older_than=dt.timedelta(0), keep_versions=1)
+    assert report.deleted > 0  # main-line history went
+    # the fork's version and every file of the branch stay: pylance reads the branch whole
+    assert _branch_table(uri, "dev").column("id").to_pylist() == [1, 10]
+    assert dev.to_table().sort_by("id").column("id").to_pylist() == [1, 10]
+    assert main.to_table().sort_by("id").column("id").to_pylist() == [0, 2, 3]

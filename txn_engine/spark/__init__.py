@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from txn_engine.spark._dml import DML_RETRY_POLICY, DmlResult, delete, merge, update
+from txn_engine.spark._dml import DML_RETRY_POLICY, DmlOptions, DmlResult, delete, merge, update
 from txn_engine.spark._options import WriteOptions, parse_write_options
 from txn_engine.spark._staging import STAGING_DIR, SweepResult
 from txn_engine.spark._write import (
@@ -46,6 +46,7 @@ from txn_engine.spark._write import (
 __all__ = [
     "DATA_SOURCE_NAME",
     "DML_RETRY_POLICY",
+    "DmlOptions",
     "DmlResult",
     "FRAGMENT_COLUMN",
     "STAGING_DIR",

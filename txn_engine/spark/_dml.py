@@ -51,7 +51,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 import attrs
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -86,7 +86,15 @@ from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 from txn_engine.transaction import Transaction
 
-__all__ = ["DML_RETRY_POLICY", "DML_STAGING_DIR", "DmlResult", "delete", "merge", "update"]
+__all__ = [
+    "DML_RETRY_POLICY",
+    "DML_STAGING_DIR",
+    "DmlOptions",
+    "DmlResult",
+    "delete",
+    "merge",
+    "update",
+]
 
 _log = logging.getLogger("txn_engine.spark")
 
@@ -108,6 +116,28 @@ DML_RETRY_POLICY = RetryPolicy(max_attempts=11, deadline=1800.0)
 MatchedAction = Literal["update", "delete"]
 NotMatchedAction = Literal["insert"]
 TaskHook = Callable[[int], None]
+
+
+class DmlOptions(TypedDict, total=False):
+    """The keyword options :func:`delete`, :func:`update` and :func:`merge` share.
+
+    ``storage_options`` are txn_engine's (and pylance's, unless ``lance_storage_options``
+    are given); ``retry_policy`` is the re-planning budget (default
+    :data:`DML_RETRY_POLICY`), ``commit_retry_policy`` the budget of each commit,
+    ``conflict_options`` the commit's :class:`~txn_engine.ConflictOptions`;
+    ``properties`` are recorded in the transaction. ``max_tasks`` caps the number of
+    tasks (fragments are grouped round-robin beyond it); ``task_hook(partition)`` runs on
+    the executor at the start of every task (fault injection in tests).
+    """
+
+    storage_options: Mapping[str, Any] | None
+    lance_storage_options: Mapping[str, str] | None
+    retry_policy: RetryPolicy | None
+    commit_retry_policy: RetryPolicy | None
+    conflict_options: ConflictOptions | None
+    properties: Mapping[str, str] | None
+    max_tasks: int | None
+    task_hook: TaskHook | None
 
 
 @attrs.frozen
@@ -146,15 +176,7 @@ def delete(
     spark: Any,
     uri: str,
     condition: str,
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    lance_storage_options: Mapping[str, str] | None = None,
-    retry_policy: RetryPolicy | None = None,
-    commit_retry_policy: RetryPolicy | None = None,
-    conflict_options: ConflictOptions | None = None,
-    properties: Mapping[str, str] | None = None,
-    max_tasks: int | None = None,
-    task_hook: TaskHook | None = None,
+    **options: Unpack[DmlOptions],
 ) -> DmlResult:
     """Delete the rows of the Lance table at ``uri`` matching the Lance SQL ``condition``
     (e.g. ``"id < 10 AND status = 'gone'"``), on Spark's executors; one ``Delete`` commit.
@@ -162,28 +184,13 @@ def delete(
     Fragments whose rows all go are removed; the others get a cumulative deletion vector.
     A condition matching nothing still commits a version, as pylance does.
 
-    ``storage_options`` are txn_engine's (and pylance's, unless ``lance_storage_options``
-    are given); ``retry_policy`` is the re-planning budget (default
-    :data:`DML_RETRY_POLICY`), ``commit_retry_policy`` the budget of each commit.
-    ``max_tasks`` caps the number of tasks (fragments are grouped round-robin beyond it).
-    ``task_hook(partition)`` runs on the executor at the start of every task (fault
-    injection in tests). Raises InvalidOperationError for a bad condition
-    or a failed job (nothing committed, its files removed), RetriesExhaustedError when
-    concurrent writers kept preempting it, and the other commit errors.
+    ``options`` are the :class:`DmlOptions` (storage options, re-planning and commit
+    budgets, transaction properties, ``max_tasks``, ``task_hook``). Raises
+    InvalidOperationError for a bad condition or a failed job (nothing committed, its
+    files removed), RetriesExhaustedError when concurrent writers kept preempting it, and
+    the other commit errors.
     """
-    ctx = _Context.make(
-        spark,
-        uri,
-        "delete",
-        storage_options,
-        lance_storage_options,
-        retry_policy,
-        commit_retry_policy,
-        conflict_options,
-        properties,
-        max_tasks,
-        task_hook,
-    )
+    ctx = _Context.make(spark, uri, "delete", options)
     return ctx.run(lambda snapshot, attempt: _plan_delete(ctx, snapshot, attempt, condition))
 
 
@@ -192,15 +199,7 @@ def update(
     uri: str,
     set: Mapping[str, str],
     where: str | None = None,
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    lance_storage_options: Mapping[str, str] | None = None,
-    retry_policy: RetryPolicy | None = None,
-    commit_retry_policy: RetryPolicy | None = None,
-    conflict_options: ConflictOptions | None = None,
-    properties: Mapping[str, str] | None = None,
-    max_tasks: int | None = None,
-    task_hook: TaskHook | None = None,
+    **options: Unpack[DmlOptions],
 ) -> DmlResult:
     """Set columns to Lance SQL expressions (``set={"price": "price * 2", "tag": "'x'"}``)
     on the rows matching ``where`` (default: every row), on Spark's executors.
@@ -213,19 +212,7 @@ def update(
     if not set:
         raise InvalidOperationError("update: give at least one column to set")
     values = dict(set)
-    ctx = _Context.make(
-        spark,
-        uri,
-        "update",
-        storage_options,
-        lance_storage_options,
-        retry_policy,
-        commit_retry_policy,
-        conflict_options,
-        properties,
-        max_tasks,
-        task_hook,
-    )
+    ctx = _Context.make(spark, uri, "update", options)
     return ctx.run(lambda snapshot, attempt: _plan_update(ctx, snapshot, attempt, values, where))
 
 
@@ -236,14 +223,7 @@ def merge(
     *,
     when_matched: MatchedAction | None = "update",
     when_not_matched: NotMatchedAction | None = "insert",
-    storage_options: Mapping[str, Any] | None = None,
-    lance_storage_options: Mapping[str, str] | None = None,
-    retry_policy: RetryPolicy | None = None,
-    commit_retry_policy: RetryPolicy | None = None,
-    conflict_options: ConflictOptions | None = None,
-    properties: Mapping[str, str] | None = None,
-    max_tasks: int | None = None,
-    task_hook: TaskHook | None = None,
+    **options: Unpack[DmlOptions],
 ) -> DmlResult:
     """Merge the DataFrame ``source`` into the table at ``uri`` on the key column(s)
     ``on``, like pylance's ``merge_insert(on)``:
@@ -271,19 +251,7 @@ def merge(
             f"merge: when_not_matched must be 'insert' or None, got {when_not_matched!r}"
         )
     spark = source.sparkSession
-    ctx = _Context.make(
-        spark,
-        uri,
-        "merge",
-        storage_options,
-        lance_storage_options,
-        retry_policy,
-        commit_retry_policy,
-        conflict_options,
-        properties,
-        max_tasks,
-        task_hook,
-    )
+    ctx = _Context.make(spark, uri, "merge", options)
     return ctx.run(
         lambda snapshot, attempt: _plan_merge(
             ctx, snapshot, attempt, source, keys, when_matched, when_not_matched
@@ -326,37 +294,26 @@ class _Context:
     task_hook: TaskHook | None
 
     @classmethod
-    def make(
-        cls,
-        spark: Any,
-        uri: str,
-        what: str,
-        storage_options: Mapping[str, Any] | None,
-        lance_storage_options: Mapping[str, str] | None,
-        retry_policy: RetryPolicy | None,
-        commit_retry_policy: RetryPolicy | None,
-        conflict_options: ConflictOptions | None,
-        properties: Mapping[str, str] | None,
-        max_tasks: int | None,
-        task_hook: TaskHook | None,
-    ) -> _Context:
+    def make(cls, spark: Any, uri: str, what: str, options: DmlOptions) -> _Context:
+        max_tasks = options.get("max_tasks")
         if max_tasks is not None and max_tasks < 1:
             raise InvalidOperationError(f"max_tasks must be at least 1, got {max_tasks}")
-        uri = os.fspath(uri)
+        storage_options = options.get("storage_options")
+        lance_storage_options = options.get("lance_storage_options")
         if lance_storage_options is None and storage_options:
             lance_storage_options = {str(k): str(v) for k, v in storage_options.items()}
         return cls(
             spark=spark,
-            uri=uri,
+            uri=os.fspath(uri),
             what=what,
             storage_options=dict(storage_options or {}),
             lance_options=dict(lance_storage_options) if lance_storage_options else None,
-            retry_policy=retry_policy,
-            commit_retry_policy=commit_retry_policy,
-            conflict_options=conflict_options,
-            properties=dict(properties or {}),
+            retry_policy=options.get("retry_policy"),
+            commit_retry_policy=options.get("commit_retry_policy"),
+            conflict_options=options.get("conflict_options"),
+            properties=dict(options.get("properties") or {}),
             max_tasks=max_tasks,
-            task_hook=task_hook,
+            task_hook=options.get("task_hook"),
         )
 
     def storage(self) -> Storage:

@@ -72,9 +72,7 @@ class WriteOptions:
     """
 
     storage_options: Mapping[str, Any] = attrs.field(factory=dict, repr=lambda v: _masked(v))
-    lance_storage_options: Mapping[str, str] = attrs.field(
-        factory=dict, repr=lambda v: _masked(v)
-    )
+    lance_storage_options: Mapping[str, str] = attrs.field(factory=dict, repr=lambda v: _masked(v))
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
     max_rows_per_group: int | None = None
     max_bytes_per_file: int | None = None
@@ -141,6 +139,50 @@ def _bool(name: str, text: str) -> bool:
     raise InvalidOperationError(f"option {name!r} must be true or false, got {text!r}")
 
 
+#: Integer write options and their smallest allowed value.
+_INT_OPTIONS = {
+    "max_rows_per_file": 1,
+    "max_rows_per_group": 1,
+    "max_bytes_per_file": 1,
+    "idempotency_lookback": 0,
+    "commit_attempts": 1,
+}
+
+
+def _split_options(
+    options: Mapping[str, str],
+    map_options: Mapping[str, str],
+    scalar_options: set[str],
+    *,
+    what: str,
+    typed_maps: frozenset[str] = frozenset(),
+) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Spark's option map (names lower-cased) and the map options gathered from both
+    spellings: the JSON object (``storage_options``) and one option per key
+    (``storage.<key>``, which wins). Values of the ``typed_maps`` per-key options are read
+    as JSON scalars. Raises InvalidOperationError naming an unknown option."""
+    lowered = {str(k).lower(): str(v) for k, v in options.items()}
+    maps: dict[str, dict[str, Any]] = {name: {} for name in map_options}
+    for name in map_options:
+        if name in lowered:
+            maps[name].update(_json_object(name, lowered[name]))
+    for key, value in lowered.items():
+        if key in map_options or key in scalar_options:
+            continue
+        for name, prefix in map_options.items():
+            if key.startswith(prefix) and len(key) > len(prefix):
+                maps[name][key[len(prefix) :]] = _scalar(value) if name in typed_maps else value
+                break
+        else:
+            known = sorted(scalar_options | set(map_options))
+            prefixes = sorted(map_options.values())
+            raise InvalidOperationError(
+                f"unknown txn_lance {what} {key!r}; known options: {', '.join(known)}; "
+                f"per-key prefixes: {', '.join(p + '<key>' for p in prefixes)}"
+            )
+    return lowered, maps
+
+
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Turn a Spark option map into :class:`WriteOptions`.
 
@@ -148,51 +190,22 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     ignored silently). Raises :class:`~txn_engine.errors.InvalidOperationError` naming the
     offending option.
     """
-    lowered = {str(k).lower(): str(v) for k, v in options.items()}
-    maps: dict[str, dict[str, Any]] = {name: {} for name in _MAP_OPTIONS}
-    for name in _MAP_OPTIONS:
-        if name in lowered:
-            maps[name].update(_json_object(name, lowered[name]))
-    for key, value in lowered.items():
-        if key in _MAP_OPTIONS or key in _SCALAR_OPTIONS:
-            continue
-        for name, prefix in _MAP_OPTIONS.items():
-            if key.startswith(prefix) and len(key) > len(prefix):
-                sub = key[len(prefix) :]
-                typed = _scalar(value) if name == "retry_policy" else value
-                maps[name][sub] = typed
-                break
-        else:
-            known = sorted(_SCALAR_OPTIONS | set(_MAP_OPTIONS))
-            prefixes = sorted(_MAP_OPTIONS.values())
-            raise InvalidOperationError(
-                f"unknown txn_lance option {key!r}; known options: {', '.join(known)}; "
-                f"per-key prefixes: {', '.join(p + '<key>' for p in prefixes)}"
-            )
+    lowered, maps = _split_options(
+        options,
+        _MAP_OPTIONS,
+        _SCALAR_OPTIONS,
+        what="option",
+        typed_maps=frozenset({"retry_policy"}),
+    )
     kwargs: dict[str, Any] = {
         "storage_options": maps["storage_options"],
         "lance_storage_options": {k: str(v) for k, v in maps["lance_storage_options"].items()},
         "properties": {k: str(v) for k, v in maps["properties"].items()},
         "retry_policy": maps["retry_policy"],
     }
-    if "max_rows_per_file" in lowered:
-        kwargs["max_rows_per_file"] = _int(
-            "max_rows_per_file", lowered["max_rows_per_file"], minimum=1
-        )
-    if "max_rows_per_group" in lowered:
-        kwargs["max_rows_per_group"] = _int(
-            "max_rows_per_group", lowered["max_rows_per_group"], minimum=1
-        )
-    if "max_bytes_per_file" in lowered:
-        kwargs["max_bytes_per_file"] = _int(
-            "max_bytes_per_file", lowered["max_bytes_per_file"], minimum=1
-        )
-    if "idempotency_lookback" in lowered:
-        kwargs["idempotency_lookback"] = _int(
-            "idempotency_lookback", lowered["idempotency_lookback"], minimum=0
-        )
-    if "commit_attempts" in lowered:
-        kwargs["commit_attempts"] = _int("commit_attempts", lowered["commit_attempts"], minimum=1)
+    for name, minimum in _INT_OPTIONS.items():
+        if name in lowered:
+            kwargs[name] = _int(name, lowered[name], minimum=minimum)
     if "staging_retention_seconds" in lowered:
         try:
             kwargs["staging_retention_seconds"] = float(lowered["staging_retention_seconds"])
@@ -283,25 +296,9 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     :class:`~txn_engine.errors.InvalidOperationError` naming the offending option (also
     when more than one of ``version``, ``timestamp`` and ``tag`` is given).
     """
-    lowered = {str(k).lower(): str(v) for k, v in options.items()}
-    maps: dict[str, dict[str, Any]] = {name: {} for name in _READ_MAP_OPTIONS}
-    for name in _READ_MAP_OPTIONS:
-        if name in lowered:
-            maps[name].update(_json_object(name, lowered[name]))
-    for key, value in lowered.items():
-        if key in _READ_MAP_OPTIONS or key in _READ_SCALAR_OPTIONS:
-            continue
-        for name, prefix in _READ_MAP_OPTIONS.items():
-            if key.startswith(prefix) and len(key) > len(prefix):
-                maps[name][key[len(prefix) :]] = value
-                break
-        else:
-            known = sorted(_READ_SCALAR_OPTIONS | set(_READ_MAP_OPTIONS))
-            prefixes = sorted(_READ_MAP_OPTIONS.values())
-            raise InvalidOperationError(
-                f"unknown txn_lance read option {key!r}; known options: {', '.join(known)}; "
-                f"per-key prefixes: {', '.join(p + '<key>' for p in prefixes)}"
-            )
+    lowered, maps = _split_options(
+        options, _READ_MAP_OPTIONS, _READ_SCALAR_OPTIONS, what="read option"
+    )
     travel = [name for name in ("version", "timestamp", "tag") if lowered.get(name, "") != ""]
     if len(travel) > 1:
         raise InvalidOperationError(

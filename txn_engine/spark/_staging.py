@@ -725,33 +725,23 @@ def _matches(
     )
 
 
-def find_landed(
-    storage: Storage,
-    uuid: str,
-    *,
-    after_version: int,
-    write_id: str | None = None,
-    write_id_property: str | None = None,
-) -> Landed | None:
-    """The version created by the transaction ``uuid`` (or carrying ``write_id`` in
-    ``write_id_property``), looking only at versions newer than ``after_version``.
+def find_landed(storage: Storage, uuid: str, *, after_version: int) -> Landed | None:
+    """The version created by the transaction ``uuid`` (or by a group commit that carried
+    it), looking only at versions newer than ``after_version``, with that transaction.
 
-    Versions whose transaction cannot be read are skipped, so None means "not found", not
-    "never landed": use :func:`settle` to tell those apart. Raises StorageError when the
-    history cannot be listed or read.
+    The search is :func:`txn_engine.commit.find_transaction`'s. A Spark write's uuid is
+    derived from its write id, so a write is found by its uuid alone. Versions whose
+    transaction cannot be read are skipped, so None means "not found", not "never landed":
+    use :func:`settle` to tell those apart. Raises StorageError when the history cannot be
+    listed or read.
     """
+    from txn_engine.commit import find_transaction
+
     try:
-        entries = _entries_after(storage, after_version)
+        version = find_transaction(storage, uuid, since_version=after_version)
+        return None if version is None else Landed(version, read_transaction(storage, version))
     except DatasetNotFoundError:
         return None
-    for entry in entries:
-        try:
-            txn = read_transaction(storage, entry)
-        except (TransactionNotFoundError, VersionNotFoundError, FormatError):
-            continue
-        if _matches(txn, uuid, write_id, write_id_property):
-            return Landed(entry.version, txn)
-    return None
 
 
 @attrs.frozen

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid as uuid_mod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -53,9 +52,9 @@ from txn_engine.spark._options import WriteOptions, parse_write_options
 from txn_engine.spark._write import (
     WRITE_ID_PROPERTY,
     FragmentCollector,
-    _fragment_json,
     _open,
     _pin,
+    fragments_summary,
 )
 from txn_engine.storage.base import Storage
 
@@ -245,34 +244,46 @@ def write_stream_task(
     fragment JSONs)`` for the commit message."""
     storage = _open(uri, options)
     pinned = _pin(storage, uri, "append", schema, attrs.evolve(options, merge_schema=False))
-    read_version, target = pinned.read_version, pinned.schema
     key = _staging.new_write_key()
-    txn_uuid = batch_uuid(uri, query_id, batch_id)
-    write_id = _write_id(query_id, batch_id)
-    _staging.write_record(
-        storage,
-        key,
-        {
-            "write_id": write_id,
-            "uuid": txn_uuid,
-            "read_version": read_version,
-            "mode": "append",
-            "planned_at": time.time(),
-            "stream_query_id": query_id,
-            "stream_batch_id": batch_id,
-        },
-    )
-    collector = FragmentCollector(
-        uri=uri,
-        mode="append",
-        write_id=write_id,
-        uuid=txn_uuid,
+    collector = _batch_collector(
+        uri,
+        query_id,
+        batch_id,
         write_key=key,
-        read_version=read_version,
-        schema=target,
+        read_version=pinned.read_version,
+        schema=pinned.schema,
         options=options,
     )
+    collector.write_record(storage, stream_query_id=query_id, stream_batch_id=batch_id)
     return key, collector.write_batches(batches)
+
+
+def _batch_collector(
+    uri: str,
+    query_id: str,
+    batch_id: int,
+    *,
+    write_key: str,
+    read_version: int,
+    schema: pa.Schema,
+    options: WriteOptions,
+) -> FragmentCollector:
+    """The write of micro-batch ``batch_id`` (the same identity in its tasks and its
+    driver commit): transaction uuid and write id derived from the batch, the query id and
+    batch id recorded as transaction properties."""
+    properties = dict(options.properties)
+    properties[STREAM_QUERY_ID_PROPERTY] = query_id
+    properties[STREAM_BATCH_ID_PROPERTY] = str(batch_id)
+    return FragmentCollector(
+        uri=uri,
+        mode="append",
+        write_id=_write_id(query_id, batch_id),
+        uuid=batch_uuid(uri, query_id, batch_id),
+        write_key=write_key,
+        read_version=read_version,
+        schema=schema,
+        options=attrs.evolve(options, properties=properties),
+    )
 
 
 # --------------------------------------------------------------------------- driver
@@ -343,9 +354,7 @@ def commit_stream_batch(
     :func:`txn_engine.commit.commit`. ``hook(stage)`` (tests) is called with
     ``"committed"`` and ``"progress_written"``.
     """
-    jsons = [_fragment_json(f) for f in fragments]
-    referenced = {str(f["path"]) for data in jsons for f in data.get("files", ())}
-    rows = sum(int(data.get("physical_rows") or 0) for data in jsons)
+    jsons, referenced, rows = fragments_summary(fragments)
     storage = _open(uri, options)
     txn_uuid = batch_uuid(uri, query_id, batch_id)
     write_id = _write_id(query_id, batch_id)
@@ -393,18 +402,14 @@ def commit_stream_batch(
                 storage,
                 attrs.evolve(progress, pending_batch_id=batch_id, pending_after=latest),
             )
-            properties = dict(options.properties)
-            properties[STREAM_QUERY_ID_PROPERTY] = query_id
-            properties[STREAM_BATCH_ID_PROPERTY] = str(batch_id)
-            collector = FragmentCollector(
-                uri=uri,
-                mode="append",
-                write_id=write_id,
-                uuid=txn_uuid,
+            collector = _batch_collector(
+                uri,
+                query_id,
+                batch_id,
                 write_key=write_keys[0] if write_keys else _staging.new_write_key(),
                 read_version=latest,
                 schema=schema,
-                options=attrs.evolve(options, properties=properties),
+                options=options,
             )
             txn = collector.transaction(jsons)
             version, already, _, _, keep = collector._commit_once(storage, txn, referenced, jsons)

@@ -139,6 +139,16 @@ def _file_names(fragment: Mapping[str, Any]) -> list[str]:
     return [str(f["path"]) for f in fragment.get("files", ())]
 
 
+def fragments_summary(
+    fragments: Iterable[FragmentLike],
+) -> tuple[list[dict[str, Any]], set[str], int]:
+    """Fragments as the dicts ``FragmentMetadata.to_json()`` returns, the data files they
+    reference and their rows (what a driver commit works from)."""
+    jsons = [_fragment_json(f) for f in fragments]
+    referenced = {name for data in jsons for name in _file_names(data)}
+    return jsons, referenced, sum(int(data.get("physical_rows") or 0) for data in jsons)
+
+
 @attrs.frozen
 class SparkCommitResult:
     """What a driver commit did.
@@ -261,8 +271,6 @@ class FragmentCollector:
                 storage,
                 txn_uuid,
                 after_version=max(0, read_version - options.idempotency_lookback),
-                write_id=write_id,
-                write_id_property=WRITE_ID_PROPERTY,
             )
             if landed is not None:
                 _log.info(
@@ -280,18 +288,21 @@ class FragmentCollector:
                 )
             except Exception as exc:
                 _log.warning("sweeping old staged writes of %s failed: %r", uri, exc)
-        _staging.write_record(
-            storage,
-            key,
-            {
-                "write_id": write_id,
-                "uuid": txn_uuid,
-                "read_version": read_version,
-                "mode": mode,
-                "planned_at": time.time(),
-            },
-        )
+        collector.write_record(storage)
         return collector
+
+    def write_record(self, storage: Storage, **extra: Any) -> None:
+        """Record this write under ``_txn_engine/spark/`` (its identity and read version,
+        plus ``extra``) before any of its files is written: the sweep finds the files of a
+        write whose driver died through it."""
+        record = {
+            "write_id": self.write_id,
+            "uuid": self.uuid,
+            "read_version": self.read_version,
+            "mode": self.mode,
+            "planned_at": time.time(),
+        }
+        _staging.write_record(storage, self.write_key, {**record, **extra})
 
     @property
     def creates_dataset(self) -> bool:
@@ -670,13 +681,7 @@ class FragmentCollector:
         return None if landed is None else landed.version
 
     def _landed(self, storage: Storage) -> _staging.Landed | None:
-        return _staging.find_landed(
-            storage,
-            self.uuid,
-            after_version=self.read_version,
-            write_id=self.write_id,
-            write_id_property=WRITE_ID_PROPERTY,
-        )
+        return _staging.find_landed(storage, self.uuid, after_version=self.read_version)
 
     def commit(self, fragments: Iterable[FragmentLike]) -> SparkCommitResult:
         """Commit the fragments of the successful tasks as one transaction (driver side).
@@ -694,9 +699,7 @@ class FragmentCollector:
         do not delete anything; call :meth:`commit` again later or :meth:`find_landed`.
         """
         started = time.perf_counter()
-        jsons = [_fragment_json(f) for f in fragments]
-        referenced = {name for data in jsons for name in _file_names(data)}
-        rows = sum(int(data.get("physical_rows") or 0) for data in jsons)
+        jsons, referenced, rows = fragments_summary(fragments)
         storage = self.open_storage()
         commit_seconds = 0.0
         attempts = 0
@@ -1248,11 +1251,7 @@ def find_write(
     versions newer than ``after_version``), or None if there is none."""
     storage = open_storage(uri, dict(storage_options or {}) or None)
     landed = _staging.find_landed(
-        storage,
-        str(uuid_mod.uuid5(_WRITE_ID_NAMESPACE, write_id)),
-        after_version=after_version,
-        write_id=write_id,
-        write_id_property=WRITE_ID_PROPERTY,
+        storage, _uuid_for(write_id, generated=False), after_version=after_version
     )
     return None if landed is None else landed.version
 

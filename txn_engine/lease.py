@@ -193,9 +193,14 @@ class _Renewer:
     """
 
     def __init__(self) -> None:
+        self._seq = itertools.count()
+        self._reset()
+
+    def _reset(self) -> None:
+        """Start empty (also in a forked child: the parent's lock may have been held by its
+        renewer thread at the fork, and the parent's leases are the parent's to renew)."""
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Lease]] = []
-        self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._pid = 0
 
@@ -235,6 +240,8 @@ class _Renewer:
 
 
 _RENEWER = _Renewer()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_RENEWER._reset)
 
 
 class Lease:

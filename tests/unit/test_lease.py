@@ -251,3 +251,29 @@ def test_a_lease_released_while_its_renewal_runs_leaves_no_object() -> None:
     store.block = False
     time.sleep(0.2)
     assert store.list(LEASES_DIR) == []
+
+
+def test_a_forked_child_renews_its_own_leases_even_if_the_fork_caught_the_renewer() -> None:
+    import importlib
+    import os
+    import signal
+
+    lease_module = importlib.import_module("txn_engine.lease")  # (te.lease is the function)
+
+    store = _dataset(2)
+    with Lease(store, 1, ttl=30.0, owner="parent"):  # the parent's renewer is running
+        renewer = lease_module._RENEWER
+        with renewer._cond:  # the fork happens while the renewer holds its lock
+            pid = os.fork()
+            if pid == 0:  # child: a background lease must not wait for the parent's lock
+                signal.alarm(10)
+                try:
+                    with Lease(store, 1, ttl=0.3, owner="child") as held:
+                        first = held.expires_at_ns
+                        time.sleep(0.4)
+                        os._exit(0 if held.expires_at_ns > first else 2)
+                except BaseException:
+                    os._exit(3)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status)
+    assert os.WEXITSTATUS(status) == 0

@@ -167,3 +167,25 @@ def test_what_txn_engine_commits_on_a_branch_survives_a_main_line_cleanup(tmp_pa
     assert _branch_table(uri, "dev").column("id").to_pylist() == [1, 10]
     assert dev.to_table().sort_by("id").column("id").to_pylist() == [1, 10]
     assert main.to_table().sort_by("id").column("id").to_pylist() == [0, 2, 3]
+
+
+def test_overwrite_restore_and_config_on_a_branch_as_pylance(pair: tuple[str, str]) -> None:
+    a, b = pair
+    theirs = lance.dataset(a).create_branch("dev", 1)
+    ours = te.open(b).create_branch("dev", 1)
+    lance.write_dataset(_rows(500, 3), theirs, mode="overwrite")
+    ours.overwrite(_rows(500, 3))
+    assert _branch_table(b).equals(_branch_table(a))
+    theirs = lance.dataset(a).checkout_version(("dev", 1))
+    theirs.restore()
+    ours.restore(1)
+    assert _branch_table(b).equals(_branch_table(a))
+    assert _branch_table(b).num_rows == 100
+    lance.dataset(a).checkout_version(("dev", None)).update_config({"k": "v"})
+    ours.update_config({"k": "v"})
+    for uri in (a, b):
+        dev = lance.dataset(uri).checkout_version(("dev", None))
+        assert dev.config().get("k") == "v"
+        assert dev.version == 4
+        assert te.Dataset.open(uri, branch="dev").manifest.branch == "dev"
+        assert "k" not in lance.dataset(uri).config()  # the main line's config is untouched

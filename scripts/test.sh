@@ -27,4 +27,5 @@ if "$CORE_TMP/venv/bin/python" -P -c "import lance" 2>/dev/null; then
 fi
 "$CORE_TMP/venv/bin/python" -P -m pytest -n 2 -p no:cacheprovider tests/unit
 # Everything, with every extra (historical fixtures: scripts/gen_historical_fixtures.py, cached).
-.venv/bin/python -m pytest -n 2 "$@"
+# --dist loadgroup: the Spark standalone-cluster tests share one xdist worker (one cluster).
+.venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

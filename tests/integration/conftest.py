@@ -1,11 +1,28 @@
-"""Datasets written by pylance 14.0.2 (the oracle) for the format-layer integration tests."""
+"""Shared fixtures of the integration tests.
+
+* Datasets written by pylance 14.0.2 (the oracle) for the format-layer tests
+  (``history_factory``, ``history``).
+* The object-store emulators of ``emulators.py`` (``moto_server``, ``azurite_server``,
+  ``fake_gcs_server``, ``loopback_proxy``): one server per kind per pytest process. Test
+  modules use ``import emulators as emu`` for the helpers (``emu.unique_name``, ...).
+* Spark: ``spark`` is the process's one SparkSession (local mode, ``local[2,3]``). A test
+  marked ``@pytest.mark.spark_cluster`` runs twice, with ``spark`` in local mode and on a
+  standalone cluster (a master and two workers on 127.0.0.1, executors in processes of
+  their own), ``parametrize("spark", ["cluster"], indirect=True)`` runs a test on the
+  cluster only, and ``standalone`` gives the cluster's URL to a test whose driver runs in a
+  subprocess. The cluster is started once per pytest process, when the first test that
+  needs it runs; those tests run last (and, under xdist with ``--dist loadgroup``, in one
+  worker), so the session switches master at most twice.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import lance
@@ -21,6 +38,21 @@ _HERE = str(Path(__file__).resolve().parent)
 os.environ["PYTHONPATH"] = os.pathsep.join(
     dict.fromkeys([_HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 )
+# ... and test modules import them (emulators, spark_cluster, conftest_spark) by name too
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+import emulators  # noqa: E402
+import spark_cluster  # noqa: E402
+
+# modules that still load emulators.py by path under this name get this same module (one
+# set of fixture functions, one server per kind)
+sys.modules.setdefault("txn_engine_tests_emulators", emulators)
+
+moto_server = emulators.moto_server
+azurite_server = emulators.azurite_server
+fake_gcs_server = emulators.fake_gcs_server
+loopback_proxy = emulators.loopback_proxy
 
 
 @attrs.frozen
@@ -125,3 +157,86 @@ def history_factory(
 def history(request: pytest.FixtureRequest, history_factory: Callable[[str], History]) -> History:
     """Each pylance-written History variant in turn."""
     return history_factory(request.param)
+
+
+# --------------------------------------------------------------------------- Spark
+
+SPARK_CLUSTER_GROUP = "spark-cluster"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "spark_cluster: run the test with `spark` in local mode and on the standalone cluster",
+    )
+    # pytest-xdist registers it; also without xdist (-p no:xdist), as the hook below sets it
+    config.addinivalue_line("markers", "xdist_group(name): run these tests in one xdist worker")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("spark_cluster") and (
+        "spark" in metafunc.fixturenames
+    ):
+        metafunc.parametrize("spark", ["local", "cluster"], indirect=True)
+
+
+def _on_cluster(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("spark") == "cluster":
+        return True
+    return "spark_cluster_master" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Cluster tests last (one switch of the session's master) and in one xdist group
+    (one cluster per run under ``--dist loadgroup``)."""
+    cluster = [item for item in items if _on_cluster(item)]
+    if not cluster:
+        return
+    for item in cluster:
+        item.add_marker(pytest.mark.xdist_group(SPARK_CLUSTER_GROUP))
+    chosen = {id(item) for item in cluster}
+    items[:] = [item for item in items if id(item) not in chosen] + cluster
+
+
+@pytest.fixture(scope="session")
+def spark_sessions() -> Iterator[spark_cluster.Sessions]:
+    """The process's SparkSession holder (stopped at the end of the run)."""
+    sessions = spark_cluster.Sessions()
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster_master(
+    tmp_path_factory: pytest.TempPathFactory, spark_sessions: spark_cluster.Sessions
+) -> Iterator[str]:
+    """A standalone master and two workers (one core each) on 127.0.0.1, started when a
+    test first needs them; ``spark://127.0.0.1:<port>``."""
+    work = tmp_path_factory.mktemp("spark-cluster")
+    with spark_cluster.standalone_cluster(work) as master:
+        try:
+            yield master
+        finally:
+            spark_sessions.release(master)  # before the cluster goes
+
+
+@pytest.fixture
+def spark(request: pytest.FixtureRequest, spark_sessions: spark_cluster.Sessions) -> Any:
+    """The SparkSession (``txn_lance`` registered): local mode, or on the standalone
+    cluster for the ``cluster`` parameter (see ``spark_cluster`` marker)."""
+    where = getattr(request, "param", "local")
+    if where == "cluster":
+        return spark_sessions.get(request.getfixturevalue("spark_cluster_master"))
+    assert where == "local", where
+    return spark_sessions.get(spark_cluster.LOCAL_MASTER)
+
+
+@pytest.fixture
+def standalone(spark_cluster_master: str, spark_sessions: spark_cluster.Sessions) -> str:
+    """The cluster's URL for a driver in a subprocess: this process's session is stopped
+    first if it is on the cluster (an application takes every core of the cluster, so a
+    second one would wait for it)."""
+    spark_sessions.release(spark_cluster_master)
+    return spark_cluster_master

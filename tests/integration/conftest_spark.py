@@ -126,6 +126,10 @@ class FaultyStorage:
     * ``crash_after_marker_flag``: in attempt 0 of a Spark task, the first staging-marker
       write reaches the disk and then the Python worker exits hard (``os._exit``): a task
       lost after its data file was complete.
+    * ``hold_dir`` (with ``hold_partition``, ``hold_after_markers``): in attempt 0 of that
+      partition's task, once that many data files are complete and marked, the writer
+      announces itself (``held-{pid}`` in ``hold_dir``) and holds, inside pylance's write,
+      until its executor JVM is gone: for a test that kills the executor mid-write.
     """
 
     def __init__(self, root: str, options: Mapping[str, Any]) -> None:
@@ -134,6 +138,10 @@ class FaultyStorage:
         self._crash = options.get("crash_after_marker_flag")
         self._outage: dict[str, int] = {}
         self._outage_reads = int(options.get("outage_reads", 3))
+        self._hold_dir = options.get("hold_dir")
+        self._hold_partition = int(options.get("hold_partition", 1))
+        self._hold_after = int(options.get("hold_after_markers", 2))
+        self._marked = 0
 
     @staticmethod
     def _fire(flag: str | None) -> bool:
@@ -186,6 +194,33 @@ class FaultyStorage:
             ctx = TaskContext.get()
             if ctx is not None and ctx.attemptNumber() == 0 and self._fire(self._crash):
                 os._exit(17)
+        if "~" in path and path.startswith("_txn_engine/spark/") and self._hold_dir:
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            if (
+                ctx is not None
+                and ctx.attemptNumber() == 0
+                and ctx.partitionId() == self._hold_partition
+            ):
+                self._marked += 1
+                if self._marked == self._hold_after:
+                    _hold_until_executor_dies(self._hold_dir)
+
+
+def _hold_until_executor_dies(control_dir: str, timeout: float = 120.0) -> None:
+    import spark_cluster
+
+    executor = spark_cluster.executor_jvm(os.getpid())
+    open(os.path.join(control_dir, f"held-{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(executor, 0)
+        except ProcessLookupError:
+            os._exit(1)  # orphaned: the executor is gone
+        time.sleep(0.05)
+    raise TimeoutError("nobody killed this executor")
 
 
 def faulty_storage(uri: str, options: Mapping[str, Any]) -> Storage:

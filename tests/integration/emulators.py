@@ -20,9 +20,14 @@ Each server listens on 127.0.0.1 on a free port, is waited for until it answers 
 killed at the end of the session. A missing emulator **fails** the test that needs it with a
 message naming the install command: these tests must never pass by not running.
 
-The suite runs in importlib mode, so ``tests.integration.emulators`` is not importable by
-name: a test module loads this file by path (``importlib.util.spec_from_file_location``) and
-binds the fixtures it needs as module globals, where pytest finds them.
+The fixtures are registered once, in ``tests/integration/conftest.py`` (one server of each
+kind per pytest process, shared by every module). That conftest also puts
+``tests/integration`` on ``sys.path``, so a test module reaches the helpers with
+``import emulators as emu`` (``emu.unique_name``, ``emu.LoopbackProxy``, ...); the suite
+runs in importlib mode, where ``tests.integration.emulators`` is not importable by package
+name. Modules that still load this file by path under the name
+``txn_engine_tests_emulators`` get the same module object (conftest registers it under that
+name too); binding a fixture as a module global there would start a second server.
 """
 
 from __future__ import annotations

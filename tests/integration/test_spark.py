@@ -1,7 +1,8 @@
 """The ``txn_lance`` data source and the commit hook in Spark local mode.
 
-One SparkSession (``local[2,3]``: 2 threads, a failed task is retried up to 3 attempts)
-is shared by every test. Every outcome is checked by reading the dataset with pylance
+One SparkSession (the ``spark`` fixture of ``conftest.py``: ``local[2,3]``, 2 threads, a
+failed task is retried up to 3 attempts) is shared by every test; the concurrency tests
+also run on the standalone cluster. Every outcome is checked by reading the dataset with pylance
 14.0.2.
 """
 
@@ -12,8 +13,6 @@ import os
 import sys
 import threading
 import time
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,6 @@ from txn_engine.spark import (  # noqa: E402
     FragmentCollector,
     activate,
     commit_fragments,
-    register,
 )
 
 pytestmark = [
@@ -41,37 +39,6 @@ pytestmark = [
     # pylance warns in an at-fork hook; Spark forks to start its JVM gateway
     pytest.mark.filterwarnings("ignore:lance is not fork-safe:UserWarning"),
 ]
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    # Python workers import conftest_spark (barriers, fault-injecting storage) by name
-    paths = [HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    from pyspark.sql import SparkSession
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "lance is not fork-safe", UserWarning)
-        session = _start_session(SparkSession)
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
-
-
-def _start_session(builder_cls: Any) -> Any:
-    return (
-        builder_cls.builder.master("local[2,3]")
-        .appName("txn_engine-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-        .getOrCreate()
-    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -129,6 +96,7 @@ def assert_clean(uri: str) -> None:
 # --------------------------------------------------------------------------- modes
 
 
+@pytest.mark.spark_cluster
 def test_append_creates_then_appends(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t.lance")
     rep = tmp_path / "commit.json"
@@ -259,6 +227,7 @@ def _gated_write(
         errors.append(exc)
 
 
+@pytest.mark.spark_cluster
 def test_two_jobs_append_concurrently(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t.lance")
     ids_frame(spark, 0, 10, partitions=1).write.format("txn_lance").mode("append").save(uri)
@@ -285,6 +254,7 @@ def test_two_jobs_append_concurrently(spark: Any, tmp_path: Path) -> None:
     assert_clean(uri)
 
 
+@pytest.mark.spark_cluster
 def test_append_races_txn_engine_delete_and_pylance_writer(spark: Any, tmp_path: Path) -> None:
     from txn_engine.commit import commit
     from txn_engine.dataset import Dataset
@@ -343,6 +313,7 @@ def test_failing_task_aborts_without_trace(spark: Any, tmp_path: Path) -> None:
     assert staging_entries(uri) == []
 
 
+@pytest.mark.spark_cluster
 def test_files_of_a_lost_task_attempt_are_removed(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t.lance")
     flag = tmp_path / "crash.flag"

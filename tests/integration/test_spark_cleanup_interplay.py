@@ -205,39 +205,6 @@ def test_abort_keeps_files_when_the_history_since_the_read_version_is_gone(
 # --------------------------------------------------------------------------- Spark
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    paths = [HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    import warnings
-
-    from pyspark.sql import SparkSession
-
-    from txn_engine.spark import register
-
-    # reuse the session of test_spark.py when it runs in the same process (and leave it
-    # running for it); otherwise start one and stop it afterwards
-    existing = SparkSession.getActiveSession()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "lance is not fork-safe", UserWarning)
-        session = existing or (
-            SparkSession.builder.master("local[2,3]")
-            .appName("txn_engine-cleanup-interplay")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "1g")
-            .getOrCreate()
-        )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    if existing is None:
-        session.stop()
-
-
 def _in_thread(fn: Callable[[], None], errors: list[BaseException]) -> threading.Thread:
     def run() -> None:
         try:

@@ -14,13 +14,13 @@ import shutil
 import sys
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import lance
 import pyarrow as pa
 import pytest
+from pyspark import cloudpickle
 
 import txn_engine as te
 from txn_engine.dataset import Dataset
@@ -33,40 +33,15 @@ from txn_engine.spark._dml import DML_STAGING_DIR
 from txn_engine.spark._staging import STAGING_DIR
 from txn_engine.storage import open_storage
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 pytestmark = [
     pytest.mark.pylance,
     pytest.mark.filterwarnings("ignore:lance is not fork-safe:UserWarning"),
 ]
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    paths = [HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    from pyspark import cloudpickle
-    from pyspark.sql import SparkSession
-
-    # the task hooks below are shipped to Spark's Python workers, which cannot import
-    # this module: pickle its functions by value
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "lance is not fork-safe", UserWarning)
-        session = (
-            SparkSession.builder.master("local[2,3]")
-            .appName("txn_engine-spark-dml-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "1g")
-            .getOrCreate()
-        )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+# the task hooks below are shipped to Spark's Python workers, which cannot import this
+# module (importlib mode): pickle its functions by value
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 # --------------------------------------------------------------------------- helpers
@@ -198,6 +173,7 @@ def join(thread: threading.Thread, out: list[Any], errors: list[BaseException]) 
 # --------------------------------------------------------------------------- differential
 
 
+@pytest.mark.spark_cluster
 def test_delete_equals_pylance_and_commits_a_delete(spark: Any, tmp_path: Any) -> None:
     uri = make_table(tmp_path)
     oracle = copy(uri, "oracle.lance")
@@ -223,6 +199,7 @@ def test_delete_equals_pylance_and_commits_a_delete(spark: Any, tmp_path: Any) -
     assert_no_leftovers(uri)
 
 
+@pytest.mark.spark_cluster
 def test_update_equals_pylance(spark: Any, tmp_path: Any) -> None:
     uri = make_table(tmp_path)
     oracle = copy(uri, "oracle.lance")
@@ -270,6 +247,7 @@ def test_update_keeps_stable_row_ids_as_pylance(spark: Any, tmp_path: Any) -> No
     assert_no_leftovers(uri)
 
 
+@pytest.mark.spark_cluster
 @pytest.mark.parametrize(
     ("when_matched", "when_not_matched"), [("update", "insert"), ("delete", None)]
 )
@@ -315,6 +293,7 @@ def test_merge_equals_pylance_merge_insert(
 # --------------------------------------------------------------------------- concurrency
 
 
+@pytest.mark.spark_cluster
 def test_concurrent_disjoint_deletes_in_one_fragment_all_land(spark: Any, tmp_path: Any) -> None:
     """Spark's delete is planned (version pinned, tasks held); pylance and txn_engine's
     Python writer delete other rows of the same fragment and commit first; the Spark
@@ -345,6 +324,7 @@ def test_concurrent_disjoint_deletes_in_one_fragment_all_land(spark: Any, tmp_pa
     assert_no_leftovers(uri)
 
 
+@pytest.mark.spark_cluster
 def test_overlapping_concurrent_delete_replans(spark: Any, tmp_path: Any) -> None:
     """pylance deletes some of the same rows while the Spark update is held: the commit is
     preempted (rule ROWS), the update is re-planned at the latest version, the result is
@@ -378,6 +358,7 @@ def test_overlapping_concurrent_delete_replans(spark: Any, tmp_path: Any) -> Non
     }
 
 
+@pytest.mark.spark_cluster
 def test_concurrent_spark_merges_insert_a_new_key_once(spark: Any, tmp_path: Any) -> None:
     """Two Spark merges planned at the same version both insert key 1000: the second to
     commit is preempted (rule U1, the key record) and re-planned, and updates the row."""
@@ -409,6 +390,7 @@ def test_concurrent_spark_merges_insert_a_new_key_once(spark: Any, tmp_path: Any
     assert_no_leftovers(uri)
 
 
+@pytest.mark.spark_cluster
 def test_spark_merge_and_python_merge_insert_same_new_key(spark: Any, tmp_path: Any) -> None:
     """txn_engine's Python writer upserts key 500 while a Spark merge that inserts it is
     held: the Spark merge re-plans (the Python upsert's key record) and updates the row."""
@@ -461,6 +443,7 @@ def failing_hook(uri: str, partition: int) -> Callable[[int], None]:
     return hook
 
 
+@pytest.mark.spark_cluster
 def test_failing_task_commits_nothing_and_removes_its_files(spark: Any, tmp_path: Any) -> None:
     uri = make_table(tmp_path, n=90, per_file=30)
     before = content(uri)

@@ -10,20 +10,15 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import importlib.util
-import os
-import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import emulators as emu
 import lance
 import pyarrow as pa
 import pytest
 
 from txn_engine.errors import InvalidOperationError, VersionNotFoundError
-from txn_engine.spark import register
 from txn_engine.spark._filters import translate, translate_one
 from txn_engine.spark._options import ReadOptions, parse_read_options
 from txn_engine.spark._read import (
@@ -35,56 +30,10 @@ from txn_engine.spark._read import (
 )
 from txn_engine.storage import open_storage
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 pytestmark = [
     pytest.mark.pylance,
     pytest.mark.filterwarnings("ignore:lance is not fork-safe:UserWarning"),
 ]
-
-
-def _load_emulators() -> Any:
-    name = "txn_engine_tests_emulators"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("emulators.py")
-        )
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-emu = _load_emulators()
-moto_server = emu.moto_server
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    paths = [HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    from pyspark.sql import SparkSession
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "lance is not fork-safe", UserWarning)
-        session = (
-            SparkSession.builder.master("local[2,3]")
-            .appName("txn_engine-spark-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "1g")
-            .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-            .getOrCreate()
-        )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -158,6 +107,7 @@ def deleted_table(tmp_path: Path) -> str:
 # --------------------------------------------------------------------------- reads
 
 
+@pytest.mark.spark_cluster
 def test_latest_with_deletions_equals_pylance(spark: Any, deleted_table: str) -> None:
     uri = deleted_table
     df = read(spark, uri)
@@ -169,6 +119,7 @@ def test_latest_with_deletions_equals_pylance(spark: Any, deleted_table: str) ->
     assert df.count() == lance.dataset(uri).count_rows()
 
 
+@pytest.mark.spark_cluster
 def test_time_travel_by_version(spark: Any, deleted_table: str) -> None:
     uri = deleted_table
     for version in (1, 2, 3, 5):
@@ -210,6 +161,7 @@ def test_time_travel_by_timestamp_matches_pylance_asof(spark: Any, tmp_path: Pat
         resolve_version(open_storage(uri), ReadOptions(timestamp="2000-01-01T00:00:00"))
 
 
+@pytest.mark.spark_cluster
 def test_time_travel_by_tag(spark: Any, deleted_table: str) -> None:
     uri = deleted_table
     ds = lance.dataset(uri)
@@ -238,6 +190,7 @@ def test_version_pinned_when_the_dataframe_is_created(spark: Any, tmp_path: Path
     assert read(spark, uri).count() == 150
 
 
+@pytest.mark.spark_cluster
 def test_one_partition_per_fragment_or_grouped(spark: Any, deleted_table: str) -> None:
     uri = deleted_table
     live = [f for f in lance.dataset(uri).get_fragments() if f.count_rows() > 0]
@@ -306,6 +259,7 @@ def test_filters_equal_pylance(
     assert checksum(plain) == checksum(theirs)
 
 
+@pytest.mark.spark_cluster
 def test_filters_are_pushed_into_the_scan(spark: Any, deleted_table: str) -> None:
     uri = deleted_table
     df = read(spark, uri).where("id > 1500 and name like 'row-15%' and score > 1.0")
@@ -463,6 +417,7 @@ def test_types_spark_lacks_are_widened(spark: Any, tmp_path: Path) -> None:
     assert rows[1]["vec"] == [3.0, 4.0]
 
 
+@pytest.mark.spark_cluster
 def test_read_on_moto_s3(spark: Any, moto_server: Any) -> None:
     uri = moto_server.uri(emu.unique_name("spark-read"))
     lance_options = moto_server.lance_options()

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from txn_engine.errors import InvalidOperationError
-from txn_engine.spark import FragmentCollector, register
+from txn_engine.spark import FragmentCollector
 from txn_engine.spark._write import check_lossless
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,31 +31,6 @@ pytestmark = [
     pytest.mark.pylance,
     pytest.mark.filterwarnings("ignore:lance is not fork-safe:UserWarning"),
 ]
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    paths = [HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    from pyspark.sql import SparkSession
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "lance is not fork-safe", UserWarning)
-        session = (
-            SparkSession.builder.master("local[2,3]")
-            .appName("txn_engine-spark-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "1g")
-            .getOrCreate()
-        )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
 
 
 def _table(tmp_path: Path) -> str:
@@ -327,7 +300,9 @@ def test_replace_where_removes_fragments_it_empties(spark: Any, tmp_path: Path) 
     first = min(fr.fragment_id for fr in lance.dataset(uri).get_fragments())
     first_ids = lance.dataset(uri).get_fragment(first).to_table(columns=["id"]).column("id")
     low, high = min(first_ids.to_pylist()), max(first_ids.to_pylist())
-    _replace(_replacement(spark, 7000, 3, part=0), uri, f"id >= {low} AND id <= {high}")
+    # every written row must match the predicate (ids 7000-7002: the second arm)
+    predicate = f"(id >= {low} AND id <= {high}) OR id >= 7000"
+    _replace(_replacement(spark, 7000, 3, part=0), uri, predicate)
     ds = lance.dataset(uri)
     update = ds.read_transaction(2).operation
     assert first in list(update.removed_fragment_ids)

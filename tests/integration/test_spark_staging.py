@@ -6,16 +6,15 @@ id a Spark write would), so these tests check the clean-up logic against real hi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import emulators as emu
 import lance
 import pyarrow as pa
 import pytest
@@ -529,22 +528,6 @@ def test_modification_times_from_fsspec_info(
 # --------------------------------------------------------------------------- object store
 
 
-def _load_emulators() -> Any:
-    name = "txn_engine_tests_emulators"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("emulators.py")
-        )
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-emu = _load_emulators()
-moto_server = emu.moto_server
 
 
 @pytest.mark.parametrize("backend", ["obstore", "fsspec"])

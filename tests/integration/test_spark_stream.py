@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -407,11 +406,7 @@ FILES, ROWS_PER_FILE = 3, 50  # three micro-batches (one file each) of 50 rows
 def make_source(directory: Path) -> None:
     directory.mkdir(parents=True)
     for i in range(FILES):
-        lines = [
-            json.dumps({"id": n, "name": f"row-{n}"})
-            for n in range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE)
-        ]
-        (directory / f"part-{i}.json").write_text("\n".join(lines) + "\n")
+        write_source_file(directory, i)
 
 
 def start_driver(work: Path, master: str, jobs: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
@@ -526,11 +521,49 @@ def test_driver_killed_at_each_step_of_a_micro_batch_local(tmp_path: Path) -> No
     crash_and_restart(tmp_path, "local[2]", KILL_POINTS, interleave=500)
 
 
-@pytest.fixture(scope="session")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A standalone master and two workers on 127.0.0.1 for this session."""
-    with spark_cluster.standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as master:
-        yield master
+def write_source_file(directory: Path, index: int) -> None:
+    lines = [
+        json.dumps({"id": n, "name": f"row-{n}"})
+        for n in range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)
+    ]
+    (directory / f"part-{index}.json").write_text("\n".join(lines) + "\n")
+
+
+def run_stream(spark: Any, source: Path, checkpoint: Path, uri: str) -> str:
+    """One availableNow run of a file-source query (one file per micro-batch, two tasks
+    per batch) into ``txn_lance``; returns the query id."""
+    query = (
+        spark.readStream.schema("id long, name string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .repartition(2)
+        .writeStream.format("txn_lance")
+        .option("checkpointLocation", str(checkpoint))
+        .option("max_rows_per_file", "40")
+        .trigger(availableNow=True)
+        .start(uri)
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    return str(query.id)
+
+
+@pytest.mark.spark_cluster
+def test_stream_in_session_one_version_per_batch_then_restart(spark: Any, tmp_path: Path) -> None:
+    """A query in the test's own session (local mode, and with executors on the cluster's
+    two workers): three micro-batches, three versions, each source row once; a fourth
+    file, and the query restarted on its checkpoint adds one version, no replays."""
+    source, checkpoint = tmp_path / "source", tmp_path / "checkpoint"
+    uri = str(tmp_path / "t.lance")
+    make_source(source)
+    query_id = run_stream(spark, source, checkpoint, uri)
+    assert all_ids(uri) == list(range(FILES * ROWS_PER_FILE))
+    assert stream_versions(uri) == [(v + 1, query_id, str(v)) for v in range(FILES)]
+    write_source_file(source, FILES)
+    assert run_stream(spark, source, checkpoint, uri) == query_id  # same query, restarted
+    assert all_ids(uri) == list(range((FILES + 1) * ROWS_PER_FILE))
+    assert stream_versions(uri) == [(v + 1, query_id, str(v)) for v in range(FILES + 1)]
+    assert_clean(uri)
 
 
 def test_write_read_and_stream_on_a_standalone_cluster(tmp_path: Path, standalone: str) -> None:

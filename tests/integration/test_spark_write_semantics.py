@@ -13,10 +13,7 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,42 +24,14 @@ import pytest
 from txn_engine.errors import (
     InvalidOperationError,
     RetryableConflictError,
+    SchemaMismatchError,
 )
-from txn_engine.spark import FragmentCollector, register
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+from txn_engine.spark import FragmentCollector
 
 pytestmark = [
     pytest.mark.pylance,
     pytest.mark.filterwarnings("ignore:lance is not fork-safe:UserWarning"),
 ]
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    paths = [HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    from pyspark.sql import SparkSession
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "lance is not fork-safe", UserWarning)
-        session = (
-            SparkSession.builder.master("local[2,3]")
-            .appName("txn_engine-spark-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "1g")
-            .getOrCreate()
-        )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
 
 
 def _operation(uri: str, version: int) -> str:
@@ -255,6 +224,25 @@ def test_merge_schema_stable_row_ids_takes_two_commits(tmp_path: Path) -> None:
     rows = ds.to_table(with_row_id=True).to_pylist()
     assert sorted(r["_rowid"] for r in rows) == [0, 1, 2, 3]
     assert sorted((r["id"], r["extra"]) for r in rows if r["extra"]) == [(100, "a"), (101, "b")]
+
+
+# --------------------------------------------------------------------------- schema errors
+
+
+def test_schema_errors_are_typed_like_the_python_api(tmp_path: Path) -> None:
+    """A lossy column and a column set that does not match raise SchemaMismatchError (as
+    ``txn_engine.open(uri).append`` does) with the column and both types as attributes."""
+    uri = str(tmp_path / "e.lance")
+    lance.write_dataset(pa.table({"id": pa.array([1], pa.int64()), "n": ["a"]}), uri)
+    lossy = pa.schema([("id", pa.string()), ("n", pa.string())])
+    with pytest.raises(SchemaMismatchError, match="column 'id' is string") as info:
+        FragmentCollector.plan(uri, schema=lossy)
+    assert (info.value.column, info.value.expected, info.value.actual) == ("id", "int64", "string")
+    extra = pa.schema([("id", pa.int64()), ("n", pa.string()), ("x", pa.float64())])
+    with pytest.raises(SchemaMismatchError, match="new columns need") as info:
+        FragmentCollector.plan(uri, schema=extra)
+    assert (info.value.column, info.value.expected, info.value.actual) == ("x", None, "double")
+    assert lance.dataset(uri).version == 1
 
 
 # --------------------------------------------------------------------------- replaceWhere

@@ -39,6 +39,7 @@ from txn_engine.errors import (
     CommitStateUnknownError,
     DatasetNotFoundError,
     InvalidOperationError,
+    SchemaMismatchError,
     StorageError,
     TxnEngineError,
 )
@@ -980,9 +981,14 @@ def _pin(
         theirs = set(target.names)
     if theirs != ours:
         hint = "" if options.merge_schema else "; new columns need .option('mergeSchema', 'true')"
-        raise InvalidOperationError(
+        missing, unexpected = sorted(theirs - ours), sorted(ours - theirs)
+        column = (missing or unexpected)[0]
+        raise SchemaMismatchError(
             f"cannot append to {uri}: the data's columns do not match the dataset's "
-            f"(missing: {sorted(theirs - ours)}, unexpected: {sorted(ours - theirs)}){hint}"
+            f"(missing: {missing}, unexpected: {unexpected}){hint}",
+            column=column,
+            expected=str(target.field(column).type) if column in theirs else None,
+            actual=str(schema.field(column).type) if column in ours else None,
         )
     check_lossless(schema, target, what=f"cannot append to {uri}")
     return _Pinned(read_version, target)
@@ -1083,8 +1089,9 @@ def check_lossless(data: pa.Schema, table: pa.Schema, *, what: str = "cannot wri
     ``double``); decimals that keep every digit; finer timestamp units with the same
     time-zone presence; a ``list`` into a ``fixed_size_list`` (a wrong length fails the
     task, it is never padded or cut); values into a dictionary of that value type; structs
-    field by field (by name, same names). Raises InvalidOperationError naming the column
-    and both types, e.g. a string column appended to an int64 one.
+    field by field (by name, same names). Raises SchemaMismatchError (an
+    InvalidOperationError; ``column``, ``expected``, ``actual``) naming the column and both
+    types, e.g. a string column appended to an int64 one.
     """
     for field in table:
         index = data.get_field_index(field.name)
@@ -1092,10 +1099,13 @@ def check_lossless(data: pa.Schema, table: pa.Schema, *, what: str = "cannot wri
             continue
         source = data.field(index).type
         if not _lossless(source, field.type):
-            raise InvalidOperationError(
+            raise SchemaMismatchError(
                 f"{what}: column {field.name!r} is {source} in the data but {field.type} in "
                 "the table, and casting would lose or reinterpret values; cast the column "
-                "in the DataFrame first (or overwrite the table to change its type)"
+                "in the DataFrame first (or overwrite the table to change its type)",
+                column=field.name,
+                expected=str(field.type),
+                actual=str(source),
             )
 
 

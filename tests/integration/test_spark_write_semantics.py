@@ -148,6 +148,42 @@ def test_merge_schema_replans_over_a_concurrent_append(tmp_path: Path) -> None:
     assert lance.dataset(uri).version == 3
 
 
+def test_merge_schema_lost_response_lands_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Merge's commit lands but its response is lost (after a concurrent append made
+    it re-plan): the next call, pinned at the planning version again, finds the landed
+    Merge by its uuid; one Merge, every row once."""
+    import importlib
+
+    from txn_engine.errors import CommitStateUnknownError
+
+    module = importlib.import_module("txn_engine.commit")
+    real = module.commit
+    lost: list[int] = []
+
+    def lose_first_landing(storage: Any, txn: Any, **kwargs: Any) -> Any:
+        result = real(storage, txn, **kwargs)
+        if not lost:
+            lost.append(result.version)
+            raise CommitStateUnknownError("response lost", read_version=txn.read_version)
+        return result
+
+    uri = str(tmp_path / "u.lance")
+    lance.write_dataset(pa.table({"id": [1]}), uri)
+    collector, fragments = _plan_wider(uri)
+    lance.write_dataset(pa.table({"id": [2]}), uri, mode="append")  # version 2
+    monkeypatch.setattr(module, "commit", lose_first_landing)
+    result = collector.commit(fragments)
+    assert lost == [3]
+    assert result.version == 3
+    assert result.already_committed
+    assert result.attempts == 2
+    ds = lance.dataset(uri)
+    assert ds.version == 3
+    assert sorted(ds.to_table().column("id").to_pylist()) == [1, 2, 100, 101]
+
+
 def test_merge_schema_concurrent_same_column(tmp_path: Path) -> None:
     """Two mergeSchema appends adding the same column: the second re-plans onto the
     first's field (same name and type), both land, the column exists once. One adding it

@@ -75,7 +75,34 @@ def render(results: dict[str, Any]) -> str:
         f"{mem['pylance']:.0f} MiB (+{mem['pylance_delta']:.0f} MiB for the commit), txn_engine "
         f"{mem['txn_engine']:.0f} MiB (+{mem['txn_engine_delta']:.0f} MiB).",
     ]
+    if results.get("cleanup"):
+        out += ["", *render_cleanup(results["cleanup"])]
     return "\n".join(out) + "\n"
+
+
+def render_cleanup(rows: list[dict[str, Any]]) -> list[str]:
+    """The cleanup table (workload 7, ``benchmarks/cleanup.py``): seconds to delete the
+    orphans per engine (medians of the timed runs), the ratio, objects each deleted, and
+    whether both left the same files. A row measured for one engine only shows n/a for
+    the other."""
+    out = [
+        "Cleanup of orphan files (seconds, medians of the timed runs; ratio txn_engine / "
+        "pylance, below 1 is faster):",
+        "",
+        "| store | orphans | runs | pylance s | txn_engine s | ratio | deleted (pylance / "
+        "txn_engine) | same files left |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in rows:
+        same = r.get("same_files_left")
+        out.append(
+            f"| {r['store']} | {r['orphans']:,} | {r.get('runs', 1)} | "
+            f"{_num(r.get('pylance_s'), '.2f')} | {_num(r.get('txn_engine_s'), '.2f')} | "
+            f"{_num(r.get('ratio'), '.2f')} | {_num(r.get('pylance_deleted'), ',')} / "
+            f"{_num(r.get('txn_engine_deleted'), ',')} | "
+            f"{'n/a' if same is None else ('yes' if same else 'NO')} |"
+        )
+    return out
 
 
 #: Issue 14's targets: (name, test over one store's results) -- see docs/performance.md.

@@ -89,6 +89,7 @@ DATA_DIR = "data"
 INDICES_DIR = "_indices"
 #: The directories whose files cleanup may delete (besides manifests and expired leases).
 FILE_DIRS = (DATA_DIR, DELETIONS_DIR, INDICES_DIR, TRANSACTIONS_DIR)
+_INDEX_PREFIX = INDICES_DIR + "/"
 TAGS_DIR = "_refs/tags"
 BRANCHES_DIR = "_refs/branches"
 _NS = 1_000_000_000
@@ -144,6 +145,7 @@ def _list_local(storage: LocalStorage, prefix: str) -> list[ObjectInfo]:
     except OSError:
         return out
     stack = [(top, prefix)]
+    append = out.append
     while stack:
         directory, rel = stack.pop()
         try:
@@ -152,16 +154,20 @@ def _list_local(storage: LocalStorage, prefix: str) -> list[ObjectInfo]:
         except FileNotFoundError:
             continue
         for entry in entries:
+            name = entry.name
             try:
+                # the directory entry's type costs no system call; one lstat per file
+                # gives size and mtime (a directory is never stat'ed)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((entry.path, f"{rel}/{name}"))
+                    continue
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if stat.S_ISDIR(st.st_mode):
-                stack.append((entry.path, f"{rel}/{entry.name}"))
-            elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                if entry.name.endswith(".tmp") and is_staging_name(entry.name):
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                if name.endswith(".tmp") and is_staging_name(name):
                     continue  # an in-flight LocalStorage.put: not ours to judge
-                out.append(ObjectInfo(f"{rel}/{entry.name}", st.st_size, st.st_mtime_ns))
+                append(ObjectInfo(f"{rel}/{name}", st.st_size, st.st_mtime_ns))
     return out
 
 
@@ -867,15 +873,18 @@ def _build_plan(
     for v in removed:
         deletes.append(PlannedDelete(by_version[v].path, "manifest", state.sizes[v]))
     kept_count = 0
+    add = deletes.append
+    # one pass per listed file: index-directory checks only for paths under _indices/
     for obj in state.listing:
         p = obj.path
-        if p in kept_files or _in_dirs(p, kept_dirs):
+        in_index = p.startswith(_INDEX_PREFIX)
+        if p in kept_files or (in_index and _in_dirs(p, kept_dirs)):
             kept_count += 1
             continue
-        if p in removed_files or _in_dirs(p, removed_dirs):
-            deletes.append(PlannedDelete(p, "old-version", obj.size, obj.mtime_ns))
+        if p in removed_files or (in_index and _in_dirs(p, removed_dirs)):
+            add(PlannedDelete(p, "old-version", obj.size, obj.mtime_ns))
         elif _orphan_expired(obj.mtime_ns, retention_ns, orphan_cutoff, floor):
-            deletes.append(PlannedDelete(p, "orphan", obj.size, obj.mtime_ns))
+            add(PlannedDelete(p, "orphan", obj.size, obj.mtime_ns))
     for info in leases:
         if info.error is None and info.expires_at_ns <= orphan_cutoff and not info.live(now_ns):
             deletes.append(PlannedDelete(info.path, "lease"))
@@ -1007,19 +1016,22 @@ def cleanup(
     # ...and a version that landed since we listed references its files (a writer may have
     # committed an "orphan" and released its lease in the meantime)
     settled = _protect_new_versions(storage, state, aliases, protect_files, protect_dirs)
-    files = [
-        d.path
-        for d in plan.deletes
+    files = (
+        [
+            d.path
+            for d in plan.deletes
+            if d.reason != "manifest"
+            and d.path not in protect_files
+            and not (d.path.startswith(_INDEX_PREFIX) and _in_dirs(d.path, protect_dirs))
+            and not (
+                d.reason == "orphan"
+                and floor is not None
+                and (d.mtime_ns is None or d.mtime_ns >= floor)
+            )
+        ]
         if settled
-        and d.reason != "manifest"
-        and d.path not in protect_files
-        and not _in_dirs(d.path, protect_dirs)
-        and not (
-            d.reason == "orphan"
-            and floor is not None
-            and (d.mtime_ns is None or d.mtime_ns >= floor)
-        )
-    ]
+        else []
+    )
     kept_late = len(plan.deletes) - len(plan.removed_versions) - len(files)
     total = len(manifests) + len(files)
     reporter = _progress_for(progress, total)

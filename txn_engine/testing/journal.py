@@ -37,6 +37,7 @@ from txn_engine.testing.model import (
     EditConfig,
     Effect,
     EffectError,
+    FragmentIndex,
     HistoryModel,
     NoRowChange,
     RemoveRows,
@@ -249,24 +250,37 @@ def check_history(
     once, and a version costs what its transaction and its manifest changed (the stored
     contents are kept up to date from each manifest's changed fragments,
     :class:`~txn_engine.testing.model.StoredContents`; the expected contents from each
-    intent). ``progress(done, total)`` is called after each version of each fold (total:
-    the versions to check, twice when the landed transactions are folded too)."""
+    intent); both folds take each version in one pass. ``progress(done, total)`` is called
+    after each version (total: the versions to check)."""
     source = journal.rows if fallback_rows is None else ChainedRows(journal.rows, fallback_rows)
     entries = [e for e in list_versions(storage) if e.version >= first_version]
-    both = first_version == 1
-    total = len(entries) * (2 if both else 1)
+    # from version 1 the landed transactions are folded too, in the same pass (one read of
+    # each manifest, one index of its fragments for both folds)
+    landed = HistoryModel(storage, source) if first_version == 1 else None
+    landed_findings: list[str] = []
     fold = _IntentFold(first_version, first_contents, StoredContents(storage, source))
     seen: dict[str, int] = {}
     unacked = 0
     foreign_versions = 0
     for done, entry in enumerate(entries, 1):
         v = entry.version
-        if len(fold.findings) >= max_findings:
+        if len(fold.findings) + len(landed_findings) >= max_findings:
             break
         try:
             mf = read_manifest_entry(storage, entry)
+            index = FragmentIndex(mf.manifest)
+        except TxnEngineError as exc:
+            fold.findings.append(f"v{v}: cannot read: {exc}")
+            if landed is not None:
+                landed_findings += landed.fold(entry)
+            continue
+        if landed is not None:
+            landed_findings += landed.fold(entry, mf, index)
+        if progress is not None:
+            progress(done, len(entries))
+        try:
             uuid = read_transaction(storage, entry, mf).uuid
-            fold.read(mf.manifest)
+            fold.read(mf.manifest, index)
         except (TxnEngineError, KeyError) as exc:
             fold.findings.append(f"v{v}: cannot read: {exc}")
             continue
@@ -298,24 +312,13 @@ def check_history(
             else:  # a foreign writer's version: only foreign rows may change
                 foreign_versions += 1
                 fold.foreign(v, foreign)
-        if progress is not None:
-            progress(done, total)
     findings = fold.findings
     for uuid, version in journal.acked.items():
         if uuid not in seen:
             findings.append(f"acknowledged transaction {uuid} (v{version}) is not in the history")
     for uuid in journal.duplicate_acks:
         findings.append(f"transaction {uuid} was acknowledged twice")
-    if both:  # the landed-transaction fold needs the whole history
-        offset = len(entries)
-
-        def step(done: int, _: int) -> None:
-            if progress is not None:
-                progress(offset + done, total)
-
-        findings += HistoryModel(storage, source).advance(step)[
-            : max(0, max_findings - len(findings))
-        ]
+    findings += landed_findings[: max(0, max_findings - len(findings))]
     return HistoryCheck(
         tuple(findings[:max_findings]),
         len(entries),
@@ -342,9 +345,9 @@ class _IntentFold:
         self.changed: set[int] = set()  # rids the last manifest changed
         self.findings: list[str] = []
 
-    def read(self, manifest: Any) -> None:
+    def read(self, manifest: Any, index: FragmentIndex) -> None:
         """Advance the stored contents to ``manifest`` (KeyError / TxnEngineError: unread)."""
-        self.changed = self.stored.advance(manifest)
+        self.changed = self.stored.advance(manifest, index)
 
     def contents(self) -> Contents:
         return Contents.of(self.rows.current.items(), self.config)

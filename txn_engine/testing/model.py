@@ -22,6 +22,7 @@ pylance.
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import uuid as uuid_mod
 from collections import Counter
@@ -35,7 +36,8 @@ from txn_engine.codec import transaction_from_proto
 from txn_engine.errors import TxnEngineError
 from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.io import read_manifest, read_manifest_entry, read_transaction
-from txn_engine.format.naming import list_versions
+from txn_engine.format.manifest_file import ManifestFile
+from txn_engine.format.naming import VersionEntry, list_versions
 from txn_engine.model import DataFile, DeletionFile, Fragment
 from txn_engine.ops import (
     Append,
@@ -64,6 +66,7 @@ __all__ = [
     "EditConfig",
     "Effect",
     "EffectError",
+    "FragmentIndex",
     "HistoryModel",
     "IntentModel",
     "LanceFileRows",
@@ -273,10 +276,29 @@ class _FragmentReader:
         return tuple(row for offset, row in enumerate(rows) if offset not in deleted)
 
 
-def _fragment_keys(manifest: Any) -> dict[int, bytes]:
-    """``fragment id -> the fragment's encoded bytes`` of a manifest (what changed between
-    two versions, compared without decoding a fragment into Python values)."""
-    return {pb.id: pb.SerializeToString(deterministic=True) for pb in manifest.fragments}
+_ENCODE = operator.methodcaller("SerializeToString", deterministic=True)
+_ID = operator.attrgetter("id")
+
+
+class FragmentIndex:
+    """A manifest's fragments by id and their encoded bytes, to tell what changed between
+    two versions without decoding a fragment into Python values (built with C-level loops:
+    a version costs little per fragment it keeps unchanged). Build it once per manifest and
+    give it to each checker."""
+
+    __slots__ = ("by_id", "keys")
+
+    def __init__(self, manifest: Any) -> None:
+        fragments = list(manifest.fragments)
+        ids = list(map(_ID, fragments))
+        self.by_id: dict[int, Any] = dict(zip(ids, fragments, strict=True))
+        self.keys: dict[int, bytes] = dict(zip(ids, map(_ENCODE, fragments), strict=True))
+
+    def changes(self, previous: Mapping[int, bytes]) -> tuple[list[int], list[int]]:
+        """``(ids new or changed, ids gone or changed)`` since the ``previous`` keys."""
+        new = self.keys.items() - previous.items()
+        old = previous.items() - self.keys.items()
+        return [fid for fid, _ in new], [fid for fid, _ in old]
 
 
 class StoredContents:
@@ -302,18 +324,16 @@ class StoredContents:
         """Deletion files read so far."""
         return self._reader.deletion_reads
 
-    def advance(self, manifest: Any) -> set[int]:
-        """Move to ``manifest`` (a ``Manifest`` protobuf); returns the rids whose stored rows
+    def advance(self, manifest: Any, index: FragmentIndex | None = None) -> set[int]:
+        """Move to ``manifest`` (a ``Manifest`` protobuf; ``index``: its
+        :class:`FragmentIndex` if built already); returns the rids whose stored rows
         changed. Raises ``KeyError`` (rows unknown to the source) or TxnEngineError (a
         deletion file unreadable) and then stays at the previous manifest."""
-        keys = _fragment_keys(manifest)
-        added = {
-            pb.id: self._reader.live(Fragment.from_proto(pb))
-            for pb in manifest.fragments
-            if self._keys.get(pb.id) != keys[pb.id]
-        }
+        index = FragmentIndex(manifest) if index is None else index
+        new, old = index.changes(self._keys)
+        added = {fid: self._reader.live(Fragment.from_proto(index.by_id[fid])) for fid in new}
         changed: set[int] = set()
-        for fid in [f for f, key in self._keys.items() if keys.get(f) != key]:
+        for fid in old:
             for rid, value in self._live.pop(fid):
                 values = self.values[rid]
                 values.remove(value)
@@ -325,7 +345,7 @@ class StoredContents:
             for rid, value in rows:
                 self.values.setdefault(rid, []).append(value)
                 changed.add(rid)
-        self._keys = keys
+        self._keys = index.keys
         self.config = dict(manifest.config)
         return changed
 
@@ -594,31 +614,43 @@ class HistoryModel:
         findings: list[str] = []
         entries = [e for e in list_versions(self.storage) if e.version > self.latest]
         for done, entry in enumerate(entries, 1):
-            v = entry.version
-            try:
-                mf = read_manifest_entry(self.storage, entry)
-                txn = transaction_from_proto(read_transaction(self.storage, entry, mf))
-            except TxnEngineError as exc:
-                findings.append(f"v{v}: unreadable: {exc}")
-                self.latest = v
-                continue
-            try:
-                problems = self._apply(self._folded == v - 1, txn, v)
-            except (KeyError, EffectError, TxnEngineError) as exc:
-                self._fragments.rollback()
-                findings.append(f"v{v} ({txn.kind}): cannot fold: {exc}")
-                self.latest = v
-                continue
-            findings += [f"v{v} ({txn.kind}): {p}" for p in problems]
-            folded_changes = set(self._fragments.pending)
-            self._fragments.commit(v)
-            self._folded = self.latest = v
-            try:
-                findings += self._compare(v, txn.kind, mf.manifest, folded_changes)
-            except (KeyError, TxnEngineError) as exc:
-                findings.append(f"v{v} ({txn.kind}): cannot read the stored rows: {exc}")
+            findings += self.fold(entry)
             if progress is not None:
                 progress(done, len(entries))
+        return findings
+
+    def fold(
+        self,
+        entry: VersionEntry,
+        manifest_file: ManifestFile | None = None,
+        index: FragmentIndex | None = None,
+    ) -> list[str]:
+        """Fold one version newer than the last one folded (:meth:`advance` calls it for
+        each); ``manifest_file`` / ``index``: the version's, when the caller read it
+        already. Returns the findings."""
+        v = entry.version
+        try:
+            mf = (
+                read_manifest_entry(self.storage, entry) if manifest_file is None else manifest_file
+            )
+            txn = transaction_from_proto(read_transaction(self.storage, entry, mf))
+        except TxnEngineError as exc:
+            self.latest = v
+            return [f"v{v}: unreadable: {exc}"]
+        try:
+            problems = self._apply(self._folded == v - 1, txn, v)
+        except (KeyError, EffectError, TxnEngineError) as exc:
+            self._fragments.rollback()
+            self.latest = v
+            return [f"v{v} ({txn.kind}): cannot fold: {exc}"]
+        findings = [f"v{v} ({txn.kind}): {p}" for p in problems]
+        folded_changes = set(self._fragments.pending)
+        self._fragments.commit(v)
+        self._folded = self.latest = v
+        try:
+            findings += self._compare(v, txn.kind, mf.manifest, folded_changes, index)
+        except (KeyError, TxnEngineError) as exc:
+            findings.append(f"v{v} ({txn.kind}): cannot read the stored rows: {exc}")
         return findings
 
     def contents(self, version: int | None = None) -> Contents:
@@ -634,18 +666,18 @@ class HistoryModel:
 
     # ---- comparing ----------------------------------------------------------------------
 
-    def _compare(self, v: int, kind: str, manifest: Any, folded: set[int]) -> list[str]:
+    def _compare(
+        self, v: int, kind: str, manifest: Any, folded: set[int], index: FragmentIndex | None
+    ) -> list[str]:
         """Compare the fragments the fold or the manifest changed (and those that differed
         before); spell the whole difference out only when there is one."""
-        keys = _fragment_keys(manifest)
-        previous = self._manifest_keys
-        changed = {pb.id: pb for pb in manifest.fragments if previous.get(pb.id) != keys[pb.id]}
-        stored = {fid: Fragment.from_proto(pb) for fid, pb in changed.items()}
-        gone = [fid for fid in self._manifest_keys if fid not in keys]
+        index = FragmentIndex(manifest) if index is None else index
+        changed, gone = index.changes(self._manifest_keys)
         for fid in gone:
             del self._manifest_frags[fid]
-        self._manifest_frags.update(stored)
-        self._manifest_keys = keys
+        for fid in changed:
+            self._manifest_frags[fid] = Fragment.from_proto(index.by_id[fid])
+        self._manifest_keys = index.keys
         fold = self._fragments.current
         for fid in {*folded, *changed, *gone, *self._differ}:
             mine, theirs = fold.get(fid), self._manifest_frags.get(fid)

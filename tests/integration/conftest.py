@@ -196,8 +196,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in cluster:
         item.add_marker(pytest.mark.xdist_group(SPARK_CLUSTER_GROUP))
+        _join_xdist_group(config, item, SPARK_CLUSTER_GROUP)
     chosen = {id(item) for item in cluster}
     items[:] = [item for item in items if id(item) not in chosen] + cluster
+
+
+def _join_xdist_group(config: pytest.Config, item: pytest.Item, group: str) -> None:
+    """What pytest-xdist's loadgroup mode does with an ``xdist_group`` mark: suffix the
+    node id with ``@group``, by which the controller sends the group to one worker.
+    pytest-xdist 3.8 sets ``item._nodeid``, which pytest 9.2 no longer reads (the id is
+    ``item._id``), so without this the group is ignored and every worker starts a cluster."""
+    if not config.getoption("loadgroup", default=False) or item.nodeid.endswith(f"@{group}"):
+        return
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,8 @@
 The commit protocol is tested directly first (no Spark: replays, 500 commits between a
 crash and the replay, unknown outcomes, history gaps), then end to end: streaming queries
 run in driver subprocesses that are killed at each step of a micro-batch and restarted on
-the same checkpoint, in local mode and on a standalone cluster (master and two workers).
+the same checkpoint, in local mode and on a standalone cluster (master and two workers),
+and in the test's own session (``spark`` fixture: local mode and the cluster).
 Every table is read back with pylance 14.0.2.
 """
 
@@ -471,11 +472,21 @@ def check_stream_table(base: Path) -> None:
     assert_clean(uri)
 
 
-def crash_and_restart(tmp_path: Path, master: str, points: list[str], interleave: int) -> None:
+def crash_and_restart(
+    tmp_path: Path,
+    master: str,
+    points: list[str],
+    interleave: int,
+    *,
+    first_jobs: tuple[dict[str, Any], ...] = (),
+    restart_jobs: tuple[dict[str, Any], ...] = (),
+) -> dict[str, Any]:
     """Run one query per kill point, concurrently in one driver; each holds at its point
     until all are there, then the driver application is killed. Land ``interleave`` other
     commits on the after_commit table, restart every query on its checkpoint in one
-    application, check each table."""
+    application, check each table. ``first_jobs`` run in the first driver before the
+    queries start, ``restart_jobs`` in the second after they end; returns the second
+    driver's results."""
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     streams = []
@@ -488,7 +499,7 @@ def crash_and_restart(tmp_path: Path, master: str, points: list[str], interleave
         )
     crash_run = tmp_path / "crash-run"
     finish(
-        start_driver(crash_run, master, [{"kind": "streams", "streams": streams}]),
+        start_driver(crash_run, master, [*first_jobs, {"kind": "streams", "streams": streams}]),
         crash_run,
         killed=True,
     )
@@ -509,12 +520,14 @@ def crash_and_restart(tmp_path: Path, master: str, points: list[str], interleave
     streams = [stream_job(tmp_path / point) for point in points]
     jobs = [{"kind": "streams", "streams": streams}]
     jobs += [{"kind": "read", "uri": stream["uri"]} for stream in streams]
+    jobs += restart_jobs
     result = finish(start_driver(restart, master, jobs), restart, killed=False)
     total = FILES * ROWS_PER_FILE
     for point in points:
         check_stream_table(tmp_path / point)
         read = result["read:" + str(tmp_path / point / "t.lance")]
         assert read == {"count": total, "sum": total * (total - 1) // 2, "distinct": total}
+    return result
 
 
 def test_driver_killed_at_each_step_of_a_micro_batch_local(tmp_path: Path) -> None:
@@ -566,33 +579,28 @@ def test_stream_in_session_one_version_per_batch_then_restart(spark: Any, tmp_pa
     assert_clean(uri)
 
 
-def test_write_read_and_stream_on_a_standalone_cluster(tmp_path: Path, standalone: str) -> None:
-    """Executors on two workers: a batch write (create, then append), a read, and a stream
-    whose driver is killed after the commit PUT and restarted."""
+def test_driver_killed_at_each_step_of_a_micro_batch_on_a_standalone_cluster(
+    tmp_path: Path, standalone: str
+) -> None:
+    """Executors on the cluster's two workers. The first driver writes a batch table
+    (create, then append) and reads it, then runs one streaming query per kill point and
+    is killed with all four held at their points; the second restarts every query on its
+    checkpoint and reads everything back."""
     written = str(tmp_path / "batch.lance")
-    first = tmp_path / "first"
-    base = tmp_path / "after_commit"
-    make_source(base / "source")
-    (base / "crash.flag").touch()
-    jobs = [
-        {"kind": "batch", "uri": written},
-        {"kind": "read", "uri": written},
-        stream_job(base, "after_commit"),
-    ]
-    finish(start_driver(first, standalone, jobs), first, killed=True)
+    result = crash_and_restart(
+        tmp_path,
+        standalone,
+        KILL_POINTS,
+        interleave=100,
+        first_jobs=({"kind": "batch", "uri": written}, {"kind": "read", "uri": written}),
+        restart_jobs=({"kind": "read", "uri": written},),
+    )
     ds = lance.dataset(written)
     assert ds.version == 2
     assert all_ids(written) == list(range(1500))
     assert len(ds.get_fragments()) == 6  # one fragment per partition (4 + 2; 250 rows each)
-    again = tmp_path / "again"
-    result = finish(
-        start_driver(again, standalone, [stream_job(base), {"kind": "read", "uri": written}]),
-        again,
-        killed=False,
-    )
     assert result["read:" + written] == {"count": 1500, "sum": 1500 * 1499 // 2, "distinct": 1500}
     assert result["executors"] == 2  # one executor on each worker
-    check_stream_table(base)
 
 
 def test_abort_removes_the_batch_files_unless_it_landed(tmp_path: Path) -> None:

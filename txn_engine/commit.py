@@ -211,9 +211,6 @@ class _State:
     #: the transaction encoded for the manifest (and its ``_transactions/`` file name),
     #: reused by later attempts unless a rebase changed the transaction
     encoded: tuple[Transaction, str, transaction_pb2.Transaction] | None = None
-    #: the version a listed attempt just lost to, its manifest already read while settling:
-    #: the next attempt checks it and creates the version after it without listing again
-    chase: VersionEntry | None = None
 
     @property
     def storage(self) -> Storage:
@@ -579,24 +576,18 @@ def commit(
 def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> CommitResult | None:
     """One attempt. Returns the result, or None when the race for the version was lost."""
     storage = state.storage
-    chase, state.chase = state.chase, None
-    if chase is not None:
-        # the last attempt listed, then lost version checked_up_to + 1 to ``chase``, whose
-        # manifest it read: that one version is all there is to check (no gap possible)
-        listing, latest, newer = state.listing, chase, [chase]
-    else:
-        state.handler.finish_pending()  # a version committed but not yet in the listing
-        listing = scan_versions(storage)
-        listed = listing.latest
-        if listed is None:
-            raise DatasetNotFoundError(f"no Lance dataset at {storage.uri}")
-        latest, state.listing = listed, listing
-        if latest.version < state.original.read_version:
-            raise VersionNotFoundError(
-                f"{storage.uri}: read version {state.original.read_version} does not exist "
-                f"(latest is {latest.version})"
-            )
-        newer = listing.after(state.checked_up_to)
+    state.handler.finish_pending()  # a version committed but not yet in the listing
+    listing = scan_versions(storage)
+    latest = listing.latest
+    if latest is None:
+        raise DatasetNotFoundError(f"no Lance dataset at {storage.uri}")
+    state.listing = listing
+    if latest.version < state.original.read_version:
+        raise VersionNotFoundError(
+            f"{storage.uri}: read version {state.original.read_version} does not exist "
+            f"(latest is {latest.version})"
+        )
+    newer = listing.after(state.checked_up_to)
     winners: list[Winner] = []
     for entry, (pb, error) in zip(newer, _load_winners(state, newer), strict=True):
         if pb is not None and state.members:
@@ -614,9 +605,9 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
         winners.append(Winner(entry.version, pb, error))
     # only now (the uuid check above may have found this transaction already landed):
     # every version from the read version on must be there to be checked
-    missing = None if chase is not None else _first_missing(listing, newer, state.checked_up_to)
+    missing = _first_missing(listing, newer, state.checked_up_to)
     read_version = state.original.read_version
-    if chase is None and state.checked_up_to == read_version and listing.get(read_version) is None:
+    if state.checked_up_to == read_version and listing.get(read_version) is None:
         missing = read_version  # the plan's own snapshot is gone
     if missing is not None:
         raise _conflict_error(state.txn, missing_history_conflict(state.txn, missing))
@@ -645,13 +636,9 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     restore_source = None
     if isinstance(txn.operation, Restore):
         restore_source = _state_of(state.manifest(txn.operation.version))
-    result = _land(
+    return _land(
         state, budget, current, latest.version, latest.scheme, timestamp_ns, restore_source
     )
-    lost_to = latest.version + 1
-    if result is None and lost_to in state.raw:  # lost the race; the winner is read already
-        state.chase = VersionEntry(lost_to, manifest_name(lost_to, latest.scheme), latest.scheme)
-    return result
 
 
 def _direct_attempt(

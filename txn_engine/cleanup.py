@@ -292,15 +292,38 @@ def delete_many(storage: Storage, paths: Sequence[str]) -> list[tuple[str, str]]
 
 
 def _delete_local(storage: LocalStorage, paths: Sequence[str]) -> list[tuple[str, str]]:
-    """Unlink each path (validated like every storage path); missing is fine."""
+    """Unlink each path (validated like every storage path); missing is fine.
+
+    The paths of one directory are unlinked relative to one open descriptor of it (the
+    kernel resolves only the file name, not the whole path, once per file)."""
     failures: list[tuple[str, str]] = []
+    by_dir: dict[str, list[tuple[str, str]]] = {}
     for path in paths:
         try:
-            os.unlink(storage.full_path(path))
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            continue
-        except (OSError, TxnEngineError) as exc:
+            full = storage.full_path(path)
+        except TxnEngineError as exc:
             failures.append((path, str(exc)))
+            continue
+        directory, _, name = full.rpartition(os.sep)
+        by_dir.setdefault(directory, []).append((path, name))
+    for directory, items in by_dir.items():
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # the directory is gone: so are its files
+        except OSError as exc:
+            failures.extend((path, str(exc)) for path, _ in items)
+            continue
+        try:
+            for path, name in items:
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                    continue
+                except OSError as exc:
+                    failures.append((path, str(exc)))
+        finally:
+            os.close(fd)
     return failures
 
 

@@ -13,16 +13,15 @@ The same stress workload also runs on ``s3://`` (moto), with lost responses inje
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import emulators as emu  # the fixtures come from conftest.py
 import lance
 import pyarrow as pa
 
@@ -186,24 +185,6 @@ def test_eight_processes_some_killed_with_a_pylance_writer(tmp_path: Path) -> No
 
 
 # ---- the same workload on an object store ----------------------------------------------------
-
-
-def _load_emulators() -> Any:
-    name = "txn_engine_tests_emulators"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("emulators.py")
-        )
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-emu = _load_emulators()
-moto_server = emu.moto_server
 
 
 def test_stress_writer_processes_on_s3(moto_server: Any) -> None:

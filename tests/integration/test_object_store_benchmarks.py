@@ -6,9 +6,7 @@ The full run (three emulators, each also behind a 25 ms proxy) is not part of th
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -17,25 +15,6 @@ from typing import Any
 
 from benchmarks.report import render, targets
 from benchmarks.run import main
-
-
-def _load_emulators() -> Any:
-    name = "txn_engine_tests_emulators"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("emulators.py")
-        )
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-emu = _load_emulators()
-moto_server = emu.moto_server
-loopback_proxy = emu.loopback_proxy
 
 
 def test_delay_proxy_holds_every_request(

@@ -24,6 +24,8 @@ def render(results: dict[str, Any]) -> str:
     """The Markdown tables for one results.json (or object_stores.json)."""
     if "stores" in results:
         return render_object_stores(results)
+    if "append_latency" not in results:  # python -m benchmarks.cleanup --json
+        return "\n".join(render_cleanup(results.get("cleanup", []))) + "\n"
     out = ["| fragments | mode | pylance ms | txn_engine ms | ratio |", "|---:|---|---:|---:|---:|"]
     for r in results["append_latency"]:
         out.append(

@@ -295,7 +295,9 @@ def _delete_local(storage: LocalStorage, paths: Sequence[str]) -> list[tuple[str
     """Unlink each path (validated like every storage path); missing is fine.
 
     The paths of one directory are unlinked relative to one open descriptor of it (the
-    kernel resolves only the file name, not the whole path, once per file)."""
+    kernel resolves only the file name, not the whole path, once per file). A parent
+    directory that is a symlink is not followed (a failure for each of its paths): the
+    listing never enters one, so it was swapped in after the plan was made."""
     failures: list[tuple[str, str]] = []
     by_dir: dict[str, list[tuple[str, str]]] = {}
     for path in paths:
@@ -308,9 +310,14 @@ def _delete_local(storage: LocalStorage, paths: Sequence[str]) -> list[tuple[str
         by_dir.setdefault(directory, []).append((path, name))
     for directory, items in by_dir.items():
         try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        except (FileNotFoundError, NotADirectoryError):
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
             continue  # the directory is gone: so are its files
+        except NotADirectoryError:
+            if os.path.islink(directory):
+                reason = f"{directory} is a symbolic link: not followed"
+                failures.extend((path, reason) for path, _ in items)
+            continue  # a file there now: none of the paths exists
         except OSError as exc:
             failures.extend((path, str(exc)) for path, _ in items)
             continue

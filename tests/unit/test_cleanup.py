@@ -548,3 +548,35 @@ def test_manifest_deletes_stop_before_the_marker_expires(monkeypatch: pytest.Mon
     assert report.plan.removed_versions == (1, 2, 3, 4)
     assert _versions(store) == [1, 2, 3, 4, 5]  # nothing removed: no time left
     assert set().union(*refs) <= _all_files(store)  # and their files stay
+
+
+def test_local_delete_many_across_directories(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path)
+    for path in ("data/a.lance", "_indices/u1/x", "_indices/u1/y", "_indices/u2/z"):
+        store.put(path, b"1")
+    failures = delete_many(
+        store,
+        ["data/a.lance", "_indices/u1/x", "_indices/u2/z", "data/missing", "gone/dir/f", "../up"],
+    )
+    assert [p for p, _ in failures] == ["../up"]  # an invalid path is reported, not deleted
+    assert _local_files(tmp_path) == {"_indices/u1/y"}
+    assert delete_many(store, ["_indices/u1"]) == []  # a directory is never removed
+    assert _local_files(tmp_path) == {"_indices/u1/y"}
+
+
+def test_local_delete_does_not_follow_a_symlinked_parent_directory(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.lance").write_bytes(b"v")
+    root = tmp_path / "t.lance"
+    root.mkdir()
+    (root / "data").symlink_to(outside, target_is_directory=True)
+    failures = delete_many(LocalStorage(root), ["data/victim.lance"])
+    assert [p for p, _ in failures] == ["data/victim.lance"]
+    assert (outside / "victim.lance").exists()
+
+
+def _local_files(root: Path) -> set[str]:
+    return {
+        str(p.relative_to(root)).replace(os.sep, "/") for p in root.rglob("*") if p.is_file()
+    }

@@ -127,9 +127,10 @@ class FaultyStorage:
       write reaches the disk and then the Python worker exits hard (``os._exit``): a task
       lost after its data file was complete.
     * ``hold_dir`` (with ``hold_partition``, ``hold_after_markers``): in attempt 0 of that
-      partition's task, once that many data files are complete and marked, the writer
-      announces itself (``held-{pid}`` in ``hold_dir``) and holds, inside pylance's write,
-      until its executor JVM is gone: for a test that kills the executor mid-write.
+      partition's task (in every attempt with ``hold_every_attempt``), once that many data
+      files are complete and marked, the writer announces itself (``held-{pid}`` in
+      ``hold_dir``) and holds, inside pylance's write, until its executor JVM is gone: for
+      a test that kills the executor mid-write.
     """
 
     def __init__(self, root: str, options: Mapping[str, Any]) -> None:
@@ -141,6 +142,7 @@ class FaultyStorage:
         self._hold_dir = options.get("hold_dir")
         self._hold_partition = int(options.get("hold_partition", 1))
         self._hold_after = int(options.get("hold_after_markers", 2))
+        self._hold_every = str(options.get("hold_every_attempt", "")).lower() == "true"
         self._marked = 0
 
     @staticmethod
@@ -200,7 +202,7 @@ class FaultyStorage:
             ctx = TaskContext.get()
             if (
                 ctx is not None
-                and ctx.attemptNumber() == 0
+                and (ctx.attemptNumber() == 0 or self._hold_every)
                 and ctx.partitionId() == self._hold_partition
             ):
                 self._marked += 1

@@ -151,6 +151,64 @@ def test_executor_killed_mid_write_lands_every_row_once_and_cleans_up(
     assert executor not in spark_cluster.executor_ids(spark)
 
 
+@ON_CLUSTER
+def test_executor_killed_in_every_attempt_fails_the_job_and_lands_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Every attempt of partition 1 loses its executor after writing two files (three
+    attempts: spark.task.maxFailures). The job fails, Spark calls abort: no version, and
+    every file the write produced (both partitions' marked files) is deleted."""
+    spark_cluster.wait_executors(spark, 2)
+    uri = str(tmp_path / "t.lance")
+    ids_frame(spark, 0, 10, 1).write.format("txn_lance").mode("append").save(uri)
+    seeded = data_files(uri)
+    control = tmp_path / "control"
+    control.mkdir()
+    errors: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            activate(spark)
+            (
+                ids_frame(spark, 1000, 1800, 2)
+                .write.format("txn_lance")
+                .mode("append")
+                .option("max_rows_per_file", "100")
+                .option("storage_factory", "conftest_spark:faulty_storage")
+                .option("storage.hold_dir", str(control))
+                .option("storage.hold_partition", "1")
+                .option("storage.hold_every_attempt", "true")
+                .save(uri)
+            )
+        except BaseException as exc:  # expected: the job fails
+            errors.append(exc)
+
+    thread = threading.Thread(target=job, daemon=True)
+    thread.start()
+    killed: set[str] = set()
+    written: set[str] = set()
+    deadline = time.monotonic() + 300
+    while thread.is_alive() and time.monotonic() < deadline:
+        for name in os.listdir(control):
+            if name.startswith("held-") and name not in killed:
+                written |= data_files(uri) - seeded
+                os.kill(spark_cluster.executor_jvm(int(name.split("-", 1)[1])), signal.SIGKILL)
+                killed.add(name)
+        time.sleep(0.05)
+    thread.join(60)
+    assert not thread.is_alive()
+    assert len(killed) == 3  # one executor lost per attempt, then Spark gave up
+    assert len(errors) == 1
+    assert "failed 3 times" in str(errors[0]) or "ExecutorLostFailure" in str(errors[0])
+    assert len(written) >= 2  # files had been written when the executors died
+    ds = lance.dataset(uri)
+    assert ds.version == 1  # nothing landed
+    assert sorted(id_counts(uri)) == list(range(10))
+    assert data_files(uri) == seeded  # abort deleted every file of the write
+    assert sorted(os.listdir(os.path.join(uri, STAGING_DIR))) == []
+    spark_cluster.wait_executors(spark, 2)
+
+
 # --------------------------------------------------------------------------- concurrent jobs
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.cleanup import bench_local, describe, run
+from benchmarks.cleanup import bench_local, bench_s3, describe, run
 from benchmarks.report import render, render_cleanup
 
 
@@ -79,3 +79,12 @@ def test_report_renders_the_cleanup_rows_as_a_table() -> None:
         "cleanup": rows,
     }
     assert "| local | 100,000 | 3 | 7.00 | 5.25 | 0.75 |" in render(results)
+
+
+def test_s3_benchmark_smoke_both_engines_leave_the_same_objects() -> None:
+    row = bench_s3(40)
+    assert row["same_files_left"] is True
+    assert row["txn_engine_deleted"] == row["pylance_deleted"] == 42
+    assert row["runs"] == 1
+    assert row["setup_s"] > 0
+    assert "moto-s3" in describe(row)

@@ -19,8 +19,6 @@ store (DynamoDB protocol).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import time
 import urllib.parse
@@ -29,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import emulators as emu
 import lance
 import pyarrow as pa
 import pytest
@@ -66,27 +65,6 @@ from txn_engine.testing.conformance import (
     StorageConformance,
 )
 from txn_engine.transaction import Transaction
-
-
-def _load_emulators() -> Any:
-    name = "txn_engine_tests_emulators"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("emulators.py")
-        )
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-emu = _load_emulators()
-moto_server = emu.moto_server
-azurite_server = emu.azurite_server
-fake_gcs_server = emu.fake_gcs_server
-loopback_proxy = emu.loopback_proxy
 
 THREADS = 8
 FAST_RETRY = RetryPolicy(max_attempts=60, initial_unit=0.01, max_delay=0.2)

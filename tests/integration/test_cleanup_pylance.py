@@ -24,8 +24,8 @@ import pyarrow as pa
 import pytest
 
 import txn_engine as te
-from txn_engine.cleanup import CleanupReport, cleanup, plan_cleanup
 from txn_engine.apps.cli import main
+from txn_engine.cleanup import CleanupReport, cleanup, plan_cleanup
 from txn_engine.verify import verify
 
 from .conftest import History

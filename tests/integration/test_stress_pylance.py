@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 
 from txn_engine.apps.cli import main
+from txn_engine.apps.stress import SEED_ROWS, run_stress, verify_run
 from txn_engine.commit import commit
 from txn_engine.format.naming import list_versions
 from txn_engine.ops import UpdateConfig, UpdateMap
 from txn_engine.storage import open_storage
-from txn_engine.apps.stress import SEED_ROWS, run_stress, verify_run
 from txn_engine.testing.fault_storage import FAULT_KINDS
 from txn_engine.transaction import Transaction
 

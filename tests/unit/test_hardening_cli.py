@@ -223,8 +223,8 @@ def test_stress_refuses_an_empty_uri_instead_of_writing_into_the_cwd(
     ],
 )
 def test_run_stress_checks_every_option_first(tmp_path: Path, kwargs: dict[str, object]) -> None:
-    from txn_engine.errors import InvalidOperationError
     from txn_engine.apps.stress import run_stress
+    from txn_engine.errors import InvalidOperationError
 
     target = tmp_path / "s.lance"
     with pytest.raises(InvalidOperationError):
@@ -233,8 +233,8 @@ def test_run_stress_checks_every_option_first(tmp_path: Path, kwargs: dict[str, 
 
 
 def test_run_stress_refuses_an_empty_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from txn_engine.errors import InvalidStorageArgumentError
     from txn_engine.apps.stress import run_stress
+    from txn_engine.errors import InvalidStorageArgumentError
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidStorageArgumentError):

@@ -25,3 +25,4 @@ def test_quick_benchmark_writes_results_and_plot(tmp_path: Path) -> None:
     table = render(results)
     assert "| 100 | warm |" in table
     assert "| 2 | stale |" in table
+    assert "| local | 2,000 | 1 |" in table  # workload 7, cleanup

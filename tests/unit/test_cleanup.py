@@ -577,6 +577,4 @@ def test_local_delete_does_not_follow_a_symlinked_parent_directory(tmp_path: Pat
 
 
 def _local_files(root: Path) -> set[str]:
-    return {
-        str(p.relative_to(root)).replace(os.sep, "/") for p in root.rglob("*") if p.is_file()
-    }
+    return {str(p.relative_to(root)).replace(os.sep, "/") for p in root.rglob("*") if p.is_file()}

@@ -291,6 +291,12 @@ def delete_many(storage: Storage, paths: Sequence[str]) -> list[tuple[str, str]]
     return failures
 
 
+_O_DIRECTORY: int = getattr(os, "O_DIRECTORY", 0)
+_O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+#: Whether this platform unlinks relative to an open directory (POSIX; not Windows).
+_UNLINK_AT = os.unlink in os.supports_dir_fd and bool(_O_DIRECTORY and _O_NOFOLLOW)
+
+
 def _delete_local(storage: LocalStorage, paths: Sequence[str]) -> list[tuple[str, str]]:
     """Unlink each path (validated like every storage path); missing is fine.
 
@@ -308,9 +314,19 @@ def _delete_local(storage: LocalStorage, paths: Sequence[str]) -> list[tuple[str
             continue
         directory, _, name = full.rpartition(os.sep)
         by_dir.setdefault(directory, []).append((path, name))
+    if not _UNLINK_AT:  # no unlink relative to a directory here: whole paths
+        for items in by_dir.values():
+            for path, _ in items:
+                try:
+                    os.unlink(storage.full_path(path))
+                except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                    continue
+                except OSError as exc:
+                    failures.append((path, str(exc)))
+        return failures
     for directory, items in by_dir.items():
         try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            fd = os.open(directory, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW)
         except FileNotFoundError:
             continue  # the directory is gone: so are its files
         except NotADirectoryError:

@@ -550,7 +550,13 @@ def test_manifest_deletes_stop_before_the_marker_expires(monkeypatch: pytest.Mon
     assert set().union(*refs) <= _all_files(store)  # and their files stay
 
 
-def test_local_delete_many_across_directories(tmp_path: Path) -> None:
+@pytest.mark.parametrize("unlink_at", [True, False], ids=["dir-fd", "whole-paths"])
+def test_local_delete_many_across_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unlink_at: bool
+) -> None:
+    import txn_engine.cleanup as cleanup_module
+
+    monkeypatch.setattr(cleanup_module, "_UNLINK_AT", unlink_at)  # False: as on Windows
     store = LocalStorage(tmp_path)
     for path in ("data/a.lance", "_indices/u1/x", "_indices/u1/y", "_indices/u2/z"):
         store.put(path, b"1")

@@ -187,16 +187,8 @@ class Committer:
         return commit(self._storage, txn, retry_policy=self._policy, conflict_options=self._options)
 
     def _alone(self, item: _Pending) -> None:
-        if not item.future.set_running_or_notify_cancel():
-            return
-        try:
-            result = self._commit(item.txn)
-        except BaseException as exc:
-            item.future.set_exception(exc)
-            return
-        if not result.already_committed:
-            self.groups.append((result.version, 1))
-        item.future.set_result(result)
+        if item.future.set_running_or_notify_cancel():
+            self._settle_alone(item)
 
     def _group(self, run: Sequence[_Pending]) -> None:
         live = [p for p in run if p.future.set_running_or_notify_cancel()]
@@ -235,6 +227,7 @@ class Committer:
             )
 
     def _settle_alone(self, item: _Pending) -> None:
+        """Commit a (running) member on its own and settle its future."""
         try:
             result = self._commit(item.txn)
         except BaseException as exc:

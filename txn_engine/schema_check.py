@@ -9,9 +9,13 @@ column and both types. What converts without asking (no value can change):
 * integers of at most 24 bits (``int8/16``, ``uint8/16``) to ``float``, at most 53 bits
   (``int8/16/32``, ``uint8/16/32``) to ``double``; ``halffloat`` -> ``float`` -> ``double``;
 * ``string`` <-> ``large_string`` <-> ``string_view``, the same for binary;
-  ``date32`` -> ``date64``; a timestamp to a finer unit with the same time zone;
-* lists (of any list kind) and structs whose children convert that way (struct children
-  matched by name).
+  ``date32`` <-> ``date64`` (a ``date64`` that is not a whole day fails the cast);
+  a timestamp to a finer unit, both with a time zone or both without;
+  a decimal into one that keeps every digit (scale and integer digits);
+  a value type into a dictionary of it, a dictionary into its value type;
+* lists (of any list kind; into a ``fixed_size_list`` when every list has its length, else
+  the cast fails) and structs whose children convert that way (struct children matched by
+  name; a table field the data leaves out must be nullable and becomes null).
 
 Everything else (``int64`` -> ``int32``, ``double`` -> ``float``, ``string`` ->
 ``int64``, ...) is refused; with ``allow_lossy_cast=True`` it is cast value by value with
@@ -20,8 +24,8 @@ Arrow's safe cast, which still fails (SchemaMismatchError) for a value that does
 Columns are matched by name: extra columns are refused, a missing nullable column becomes
 nulls, a missing non-nullable column is refused.
 
-The Spark data source should call :func:`conform` (or :func:`check_schema`) on each batch
-before writing it, so both paths refuse the same data.
+The Spark data source checks its DataFrame's schema with the same :func:`is_lossless`
+(``same_struct_fields=True``), so both paths accept and refuse the same conversions.
 """
 
 from __future__ import annotations
@@ -70,10 +74,26 @@ def _is_list(t: pa.DataType) -> bool:
     )
 
 
-def is_lossless(src: pa.DataType, dst: pa.DataType) -> bool:
-    """Whether every value of type ``src`` converts to ``dst`` unchanged (see module)."""
+def is_lossless(src: pa.DataType, dst: pa.DataType, *, same_struct_fields: bool = False) -> bool:
+    """Whether every value of type ``src`` converts to ``dst`` unchanged (see module): the
+    one table both the Python writer API and the Spark source use. Where a value could still
+    not fit (a list of the wrong length for a ``fixed_size_list``, a ``date64`` that is not a
+    whole day), the value-by-value safe cast refuses it; nothing is ever padded or cut.
+
+    ``same_struct_fields=True`` (the Spark source: a DataFrame carries every struct field)
+    requires a struct's fields to be exactly the table's, by name; otherwise the data may
+    leave out table fields, which become nulls.
+    """
     if src.equals(dst) or pa.types.is_null(src):
         return True
+
+    def inner(s: pa.DataType, d: pa.DataType) -> bool:
+        return is_lossless(s, d, same_struct_fields=same_struct_fields)
+
+    if pa.types.is_dictionary(dst):
+        return inner(src.value_type if pa.types.is_dictionary(src) else src, dst.value_type)
+    if pa.types.is_dictionary(src):
+        return inner(src.value_type, dst)
     s, d = str(src), str(dst)
     if s in _INT_BITS and d in _INT_BITS:
         (sb, ss), (db, ds) = _INT_BITS[s], _INT_BITS[d]
@@ -85,20 +105,34 @@ def is_lossless(src: pa.DataType, dst: pa.DataType) -> bool:
     fam = _family(src)
     if fam is not None:
         return fam == _family(dst)
-    if pa.types.is_date32(src) and pa.types.is_date64(dst):
-        return True
+    if pa.types.is_decimal(src) and pa.types.is_decimal(dst):
+        return bool(
+            dst.scale >= src.scale and dst.precision - dst.scale >= src.precision - src.scale
+        )
+    if pa.types.is_date(src) and pa.types.is_date(dst):
+        return True  # date64 -> date32: a value that is not a whole day fails the safe cast
     if pa.types.is_timestamp(src) and pa.types.is_timestamp(dst):
-        return src.tz == dst.tz and _TS_ORDER.index(src.unit) <= _TS_ORDER.index(dst.unit)
-    if pa.types.is_fixed_size_list(src) and pa.types.is_fixed_size_list(dst):
-        return src.list_size == dst.list_size and is_lossless(src.value_type, dst.value_type)
-    if _is_list(src) and _is_list(dst):
-        return is_lossless(src.value_type, dst.value_type)
+        # the same instants: another zone name changes how they print, not what they are
+        return (src.tz is None) == (dst.tz is None) and _TS_ORDER.index(
+            src.unit
+        ) <= _TS_ORDER.index(dst.unit)
+    if pa.types.is_fixed_size_list(dst) and (_is_list(src) or pa.types.is_fixed_size_list(src)):
+        if pa.types.is_fixed_size_list(src) and src.list_size != dst.list_size:
+            return False
+        return inner(src.value_type, dst.value_type)  # a list: its lengths checked at cast
+    if (_is_list(src) or pa.types.is_fixed_size_list(src)) and _is_list(dst):
+        return inner(src.value_type, dst.value_type)
     if pa.types.is_struct(src) and pa.types.is_struct(dst):
-        dst_names = {dst.field(i).name: dst.field(i) for i in range(dst.num_fields)}
+        dst_fields = {dst.field(i).name: dst.field(i) for i in range(dst.num_fields)}
+        src_names = {src.field(i).name for i in range(src.num_fields)}
+        if same_struct_fields and src_names != set(dst_fields):
+            return False
+        if any(not f.nullable for n, f in dst_fields.items() if n not in src_names):
+            return False
         for i in range(src.num_fields):
             f = src.field(i)
-            target = dst_names.get(f.name)
-            if target is None or not is_lossless(f.type, target.type):
+            target = dst_fields.get(f.name)
+            if target is None or not inner(f.type, target.type):
                 return False
         return True
     return False

@@ -123,3 +123,59 @@ def test_opt_in_casts_values_that_fit_and_still_refuses_those_that_do_not() -> N
         conform(pa.table({"id": ["1", "x"]}), numbers, allow_lossy_cast=True)
     parsed = conform(pa.table({"id": ["1", "7"]}), numbers, allow_lossy_cast=True)
     assert parsed.column("id").to_pylist() == [1, 7]
+
+
+# ---- the conversions the Spark source accepts, now the one table for both paths -----------
+
+
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        (pa.decimal128(10, 2), pa.decimal128(12, 3)),
+        (pa.timestamp("us", tz="UTC"), pa.timestamp("ns", tz="Europe/Paris")),
+        (pa.string(), pa.dictionary(pa.int32(), pa.string())),
+        (pa.dictionary(pa.int8(), pa.string()), pa.large_string()),
+        (pa.list_(pa.float32()), pa.list_(pa.float32(), 2)),
+        (pa.date64(), pa.date32()),
+    ],
+)
+def test_spark_conversions_are_lossless_here_too(src: pa.DataType, dst: pa.DataType) -> None:
+    assert is_lossless(src, dst)
+    assert is_lossless(src, dst, same_struct_fields=True)
+
+
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        (pa.decimal128(10, 2), pa.decimal128(10, 3)),  # an integer digit lost
+        (pa.decimal128(10, 2), pa.decimal128(12, 1)),  # a fraction digit lost
+        (pa.list_(pa.float32(), 3), pa.list_(pa.float32(), 2)),
+        (pa.dictionary(pa.int8(), pa.int64()), pa.int32()),
+    ],
+)
+def test_lossy_spark_style_conversions_are_refused(src: pa.DataType, dst: pa.DataType) -> None:
+    assert not is_lossless(src, dst)
+
+
+def test_struct_fields_left_out_must_be_nullable_and_spark_wants_them_all() -> None:
+    a = pa.field("a", pa.int64())
+    data = pa.struct([a])
+    assert is_lossless(data, pa.struct([a, pa.field("b", pa.string())]))
+    assert not is_lossless(data, pa.struct([a, pa.field("b", pa.string(), nullable=False)]))
+    assert not is_lossless(
+        data, pa.struct([a, pa.field("b", pa.string())]), same_struct_fields=True
+    )
+
+
+def test_values_that_do_not_fit_fail_the_cast_with_a_typed_error() -> None:
+    """Accepted by type, refused by value: never padded, cut or truncated."""
+    fixed = pa.schema([pa.field("v", pa.list_(pa.float32(), 2))])
+    ok = conform(pa.table({"v": pa.array([[1.0, 2.0]], pa.list_(pa.float32()))}), fixed)
+    assert ok.column("v").to_pylist() == [[1.0, 2.0]]
+    with pytest.raises(SchemaMismatchError, match="'v'"):
+        conform(pa.table({"v": pa.array([[1.0, 2.0, 3.0]], pa.list_(pa.float32()))}), fixed)
+    day = pa.schema([pa.field("d", pa.date32())])
+    whole = pa.array([86_400_000 * 3], pa.date64())
+    assert conform(pa.table({"d": whole}), day).column("d").to_pylist()[0].day == 4
+    with pytest.raises(SchemaMismatchError, match="'d'"):
+        conform(pa.table({"d": pa.array([86_400_000 * 3 + 5], pa.date64())}), day)

@@ -47,6 +47,7 @@ from txn_engine.model import Fragment, LanceField
 from txn_engine.ops import Append, Operation, Overwrite, Update
 from txn_engine.redact import redact_uri
 from txn_engine.retry import RetryPolicy
+from txn_engine.schema_check import is_lossless
 from txn_engine.spark import _staging
 from txn_engine.spark._options import DEFAULT_STAGING_RETENTION_SECONDS, WriteOptions
 from txn_engine.storage import open_storage
@@ -1083,13 +1084,12 @@ def _merge_schema_retry(options: WriteOptions) -> RetryPolicy:
 def check_lossless(data: pa.Schema, table: pa.Schema, *, what: str = "cannot write") -> None:
     """Refuse data whose columns cannot be cast to the table's types without loss.
 
-    Allowed: equal types; the string, binary and list families in either width; integer
-    widening (and unsigned into a wider signed type); ``float`` to ``double``; integers
-    into floats that hold them exactly (8/16-bit into ``float``, up to 32-bit into
-    ``double``); decimals that keep every digit; finer timestamp units with the same
-    time-zone presence; a ``list`` into a ``fixed_size_list`` (a wrong length fails the
-    task, it is never padded or cut); values into a dictionary of that value type; structs
-    field by field (by name, same names). Raises SchemaMismatchError (an
+    The rules are the Python writer API's (:func:`txn_engine.schema_check.is_lossless`):
+    widening integers and floats, integers into floats that hold them exactly, the string,
+    binary and list families in either width, decimals that keep every digit, finer
+    timestamp units (zone or no zone alike), dates, dictionaries of the value type, a
+    ``list`` into a ``fixed_size_list`` (a wrong length fails the task, it is never padded
+    or cut), structs field by field with the same field names. Raises SchemaMismatchError (an
     InvalidOperationError; ``column``, ``expected``, ``actual``) naming the column and both
     types, e.g. a string column appended to an int64 one.
     """
@@ -1098,7 +1098,7 @@ def check_lossless(data: pa.Schema, table: pa.Schema, *, what: str = "cannot wri
         if index < 0:
             continue
         source = data.field(index).type
-        if not _lossless(source, field.type):
+        if not is_lossless(source, field.type, same_struct_fields=True):
             raise SchemaMismatchError(
                 f"{what}: column {field.name!r} is {source} in the data but {field.type} in "
                 "the table, and casting would lose or reinterpret values; cast the column "
@@ -1107,88 +1107,6 @@ def check_lossless(data: pa.Schema, table: pa.Schema, *, what: str = "cannot wri
                 expected=str(field.type),
                 actual=str(source),
             )
-
-
-_INT_BITS = {
-    pa.int8(): (True, 8),
-    pa.int16(): (True, 16),
-    pa.int32(): (True, 32),
-    pa.int64(): (True, 64),
-    pa.uint8(): (False, 8),
-    pa.uint16(): (False, 16),
-    pa.uint32(): (False, 32),
-    pa.uint64(): (False, 64),
-}
-_FLOAT_MANTISSA = {pa.float16(): 11, pa.float32(): 24, pa.float64(): 53}
-_TIME_UNITS = {"s": 0, "ms": 1, "us": 2, "ns": 3}
-
-
-def _family(t: pa.DataType) -> str | None:
-    name = str(t)
-    if name in ("string", "large_string", "string_view", "utf8", "large_utf8"):
-        return "string"
-    if name in ("binary", "large_binary", "binary_view"):
-        return "binary"
-    return None
-
-
-def _lossless(source: pa.DataType, target: pa.DataType) -> bool:
-    """Whether every value of ``source`` casts to ``target`` unchanged (see
-    :func:`check_lossless`)."""
-    if source.equals(target):
-        return True
-    if pa.types.is_dictionary(target):
-        value = target.value_type
-        source_value = source.value_type if pa.types.is_dictionary(source) else source
-        return _lossless(source_value, value)
-    if pa.types.is_dictionary(source):
-        return _lossless(source.value_type, target)
-    family = _family(source)
-    if family is not None:
-        return family == _family(target)
-    if source in _INT_BITS:
-        signed, bits = _INT_BITS[source]
-        if target in _INT_BITS:
-            target_signed, target_bits = _INT_BITS[target]
-            if signed == target_signed:
-                return target_bits >= bits
-            return target_signed and target_bits > bits
-        if target in _FLOAT_MANTISSA:
-            return _FLOAT_MANTISSA[target] >= bits
-        return False
-    if source in _FLOAT_MANTISSA:
-        return target in _FLOAT_MANTISSA and _FLOAT_MANTISSA[target] >= _FLOAT_MANTISSA[source]
-    if pa.types.is_decimal(source) and pa.types.is_decimal(target):
-        return bool(
-            target.scale >= source.scale
-            and target.precision - target.scale >= source.precision - source.scale
-        )
-    if pa.types.is_timestamp(source) and pa.types.is_timestamp(target):
-        return (source.tz is None) == (target.tz is None) and (
-            _TIME_UNITS[target.unit] >= _TIME_UNITS[source.unit]
-        )
-    if pa.types.is_date(source) and pa.types.is_date(target):
-        return True
-    source_list = pa.types.is_list(source) or pa.types.is_large_list(source)
-    source_list = source_list or pa.types.is_fixed_size_list(source)
-    if source_list and (
-        pa.types.is_list(target)
-        or pa.types.is_large_list(target)
-        or pa.types.is_fixed_size_list(target)
-    ):
-        both_fixed = pa.types.is_fixed_size_list(source) and pa.types.is_fixed_size_list(target)
-        if both_fixed and source.list_size != target.list_size:
-            return False
-        return _lossless(source.value_type, target.value_type)
-    if pa.types.is_struct(source) and pa.types.is_struct(target):
-        names = [source.field(i).name for i in range(source.num_fields)]
-        target_names = [target.field(i).name for i in range(target.num_fields)]
-        if sorted(names) != sorted(target_names):
-            return False
-        return all(
-            _lossless(source.field(name).type, target.field(name).type) for name in target_names
-        )
-    return False
 
 
 def _write_report(path: str, report: Mapping[str, Any]) -> None:

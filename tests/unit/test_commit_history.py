@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txn_engine.commit import CommitResult, commit
+from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     HistoryUnavailableError,
     IncompatibleTransactionError,
@@ -257,18 +258,9 @@ def test_settling_against_a_huge_foreign_file_reads_only_its_size(
     assert versions(inner) == [1, 2]
 
 
-@pytest.mark.parametrize("mine", ["index", "config", "append"])
-def test_warm_commit_into_a_slot_freed_by_cleanup_is_withdrawn(mine: str) -> None:
-    """A Dataset base taken at v2; v3 and v4 land and cleanup removes 1-3: the direct create
-    of v3 succeeds in the freed slot, and v4 (built on the removed v3) does not carry our
-    change, whatever it is (an index, a config key, fragments): withdrawn, not acknowledged."""
-    import uuid as uuid_mod
-
-    from txn_engine.dataset import Dataset
-    from txn_engine.model import IndexDetails, IndexMetadata
-    from txn_engine.ops import CreateIndex
-
-    store = MemoryStorage()
+def _stale_base_then_cleaned(store: MemoryStorage) -> Dataset:
+    """Versions 1-4 in ``store``; returns a Dataset base taken at version 2, after which 3 and
+    4 landed and a cleanup removed 1-3 (so version 3's slot is free again)."""
     commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
     append(store)  # 2
     base = Dataset.open(store)
@@ -276,6 +268,21 @@ def test_warm_commit_into_a_slot_freed_by_cleanup_is_withdrawn(mine: str) -> Non
     append(store)  # 4
     for v in (1, 2, 3):
         remove(store, v)
+    return base
+
+
+@pytest.mark.parametrize("mine", ["index", "config", "append"])
+def test_warm_commit_into_a_slot_freed_by_cleanup_is_withdrawn(mine: str) -> None:
+    """A Dataset base taken at v2; v3 and v4 land and cleanup removes 1-3: the direct create
+    of v3 succeeds in the freed slot, and v4 (built on the removed v3) does not carry our
+    change, whatever it is (an index, a config key, fragments): withdrawn, not acknowledged."""
+    import uuid as uuid_mod
+
+    from txn_engine.model import IndexDetails, IndexMetadata
+    from txn_engine.ops import CreateIndex
+
+    store = MemoryStorage()
+    base = _stale_base_then_cleaned(store)
     op: object
     if mine == "index":
         op = CreateIndex(
@@ -352,16 +359,8 @@ class ConcurrentMemory(MemoryStorage):
 def test_a_withdrawn_commit_leaves_no_transaction_copy() -> None:
     """The ``.txn`` copy goes out beside the lineage check on an object store; when the
     check withdraws our manifest, the copy is deleted too (nothing of ours is left)."""
-    from txn_engine.dataset import Dataset
-
     store = ConcurrentMemory()
-    commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
-    append(store)  # 2
-    base = Dataset.open(store)
-    append(store)  # 3
-    append(store)  # 4
-    for v in (1, 2, 3):
-        remove(store, v)
+    base = _stale_base_then_cleaned(store)
     mine = Transaction(2, Append([frag()]))
     with pytest.raises(HistoryUnavailableError, match="withdrawn"):
         commit(store, mine, base=base, assume_latest=True)

@@ -40,7 +40,13 @@ from typing import Protocol, runtime_checkable
 
 from txn_engine.errors import LimitExceededError
 
-__all__ = ["DEFAULT_OBJECT_STORE_READ_CONCURRENCY", "Storage", "get_bounded", "read_concurrency"]
+__all__ = [
+    "DEFAULT_OBJECT_STORE_READ_CONCURRENCY",
+    "ForwardingStorage",
+    "Storage",
+    "get_bounded",
+    "read_concurrency",
+]
 
 #: Concurrent reads an object-store backend allows one commit (reading the versions it is
 #: behind); each read is a round trip, so they overlap. Local and memory stores read serially.
@@ -139,3 +145,54 @@ def read_concurrency(storage: Storage) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         return 1
     return max(1, min(value, 64))
+
+
+class ForwardingStorage:
+    """A Storage that passes every call to ``inner``: subclass it to change a few calls of a
+    wrapped storage (stamp writes, refuse some paths) and inherit the rest unchanged,
+    ``read_concurrency`` included."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+
+    @property
+    def uri(self) -> str:
+        """The wrapped storage's URI."""
+        return self.inner.uri
+
+    @property
+    def read_concurrency(self) -> int:
+        """The wrapped storage's (see :func:`read_concurrency`)."""
+        return read_concurrency(self.inner)
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        """Pass-through."""
+        self.inner.put_if_absent(path, data)
+
+    def put(self, path: str, data: bytes) -> None:
+        """Pass-through."""
+        self.inner.put(path, data)
+
+    def get(self, path: str) -> bytes:
+        """Pass-through."""
+        return self.inner.get(path)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        """Pass-through."""
+        return self.inner.get_range(path, start, end)
+
+    def size(self, path: str) -> int:
+        """Pass-through."""
+        return self.inner.size(path)
+
+    def list(self, prefix: str) -> Sequence[str]:
+        """Pass-through."""
+        return self.inner.list(prefix)
+
+    def exists(self, path: str) -> bool:
+        """Pass-through."""
+        return self.inner.exists(path)
+
+    def delete(self, path: str) -> None:
+        """Pass-through."""
+        self.inner.delete(path)

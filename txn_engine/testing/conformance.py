@@ -55,7 +55,7 @@ from txn_engine.format.naming import NamingScheme, list_versions, manifest_name
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryPolicy
-from txn_engine.storage.base import Storage, read_concurrency
+from txn_engine.storage.base import ForwardingStorage, Storage, read_concurrency
 from txn_engine.storage.handler import CommitHandler
 from txn_engine.transaction import Transaction
 
@@ -379,58 +379,20 @@ class StorageConformance:
 # ---- commit handlers ----------------------------------------------------------------------------
 
 
-class HandlerStorage:
+class HandlerStorage(ForwardingStorage):
     """``handler.storage`` as a Storage that carries ``handler`` as its ``commit_handler``
     (so :func:`txn_engine.commit.commit` commits through it). Creating a manifest directly
     with ``put_if_absent`` is refused: the commit loop must go through the handler."""
 
     def __init__(self, handler: CommitHandler) -> None:
+        super().__init__(handler.storage)
         self.commit_handler = handler
-        self.inner = handler.storage
-
-    @property
-    def uri(self) -> str:
-        """The blob store's URI."""
-        return self.inner.uri
-
-    @property
-    def read_concurrency(self) -> int:
-        """The blob store's."""
-        return read_concurrency(self.inner)
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Pass-through, except manifests (AssertionError: the loop bypassed the handler)."""
         if path.startswith("_versions/"):
             raise AssertionError(f"{path}: a manifest was created around the commit handler")
         self.inner.put_if_absent(path, data)
-
-    def put(self, path: str, data: bytes) -> None:
-        """Pass-through."""
-        self.inner.put(path, data)
-
-    def get(self, path: str) -> bytes:
-        """Pass-through."""
-        return self.inner.get(path)
-
-    def get_range(self, path: str, start: int, end: int) -> bytes:
-        """Pass-through."""
-        return self.inner.get_range(path, start, end)
-
-    def size(self, path: str) -> int:
-        """Pass-through."""
-        return self.inner.size(path)
-
-    def list(self, prefix: str) -> Sequence[str]:
-        """Pass-through."""
-        return self.inner.list(prefix)
-
-    def exists(self, path: str) -> bool:
-        """Pass-through."""
-        return self.inner.exists(path)
-
-    def delete(self, path: str) -> None:
-        """Pass-through."""
-        self.inner.delete(path)
 
 
 class _LostResponse:

@@ -99,7 +99,7 @@ from txn_engine.ops import (
     UpdateMap,
 )
 from txn_engine.retry import RetryPolicy
-from txn_engine.storage.base import Storage
+from txn_engine.storage.base import ForwardingStorage, Storage
 from txn_engine.storage.memory import MemoryStorage
 from txn_engine.testing.fault_storage import fault_rules
 from txn_engine.testing.faults import Fault, FaultyStorage, SimulatedCrash
@@ -157,7 +157,7 @@ def _no_sleep(_seconds: float) -> None:
 _NS = 1_000_000_000
 
 
-class ClockedStorage:
+class ClockedStorage(ForwardingStorage):
     """A storage wrapper that stamps every object it writes with a (logical) wall clock and
     lists objects with those times (``list_objects``, the optional Storage extension
     :func:`txn_engine.cleanup.list_objects` uses), so cleanup's orphan retention can be
@@ -165,13 +165,9 @@ class ClockedStorage:
     """
 
     def __init__(self, inner: Storage, clock: Any) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.clock = clock
         self.mtimes: dict[str, int] = {}
-
-    @property
-    def uri(self) -> str:
-        return self.inner.uri
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         self.inner.put_if_absent(path, data)
@@ -180,21 +176,6 @@ class ClockedStorage:
     def put(self, path: str, data: bytes) -> None:
         self.inner.put(path, data)
         self.mtimes[path] = self.clock()
-
-    def get(self, path: str) -> bytes:
-        return self.inner.get(path)
-
-    def get_range(self, path: str, start: int, end: int) -> bytes:
-        return self.inner.get_range(path, start, end)
-
-    def size(self, path: str) -> int:
-        return self.inner.size(path)
-
-    def list(self, prefix: str) -> Sequence[str]:
-        return self.inner.list(prefix)
-
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(path)
 
     def delete(self, path: str) -> None:
         self.inner.delete(path)

@@ -25,12 +25,24 @@
    inline transaction, is written (its failure does not fail a landed commit);
 6. on losing the race, back off (:class:`~txn_engine.retry.RetryPolicy`) and repeat from 1.
 
-With a :class:`~txn_engine.dataset.Dataset` as ``base`` and ``assume_latest=True`` (a writer
-that just opened or committed the table, where no lease-ignoring cleanup runs), the first
-attempt skips steps 1-3: the base is taken to be the latest version and the next version is
-created straight away (an uncontended commit is one create, one existence check and the
-``.txn`` copy). Losing that race falls back to the loop above, which checks every version in
-between. By default a base only saves the read of the read version's manifest.
+**Guarded creates (object stores).** On a store that serves requests concurrently and
+decides versions with its own create-if-absent (S3, GCS, Azure), step 4's create runs
+beside a *guard listing* of ``_versions/`` (started first) and the ``.txn`` copy: three
+requests in flight, one round trip. The guard listing then decides step 5 without another
+request in the common case: it shows the version we built on as the latest and nothing at
+or above ours (accepted), the version right above ours (it must descend from ours), versions
+above ours with a gap (ours landed in a freed slot: withdrawn), or our version and nothing
+above (the existence check decides). A lost create whose guard listing already shows the
+winner retries from that listing at once. With a :class:`~txn_engine.dataset.Dataset` as
+``base`` the first attempt skips steps 1-3 (the base is taken to be the latest and the guard
+listing checks it): an uncontended warm commit is one round trip. What this leaves open,
+and why txn_engine's cleanup cannot trigger it, is in ``docs/architecture.md``
+(*Guarded creates*).
+
+With a Dataset as ``base`` and ``assume_latest=True`` on a store without concurrent requests
+(local disk), the first attempt also skips steps 1-3 (one create, one existence check and
+the ``.txn`` copy); opt in only where no lease-ignoring cleanup runs. Losing that race falls
+back to the loop above, which checks every version in between.
 
 Exactly once: when the manifest create fails in a way that leaves its outcome unknown
 (lost response, timeout, any storage error after the request may have reached the store,
@@ -52,7 +64,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -109,7 +121,7 @@ from txn_engine.ops import Clone, Restore
 from txn_engine.retry import RetryBudget, RetryPolicy
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage, get_bounded, read_concurrency
-from txn_engine.storage.handler import CommitHandler, commit_handler_for
+from txn_engine.storage.handler import CommitHandler, StoreCommitHandler, commit_handler_for
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 
 __all__ = [
@@ -211,6 +223,13 @@ class _State:
     #: the transaction encoded for the manifest (and its ``_transactions/`` file name),
     #: reused by later attempts unless a rebase changed the transaction
     encoded: tuple[Transaction, str, transaction_pb2.Transaction] | None = None
+    #: guard listings: each create runs beside a listing of ``_versions/`` (object stores)
+    guarded: bool = False
+    #: a guard listing that already shows the version a lost create wanted: the next
+    #: attempt starts from it instead of listing again
+    prefetched: VersionListing | None = None
+    #: ``.txn`` copies started beside creates (path -> copy); the landed one is kept
+    copies: dict[str, _TransactionCopy] = attrs.field(factory=dict)
 
     @property
     def storage(self) -> Storage:
@@ -506,11 +525,11 @@ def commit(
     * ``conflict_options``: opt-in rules more permissive than Lance (default: none).
     * ``base``: the manifest at ``transaction.read_version`` if the caller has it (a
       :class:`~txn_engine.dataset.Dataset`, a ManifestFile, or pylance's ``LanceDataset``).
-      With a Dataset and ``assume_latest=True`` the first attempt creates the next version
-      without listing (one request fewer). Opt in only where no cleanup that ignores leases
-      (pylance's ``cleanup_old_versions``) can run while the base is held: a stale base can
-      then land below versions such a cleanup removed, which the lineage check (one
-      existence check) does not always see.
+      On an object store, with a Dataset the first attempt creates the next version
+      straight away, beside a guard listing that checks the base was the latest (one round
+      trip uncontended). On local disk that needs ``assume_latest=True`` (one request
+      fewer): opt in only where no cleanup that ignores leases (pylance's
+      ``cleanup_old_versions``) can run while the base is held.
     * ``timestamp_ns``: the manifest timestamp (default: now).
     * ``enable_stable_row_ids``: only when creating a dataset (it cannot be switched on
       later; an existing dataset keeps its setting).
@@ -536,6 +555,7 @@ def commit(
         members=frozenset(
             m for m in transaction.properties_dict.get(GROUP_MEMBERS_KEY, "").split(",") if m
         ),
+        guarded=_guards(handler),
     )
     direct: NamingScheme | None = None
     if base is not None:
@@ -547,37 +567,67 @@ def commit(
             )
         state.manifests[transaction.read_version] = mf
         if (
-            assume_latest
+            (assume_latest or state.guarded)
             and isinstance(base, Dataset)
             and not isinstance(transaction.operation, Restore)
         ):
             direct = base.naming_scheme
     budget = policy.budget()
-    while True:
-        budget.start_attempt()
-        if direct is not None:  # first attempt: the base is taken to be the latest version
-            result = _direct_attempt(state, budget, timestamp_ns, direct)
-            direct = None
-        else:
-            result = _attempt(state, budget, timestamp_ns)
-        if result is not None:
-            return result
-        if not budget.wait():
-            raise RetriesExhaustedError(
-                f"{state.txn.kind} transaction {state.txn.uuid} lost the race for a new "
-                f"version {budget.attempts} time(s) ({budget.exhausted_reason() or 'deadline'})",
-                read_version=transaction.read_version,
-                conflicting_version=state.checked_up_to + 1,
-                operation=state.txn.kind,
-                remedy="contention, not a conflict: retry later or raise RetryPolicy budgets",
-            )
+    landed: CommitResult | None = None
+    try:
+        while True:
+            budget.start_attempt()
+            if direct is not None:  # first attempt: create read_version + 1 straight away
+                landed = _direct_attempt(state, budget, timestamp_ns, direct)
+                direct = None
+            else:
+                landed = _attempt(state, budget, timestamp_ns)
+            if landed is not None:
+                return landed
+            if state.prefetched is not None and budget.exhausted_reason() is None:
+                continue  # we were behind, not racing: the guard listing shows the winner
+            if not budget.wait():
+                raise RetriesExhaustedError(
+                    f"{state.txn.kind} transaction {state.txn.uuid} lost the race for a new "
+                    f"version {budget.attempts} time(s) "
+                    f"({budget.exhausted_reason() or 'deadline'})",
+                    read_version=transaction.read_version,
+                    conflicting_version=state.checked_up_to + 1,
+                    operation=state.txn.kind,
+                    remedy="contention, not a conflict: retry later or raise RetryPolicy budgets",
+                )
+    finally:
+        _withdraw_copies(state, landed)
+
+
+def _guards(handler: CommitHandler) -> bool:
+    """Whether creates run beside a guard listing: on a store that serves requests
+    concurrently (object stores) whose own create-if-absent decides, so that its listing
+    is the list of versions."""
+    return isinstance(handler, StoreCommitHandler) and read_concurrency(handler.storage) > 1
+
+
+def _withdraw_copies(state: _State, landed: CommitResult | None) -> None:
+    """Remove the ``.txn`` copies started beside creates that did not land (best effort:
+    a leftover is an orphan that cleanup removes). The landed transaction's copy stays,
+    and so does one at the path of a transaction an earlier call landed."""
+    keep = None
+    if landed is not None:
+        keep = transaction_path(
+            transaction_file_name(landed.transaction.read_version, landed.transaction.uuid)
+        )
+    for path, copy in state.copies.items():
+        if path != keep:
+            copy.withdraw()
 
 
 def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> CommitResult | None:
     """One attempt. Returns the result, or None when the race for the version was lost."""
     storage = state.storage
-    state.handler.finish_pending()  # a version committed but not yet in the listing
-    listing = scan_versions(storage)
+    listing, state.prefetched = state.prefetched, None
+    if listing is None:
+        state.handler.finish_pending()  # a version committed but not yet in the listing
+        listing = scan_versions(storage)
     latest = listing.latest
     if latest is None:
         raise DatasetNotFoundError(f"no Lance dataset at {storage.uri}")
@@ -666,10 +716,16 @@ def _land(
 ) -> CommitResult | None:
     """Build the next manifest on ``current`` (version ``latest``) and create it. Returns
     the result, or None when another writer took the version (its manifest is kept for the
-    next attempt). The ``_transactions/`` copy is written after the manifest landed: it is a
-    redundant copy of the inline transaction (pylance 14 reads the inline one), so it is
-    never a step before the create and is written once, only for a landed transaction."""
+    next attempt).
+
+    On an object store (``state.guarded``) three requests are in flight at once: a guard
+    listing of ``_versions/`` (started first), the ``_transactions/`` copy and the
+    manifest create; the listing then decides the lineage check (:func:`_check_guarded`),
+    so an uncontended commit is one round trip. Elsewhere (local disk) the copy is written
+    after the create and its existence check (:func:`_check_lineage`). The copy is
+    redundant (pylance 14 reads the inline transaction): a failed copy fails nothing."""
     storage = state.storage
+    guard = _Guard(storage) if state.guarded else None
     txn = state.txn
     name, pb = _encode_transaction(state, txn)
     target = latest + 1
@@ -683,35 +739,78 @@ def _land(
     )
     data = encode_manifest_file(built.manifest, built.indices, pb)
     path = f"_versions/{manifest_name(target, scheme)}"
-    found = _create(state.handler, target, path, data, txn)
+    copy_path = transaction_path(name)
+    copy_data = pb.SerializeToString(deterministic=True)
+    copy = None
+    if guard is not None:
+        copy = _start_copy(state, copy_path, copy_data)
+    try:
+        found = _create(state.handler, target, path, data, txn)
+    except BaseException:
+        if guard is not None:
+            guard.result()  # do not leave the listing running behind an error
+        raise
+    listing = guard.result() if guard is not None else None
     if not _landed(found, data):
         if found:
             state.raw[target] = found  # the winner's manifest: the next attempt needs it
+        latest_listed = None if listing is None else listing.latest
+        if latest_listed is not None and latest_listed.version >= target:
+            state.prefetched = listing  # it already shows the winner: no need to list again
         return None
-    # the redundant copy: on an object store it goes out beside the lineage check (two
-    # requests in flight, one round trip); if it fails, readers use the inline transaction
-    copy = _TransactionCopy(
-        storage, transaction_path(name), pb.SerializeToString(deterministic=True)
-    )
-    try:
+    if copy is None:
+        copy = _TransactionCopy(storage, copy_path, copy_data)
+        state.copies[copy_path] = copy
         _check_lineage(state, target, scheme, current, built, path)
-    except BaseException:
-        copy.withdraw()  # our manifest was withdrawn: so is its copy (best effort)
-        raise
+    else:
+        _check_guarded(state, target, scheme, current, built, path, listing)
     copy.join()
     return CommitResult(target, txn, budget.attempts, path)
 
 
+def _start_copy(state: _State, path: str, data: bytes) -> _TransactionCopy:
+    """The ``.txn`` copy for a guarded create: started now (beside the create), or the one
+    an earlier attempt started when it is the same file."""
+    earlier = state.copies.get(path)
+    if earlier is not None:
+        if earlier.data == data:
+            return earlier
+        earlier.join()  # the same name with other bytes (a rebase): this write goes last
+    copy = _TransactionCopy(state.storage, path, data)
+    state.copies[path] = copy
+    return copy
+
+
+class _Guard:
+    """A listing of ``_versions/`` started in a thread before a guarded create."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._listing: VersionListing | None = None
+        self._thread = threading.Thread(target=self._run, name="txn-engine-guard", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with contextlib.suppress(Exception):  # no listing: the existence check decides
+            self._listing = scan_versions(self._storage)
+
+    def result(self) -> VersionListing | None:
+        """The listing (None if it failed), once it is done."""
+        self._thread.join()
+        return self._listing
+
+
 class _TransactionCopy:
-    """Writes the ``_transactions/`` copy of a landed transaction. On a store that serves
-    requests concurrently (``read_concurrency`` > 1: object stores) it starts at once, in a
-    thread, beside the lineage check, so it is not one more sequential round trip; elsewhere
-    (local disk) it is written after the check. A failed copy is ignored (pylance 14 reads
-    the inline transaction)."""
+    """Writes the ``_transactions/`` copy of a transaction. On a store that serves requests
+    concurrently (``read_concurrency`` > 1: object stores) it starts at once, in a thread
+    (beside the create, or beside the lineage check), so it is not one more sequential
+    round trip; elsewhere (local disk) it is written by :meth:`join`, after the check. A
+    failed copy is ignored (pylance 14 reads the inline transaction)."""
 
     def __init__(self, storage: Storage, path: str, data: bytes) -> None:
-        self._storage, self._path, self._data = storage, path, data
+        self._storage, self._path, self.data = storage, path, data
         self._thread: threading.Thread | None = None
+        self._done = False
         if read_concurrency(storage) > 1:
             self._thread = threading.Thread(
                 target=self._write, name="txn-engine-txn-copy", daemon=True
@@ -720,23 +819,61 @@ class _TransactionCopy:
 
     def _write(self) -> None:
         with contextlib.suppress(StorageError):
-            self._storage.put(self._path, self._data)
+            self._storage.put(self._path, self.data)
 
     def join(self) -> None:
         """The copy is written (or failed) when this returns."""
         if self._thread is None:
-            self._write()
+            if not self._done:
+                self._done = True
+                self._write()
         else:
             self._thread.join()
 
     def withdraw(self) -> None:
-        """Our manifest was withdrawn: remove the copy if it was started (best effort; a
-        leftover is an orphan that cleanup removes)."""
-        if self._thread is None:
+        """The transaction did not land here: remove the copy if it was started (best
+        effort; a leftover is an orphan that cleanup removes)."""
+        if self._thread is None and not self._done:
             return
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         with contextlib.suppress(Exception):
             self._storage.delete(self._path)
+
+
+def _check_guarded(
+    state: _State,
+    version: int,
+    scheme: NamingScheme,
+    base: ManifestState,
+    ours: ManifestState,
+    path: str,
+    listing: VersionListing | None,
+) -> None:
+    """After a guarded create of ``version``: decide the lineage from the guard listing,
+    which was taken beside the create (before it landed, or after).
+
+    * It shows the read-side version ``version - 1`` as the latest and nothing at or above
+      ours: accepted. A version above ours that the listing missed would have to be created,
+      built on a manifest at our number, and that manifest removed by a cleanup, all while
+      our create was in flight: a cleanup deleting a version younger than one round trip,
+      which txn_engine's cleanup never does while the writer's lease or ``older_than`` holds
+      it (``docs/architecture.md``, *Guarded creates*).
+    * It shows a version at ours and none above (ours, if the listing came after the
+      create; or one a cleanup removed since): the existence check decides
+      (:func:`_check_lineage`), as after an unguarded create.
+    * It shows the version right above ours: it must descend from ours (:func:`_check_lineage`).
+    * It shows versions above ours but not the next one: ours landed in a slot a cleanup
+      freed, below versions that cannot have been built on it: withdrawn.
+    """
+    if listing is not None and not listing.after(version):
+        latest = listing.latest
+        if latest is not None and latest.version == version - 1:
+            return
+    if listing is None or not listing.after(version) or listing.get(version + 1) is not None:
+        _check_lineage(state, version, scheme, base, ours, path)
+        return
+    _withdraw(state, version, path)
 
 
 def _check_lineage(
@@ -776,18 +913,32 @@ def _check_lineage(
         newer_indices=newer.indices,
     ):
         return
-    storage.delete(path)
+    _withdraw(
+        state,
+        version,
+        path,
+        f"version {version + 1} was not built on the manifest this commit created in its place "
+        "(or nothing shows that it was: it replaces the table, or cannot be read)",
+    )
+
+
+def _withdraw(state: _State, version: int, path: str, why: str = "") -> NoReturn:
+    """Our manifest at ``version`` landed in a slot a cleanup freed, below versions not
+    built on it: delete it and raise HistoryUnavailableError (nothing landed)."""
+    state.storage.delete(path)
     conflict = missing_history_conflict(state.txn, version)
+    why = why or (
+        f"versions above {version} exist but version {version + 1} does not, so none of "
+        "them can have been built on the manifest this commit created"
+    )
     raise _conflict_error(
         state.txn,
         attrs.evolve(
             conflict,
             reason=(
                 f"Version {version} was removed by a cleanup while this {state.txn.kind} "
-                f"transaction (read version {state.txn.read_version}) was committing: version "
-                f"{version + 1} was not built on the manifest this commit created in its place "
-                "(or nothing shows that it was: it replaces the table, or cannot be read), so "
-                "that manifest has been withdrawn. Nothing landed."
+                f"transaction (read version {state.txn.read_version}) was committing: {why}, "
+                "so that manifest has been withdrawn. Nothing landed."
             ),
         ),
     )

@@ -1,0 +1,236 @@
+"""Guarded creates: on an object store each manifest create runs beside a listing.
+
+On a store that serves requests concurrently (``read_concurrency`` > 1) and decides versions
+with its own create-if-absent, :func:`txn_engine.commit.commit` starts a guard listing of
+``_versions/``, the ``.txn`` copy and the manifest create together; the listing then decides
+the lineage check. With ``base=`` a Dataset the first attempt does not list first. These tests
+pin the requests each case makes and the cases the guard decides.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+
+import pytest
+
+from txn_engine.commit import CommitResult, commit
+from txn_engine.dataset import Dataset
+from txn_engine.errors import HistoryUnavailableError
+from txn_engine.format.io import latest_version
+from txn_engine.format.naming import NamingScheme, list_versions, manifest_name
+from txn_engine.model import DataFile, Fragment, LanceField
+from txn_engine.ops import Append, Overwrite
+from txn_engine.retry import RetryPolicy
+from txn_engine.storage import MemoryStorage, RecordingStorage
+from txn_engine.storage.base import Storage
+from txn_engine.transaction import Transaction
+
+SCHEMA = (LanceField(0, -1, "id", "int64"),)
+
+
+class ObjectStore(MemoryStorage):
+    """An in-memory store that declares concurrent requests, like an object store."""
+
+    read_concurrency = 8
+
+
+def frag() -> Fragment:
+    return Fragment(0, (DataFile(f"{uuid.uuid4().hex}.lance", (0,), (0,), 2, 2, 100),), 10)
+
+
+def append(store: Storage) -> CommitResult:
+    return commit(store, Transaction(latest_version(store).version, Append([frag()])))
+
+
+def versions(store: Storage) -> list[int]:
+    return [e.version for e in list_versions(store)]
+
+
+def remove(store: Storage, version: int) -> None:
+    store.delete(f"_versions/{manifest_name(version, NamingScheme.V2)}")
+
+
+def table(store: Storage, appends: int = 0) -> None:
+    commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))
+    for _ in range(appends):
+        append(store)
+
+
+def names(rec: RecordingStorage) -> list[str]:
+    return sorted(c[0] for c in rec.calls)
+
+
+def test_warm_uncontended_commit_is_one_round_trip_of_three_requests() -> None:
+    """base= a Dataset: the listing, the ``.txn`` copy and the manifest create, nothing
+    else (no read, no existence check); the listing was started first."""
+    inner = ObjectStore()
+    table(inner)
+    rec = RecordingStorage(inner)
+    r = commit(rec, Transaction(1, Append([frag()])), base=Dataset.open(inner))
+    assert r.version == 2
+    assert names(rec) == ["list", "put", "put_if_absent"]
+    assert rec.calls[0][0] == "list"
+    assert inner.exists(f"_transactions/1-{r.transaction.uuid}.txn")
+
+
+def test_cold_uncontended_commit_lists_reads_then_creates_beside_a_listing() -> None:
+    """From a URI: list, read the latest manifest, then the guarded create (listing, copy,
+    create in flight together); no existence check after it."""
+    inner = ObjectStore()
+    table(inner)
+    rec = RecordingStorage(inner)
+    r = commit(rec, Transaction(1, Append([frag()])))
+    assert r.version == 2
+    assert rec.calls[0][0] == "list"
+    assert rec.counts["list"] == 2
+    assert rec.counts.get("exists", 0) == 0
+    assert rec.counts["put_if_absent"] == 1
+    assert rec.counts["put"] == 1
+    assert sorted(c[0] for c in rec.calls[-3:]) == ["list", "put", "put_if_absent"]
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_k_behind_costs_the_lost_create_and_the_reads_of_the_new_versions(k: int) -> None:
+    """A Dataset base k versions behind: the direct create loses, its guard listing already
+    shows the winners, so the next attempt starts from it at once (no backoff sleep, no
+    third listing) and reads each intervening version once."""
+    inner = ObjectStore()
+    table(inner)
+    base = Dataset.open(inner)
+    for _ in range(k):
+        append(inner)
+    rec = RecordingStorage(inner)
+    slept: list[float] = []
+    r = commit(
+        rec,
+        Transaction(1, Append([frag()])),
+        base=base,
+        retry_policy=RetryPolicy(sleep=slept.append),
+    )
+    assert r.version == k + 2
+    assert r.attempts == 2
+    assert slept == []
+    assert rec.counts["list"] == 2  # the two guard listings
+    assert rec.counts["put_if_absent"] == 2
+    reads = {c[1] for c in rec.calls if c[0] in ("get", "get_range", "size")}
+    assert reads <= {f"_versions/{manifest_name(v, NamingScheme.V2)}" for v in range(2, k + 2)}
+    assert rec.counts.get("exists", 0) == 0
+
+
+class Slow(ObjectStore):
+    """Every request takes ``delay`` seconds; records the most requests in flight."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+
+    def _slow(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        time.sleep(self.delay)
+        with self._lock:
+            self.in_flight -= 1
+
+    def list(self, prefix: str) -> Sequence[str]:
+        self._slow()
+        return super().list(prefix)
+
+    def put(self, path: str, data: bytes) -> None:
+        self._slow()
+        super().put(path, data)
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        self._slow()
+        super().put_if_absent(path, data)
+
+
+def test_the_three_requests_are_in_flight_together() -> None:
+    inner = Slow(0.0)
+    table(inner)
+    base = Dataset.open(inner)
+    inner.delay = 0.05
+    inner.max_in_flight = 0
+    commit(inner, Transaction(1, Append([frag()])), base=base)
+    assert inner.max_in_flight == 3
+
+
+class ListAfterCreate(ObjectStore):
+    """The listing is served only after the manifest create landed (case c)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created = threading.Event()
+        self.armed = False
+
+    def list(self, prefix: str) -> Sequence[str]:
+        if self.armed:
+            assert self.created.wait(5)
+        return super().list(prefix)
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        super().put_if_absent(path, data)
+        if path.startswith("_versions/"):
+            self.created.set()
+
+
+def test_a_listing_that_shows_our_version_falls_back_to_the_existence_check() -> None:
+    """The guard listing came after our create: it shows a manifest at our version, which
+    may be ours or one a cleanup removed since; the existence check of the next version
+    decides (nothing there: accepted)."""
+    inner = ListAfterCreate()
+    table(inner)
+    base = Dataset.open(inner)
+    inner.created.clear()
+    inner.armed = True
+    rec = RecordingStorage(inner)
+    r = commit(rec, Transaction(1, Append([frag()])), base=base)
+    assert r.version == 2
+    assert ("exists", f"_versions/{manifest_name(3, NamingScheme.V2)}") in rec.calls
+
+
+def test_a_stale_base_landing_below_a_gap_is_withdrawn() -> None:
+    """Base at v2; v3, v4, v5 land and a cleanup removes 1-4 (keeping the latest): the
+    direct create of v3 succeeds in the freed slot. An existence check of v4 finds nothing;
+    the guard listing shows v5 above a gap, so ours is withdrawn and nothing is left."""
+    store = ObjectStore()
+    table(store, appends=1)  # 1, 2
+    base = Dataset.open(store)
+    for _ in range(3):
+        append(store)  # 3, 4, 5
+    for v in (1, 2, 3, 4):
+        remove(store, v)
+    mine = Transaction(2, Append([frag()]))
+    with pytest.raises(HistoryUnavailableError, match="withdrawn"):
+        commit(store, mine, base=base)
+    assert versions(store) == [5]
+    assert not store.exists(f"_transactions/2-{mine.uuid}.txn")
+
+
+def test_the_copies_of_lost_attempts_are_removed_and_the_landed_one_kept() -> None:
+    """The copy started beside a lost create has the landed transaction's name (an Append
+    is not rebased): one file, the landed one; a failed commit leaves none."""
+    store = ObjectStore()
+    table(store)
+    base = Dataset.open(store)
+    append(store)  # 2: our direct create of 2 loses
+    mine = Transaction(1, Append([frag()]))
+    r = commit(store, mine, base=base)
+    assert r.version == 3
+    assert store.exists(f"_transactions/1-{mine.uuid}.txn")
+
+
+def test_local_style_stores_keep_the_listing_first() -> None:
+    """Without concurrent requests (local disk), the create is not guarded: list, read,
+    create, then the existence check and the copy."""
+    inner = MemoryStorage()
+    table(inner)
+    rec = RecordingStorage(inner)
+    commit(rec, Transaction(1, Append([frag()])), base=Dataset.open(inner))
+    assert [c[0] for c in rec.calls] == ["list", "put_if_absent", "exists", "put"]

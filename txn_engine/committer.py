@@ -22,9 +22,13 @@ gets its own outcome:
   transaction again, here or with :func:`txn_engine.commit` anywhere, finds it if the group
   landed and lands it once if not.
 
-While a batch commits, the committer holds a :func:`txn_engine.lease` on the oldest read
-version queued, so a concurrent :func:`txn_engine.cleanup.cleanup` keeps the history the
-members must be checked against.
+While batches commit, the committer holds a :func:`txn_engine.lease` at or below the
+oldest read version queued, so a concurrent :func:`txn_engine.cleanup.cleanup` keeps the
+history the members must be checked against. The lease is kept from batch to batch while it
+still covers the batch (taking one costs round trips: on an object store more than the
+group commit itself); it is taken again, at the batch's oldest read version, when a batch
+reads below it or when it is older than ``repin_after`` seconds, and released once the committer has been idle for
+``idle_release`` seconds, and on :meth:`Committer.close`.
 
 The group's read version is the oldest member's, so the group is checked against every
 version any member has not seen; an Append is compatible with other Appends, so grouping
@@ -34,8 +38,10 @@ rare Overwrite-in-between case precisely).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -72,6 +78,9 @@ class Committer:
 
     * ``max_group``: most transactions in one version (default 256).
     * ``retry_policy`` / ``conflict_options``: as for :func:`txn_engine.commit`, per commit.
+    * ``repin_after`` / ``idle_release``: seconds after which the lease the committer holds
+      is moved up to the oldest queued read version / released when nothing is queued
+      (defaults 30 and 1): how long a committer may keep cleanup from removing versions.
 
     Use it as a context manager, or call :meth:`close` when done: queued transactions are
     still committed, then the worker stops. :meth:`submit` after close raises
@@ -86,6 +95,8 @@ class Committer:
         retry_policy: RetryPolicy | None = None,
         conflict_options: ConflictOptions | None = None,
         max_group: int = 256,
+        repin_after: float = 30.0,
+        idle_release: float = 1.0,
     ) -> None:
         if max_group < 1:
             raise InvalidOperationError(f"max_group must be >= 1, got {max_group}")
@@ -97,6 +108,10 @@ class Committer:
         self._cv = threading.Condition()
         self._closed = False
         self._worker: threading.Thread | None = None
+        self._repin_after = repin_after
+        self._idle_release = idle_release
+        self._pin: Lease | None = None  # held by the worker thread only
+        self._pinned_at = 0.0
         #: versions landed by this committer and how many transactions each carried
         self.groups: list[tuple[int, int]] = []
 
@@ -154,23 +169,53 @@ class Committer:
     # ---- the worker -----------------------------------------------------------------------
 
     def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._queue and not self._closed:
-                    self._cv.wait()
-                if not self._queue:
-                    return
-                batch, self._queue = self._queue, []
-            pin = self._lease(min(p.txn.read_version for p in batch))
-            try:
+        try:
+            while True:
+                with self._cv:
+                    while not self._queue and not self._closed:
+                        if self._pin is None:
+                            self._cv.wait()
+                        elif not self._cv.wait(self._idle_release) and not self._queue:
+                            break  # idle: release the lease below, outside the lock
+                    if not self._queue and self._closed:
+                        return
+                    batch, self._queue = self._queue, []
+                if not batch:
+                    self._unpin()
+                    continue
+                self._cover(min(p.txn.read_version for p in batch))
                 for run in _runs(batch, self._max_group):
                     if len(run) == 1:
                         self._alone(run[0])
                     else:
                         self._group(run)
-            finally:
-                if pin is not None:
-                    pin.release()
+        finally:
+            self._unpin()
+
+    def _cover(self, version: int) -> None:
+        """Hold a lease at or below ``version`` (the oldest read version of the batch):
+        keep the one held when it covers it and is younger than ``repin_after``; else take
+        one at ``version`` and then release the old one."""
+        held = self._pin
+        now = time.monotonic()
+        if (
+            held is not None
+            and not held.expired
+            and held.version <= version
+            and now - self._pinned_at < self._repin_after
+        ):
+            return
+        self._pin = self._lease(version)
+        self._pinned_at = now
+        if held is not None:
+            with contextlib.suppress(Exception):
+                held.release()
+
+    def _unpin(self) -> None:
+        held, self._pin = self._pin, None
+        if held is not None:
+            with contextlib.suppress(Exception):
+                held.release()
 
     def _lease(self, version: int) -> Lease | None:
         """A lease on the oldest read version queued, held while the batch commits, so a

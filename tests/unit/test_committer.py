@@ -196,3 +196,40 @@ def test_the_committer_leases_the_oldest_read_version_while_it_commits() -> None
     assert [f.result().version for f in futures] == [3, 3]
     assert seen == [[1]]
     assert read_leases(inner) == []
+
+
+def test_the_committer_keeps_its_lease_from_batch_to_batch_and_releases_it_when_idle() -> None:
+    """Batches whose read versions the held lease covers reuse it (one lease object written
+    for several batches: taking one costs round trips); a batch reading below it takes a
+    new one at its oldest read version; an idle committer releases it."""
+    from txn_engine.lease import read_leases
+    from txn_engine.storage import RecordingStorage
+
+    inner = created()
+    commit(inner, Transaction(1, Append([frag()])))  # 2
+    rec = RecordingStorage(inner)
+    with Committer(rec, idle_release=0.3) as committer:
+        assert committer.commit(Transaction(2, Append([frag()]))).version == 3
+        assert committer.commit(Transaction(3, Append([frag()]))).version == 4
+        assert committer.commit(Transaction(4, Append([frag()]))).version == 5
+        lease_writes = {c[1] for c in rec.calls if c[0] == "put" and "leases/" in c[1]}
+        assert len(lease_writes) == 1
+        assert [x.version for x in read_leases(inner)] == [2]
+        assert committer.commit(Transaction(1, Append([frag()]))).version == 6  # below it
+        assert [x.version for x in read_leases(inner)] == [1]
+        deadline = time.monotonic() + 5
+        while read_leases(inner) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert read_leases(inner) == []  # idle: released
+        assert committer.commit(Transaction(6, Append([frag()]))).version == 7
+    assert read_leases(inner) == []  # closed: released
+
+
+def test_the_committer_moves_its_lease_up_after_repin_after() -> None:
+    from txn_engine.lease import read_leases
+
+    inner = created()
+    with Committer(inner, repin_after=0.0) as committer:
+        committer.commit(Transaction(1, Append([frag()])))  # 2
+        committer.commit(Transaction(2, Append([frag()])))  # 3: re-pinned at 2
+        assert [x.version for x in read_leases(inner)] == [2]

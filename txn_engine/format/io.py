@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import NoReturn
 
 from google.protobuf.message import DecodeError
 
@@ -89,6 +90,11 @@ def _check_manifest_size(size: int, what: str) -> None:
 def read_manifest_bytes(storage: Storage, path: str, *, what: str | None = None) -> bytes:
     """The bytes of the manifest file at ``path``, read footer first.
 
+    On a storage with ``get_tail(path, n)`` (object stores with suffix ranges: S3, GCS) the
+    last block and the size come in one request: a file of at most :data:`HEAD_READ_SIZE`
+    bytes costs that request alone, a larger one (size capped, footer validated first) one
+    more for the rest. Otherwise:
+
     A file of at most :data:`HEAD_READ_SIZE` bytes costs one ranged read. A larger one:
     its size is checked against ``MAX_MANIFEST_BYTES`` (LimitExceededError), then its last
     block is read and the footer (magic, manifest position and length) validated
@@ -96,6 +102,10 @@ def read_manifest_bytes(storage: Storage, path: str, *, what: str | None = None)
     non-manifest costs more than two blocks of memory. ObjectNotFoundError if absent.
     """
     label = what if what is not None else f"{storage.uri}/{path}"
+    tail_reader = getattr(storage, "get_tail", None)
+    got = tail_reader(path, HEAD_READ_SIZE) if callable(tail_reader) else None
+    if got is not None:
+        return _read_from_tail(storage, path, got[0], got[1], label)
     head = storage.get_range(path, 0, HEAD_READ_SIZE)
     if len(head) < HEAD_READ_SIZE:
         return head
@@ -133,6 +143,42 @@ def read_manifest_bytes(storage: Storage, path: str, *, what: str | None = None)
     if len(data) != size:
         raise CorruptManifestError(f"{label}: file changed size while being read")
     return data
+
+
+def _read_from_tail(storage: Storage, path: str, tail: bytes, size: int, label: str) -> bytes:
+    """The rest of :func:`read_manifest_bytes` once the last block (``tail``) and the
+    size are known: cap the size, validate the footer, then read what precedes the block."""
+    if size <= len(tail):  # the whole file
+        return tail if size == len(tail) else _changed(label)
+    _check_manifest_size(size, label)
+    start = size - len(tail)
+    if tail[-4:] != MAGIC:
+        raise CorruptManifestError(
+            f"{label}: bad magic {tail[-4:]!r} (expected b'LANC'); truncated or not a manifest"
+        )
+    (pos,) = struct.unpack_from("<Q", tail, len(tail) - FOOTER_SIZE)
+    if pos + 4 > size - FOOTER_SIZE:
+        raise CorruptManifestError(f"{label}: manifest position {pos} is outside the file")
+    if pos >= start:  # the manifest starts in the last block: check it before reading on
+        (length,) = _U32.unpack_from(tail, pos - start)
+        _check_manifest_span(pos, length, size, label)
+    data = storage.get_range(path, 0, start) + tail
+    if len(data) != size:
+        _changed(label)
+    (length,) = _U32.unpack_from(data, pos)
+    _check_manifest_span(pos, length, size, label)
+    return data
+
+
+def _check_manifest_span(pos: int, length: int, size: int, label: str) -> None:
+    if pos + 4 + length != size - FOOTER_SIZE:
+        raise CorruptManifestError(
+            f"{label}: manifest length {length} at offset {pos} does not end at the footer"
+        )
+
+
+def _changed(label: str) -> NoReturn:
+    raise CorruptManifestError(f"{label}: file changed size while being read")
 
 
 def read_manifest_entry(storage: Storage, entry: VersionEntry) -> ManifestFile:

@@ -130,15 +130,13 @@ class ObstoreStorage:
             self._store: Any = getattr(store_module, cls).from_url(url, **kwargs)
         except Exception as exc:
             raise InvalidStorageArgumentError(
-                f"cannot configure the obstore {kind} store for {self._where()}: "
-                f"{self._scrub(exc)}"
+                f"cannot configure the obstore {kind} store for {self._where()}: {self._scrub(exc)}"
             ) from None
         except BaseException as exc:  # pyo3 PanicException derives from BaseException
             if type(exc).__name__ != "PanicException":
                 raise
             raise InvalidStorageArgumentError(
-                f"cannot configure the obstore {kind} store for {self._where()}: "
-                f"{self._scrub(exc)}"
+                f"cannot configure the obstore {kind} store for {self._where()}: {self._scrub(exc)}"
             ) from None
         endpoint = (
             config.get("aws_endpoint")
@@ -227,8 +225,7 @@ class ObstoreStorage:
             message = self._scrub(exc)
             if write and not _CLIENT_ERROR.search(message):
                 raise AmbiguousWriteError(
-                    f"{op} {path}: the write may or may not have landed ({message}); read it "
-                    "back"
+                    f"{op} {path}: the write may or may not have landed ({message}); read it back"
                 ) from self._cause(exc)
             raise StorageError(f"{op} {path} failed: {message}") from self._cause(exc)
 
@@ -283,6 +280,20 @@ class ObstoreStorage:
                 return b""
             raise
         return data[: end - start]
+
+    def get_tail(self, path: str, n: int) -> tuple[bytes, int] | None:
+        """The last ``n`` bytes of the object (all of it if smaller) and its size, in one
+        request (a suffix range); None where the store has no suffix ranges (Azure): the
+        caller then reads ranges. ObjectNotFoundError if absent. The manifest reader uses
+        it to read a manifest footer first in one round trip."""
+        check_path(path)
+        if n <= 0 or self._kind == "azure":
+            return None
+        with self._mapped("get_tail", path, write=False):
+            result = _obstore().get(self._store, path, options={"range": {"suffix": n}})
+            size = int(result.meta["size"])
+            data = bytes(result.bytes())
+        return data, size
 
     def size(self, path: str) -> int:
         """Return the object's size; ObjectNotFoundError if absent."""

@@ -862,7 +862,8 @@ def _check_guarded(
     * It shows a version at ours and none above (ours, if the listing came after the
       create; or one a cleanup removed since): the existence check decides
       (:func:`_check_lineage`), as after an unguarded create.
-    * It shows the version right above ours: it must descend from ours (:func:`_check_lineage`).
+    * It shows the version right above ours: it must descend from ours (:func:`_check_lineage`,
+      read without another existence check; gone by the time it is read: withdrawn).
     * It shows versions above ours but not the next one: ours landed in a slot a cleanup
       freed, below versions that cannot have been built on it: withdrawn.
     """
@@ -870,7 +871,10 @@ def _check_guarded(
         latest = listing.latest
         if latest is not None and latest.version == version - 1:
             return
-    if listing is None or not listing.after(version) or listing.get(version + 1) is not None:
+    if listing is not None and listing.get(version + 1) is not None:
+        _check_lineage(state, version, scheme, base, ours, path, listed=True)
+        return
+    if listing is None or not listing.after(version):
         _check_lineage(state, version, scheme, base, ours, path)
         return
     _withdraw(state, version, path)
@@ -883,6 +887,8 @@ def _check_lineage(
     base: ManifestState,
     ours: ManifestState,
     path: str,
+    *,
+    listed: bool = False,
 ) -> None:
     """After creating ``version``: if a newer version already exists it must descend from
     ours. One that does not was built on an earlier manifest at our version number that a
@@ -893,15 +899,15 @@ def _check_lineage(
     """
     storage = state.storage
     above = VersionEntry(version + 1, manifest_name(version + 1, scheme), scheme)
-    if not state.handler.resolve(above.version, above.path):
+    if not listed and not state.handler.resolve(above.version, above.path):
         return
     newer: ManifestFile | None
     try:
         newer = read_manifest_entry(storage, above)
         op = None if newer.transaction is None else transaction_from_proto(newer.transaction)
-    except (ObjectNotFoundError, VersionNotFoundError):
-        return  # gone again (the next version, if any, is checked by whoever builds on it)
-    except Exception:  # unreadable: nothing proves that it was built on ours
+    except Exception:  # unreadable, or seen and then gone: nothing proves
+        # that it was built on ours (a version built on ours is younger than our create's
+        # round trip, and no cleanup that keeps our version removes its successor first)
         newer, op = None, None
     if newer is not None and descends_from(
         base.manifest,

@@ -91,8 +91,8 @@ class Backend:
         return str(self.info.uri(emu.unique_name(prefix)))
 
     def options(self, *, fresh: bool = False, endpoint: str | None = None) -> dict[str, Any]:
-        """Lance-named options selecting this backend; ``fresh`` asks fsspec for a separate
-        client (obstore makes one per ``open_storage`` anyway); ``endpoint`` routes the
+        """Lance-named options selecting this backend; ``fresh`` asks for a separate client
+        (``skip_instance_cache``: fsspec and obstore share one otherwise); ``endpoint`` routes the
         requests through a proxy."""
         opts: dict[str, Any] = {
             **self.options_for(endpoint or self.endpoint),

@@ -25,6 +25,8 @@ import contextlib
 import importlib
 import os
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -72,6 +74,46 @@ def _obstore() -> Any:
 
 def _exceptions() -> Any:
     return importlib.import_module("obstore.exceptions")
+
+
+#: obstore clients by (store class, URL, configuration): building one costs ~5 ms (TLS
+#: setup), more than a request to a nearby store, and a client is thread-safe and holds a
+#: connection pool, so every ``open_storage`` of the same table with the same options shares
+#: one. Bounded; ``skip_instance_cache=true`` (fsspec's switch) asks for a client of its own.
+_CLIENTS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_CLIENTS_LOCK = threading.Lock()
+_CLIENTS_MAX = 64
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return (type(value).__name__, repr(value))
+
+
+def _truthy_option(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _client(cls: Any, url: str, kwargs: Mapping[str, Any], *, fresh: bool) -> Any:
+    """The obstore client for ``url`` with ``kwargs`` (shared unless ``fresh``)."""
+    if fresh:
+        return cls.from_url(url, **kwargs)
+    key = (cls, url, _frozen(kwargs))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is not None:
+            _CLIENTS.move_to_end(key)
+            return client
+    client = cls.from_url(url, **kwargs)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.setdefault(key, client)
+        _CLIENTS.move_to_end(key)
+        while len(_CLIENTS) > _CLIENTS_MAX:
+            _CLIENTS.popitem(last=False)
+    return client
 
 
 class ObstoreStorage:
@@ -126,8 +168,9 @@ class ObstoreStorage:
             kwargs["client_options"] = client
         if retry:
             kwargs["retry_config"] = retry
+        fresh = _truthy_option(resolved.fsspec_extra.get("skip_instance_cache"))
         try:
-            self._store: Any = getattr(store_module, cls).from_url(url, **kwargs)
+            self._store: Any = _client(getattr(store_module, cls), url, kwargs, fresh=fresh)
         except Exception as exc:
             raise InvalidStorageArgumentError(
                 f"cannot configure the obstore {kind} store for {self._where()}: {self._scrub(exc)}"

@@ -487,8 +487,9 @@ class StorageOptions:
             out["token"] = "anon" if account.get("disable_oauth") else path
 
 
-#: fsspec instance/listing cache switches: meaningful for fsspec, harmless (ignored) for obstore,
-#: which keeps no cache and makes a new client per ``open_storage``.
+#: fsspec instance/listing cache switches. obstore honours ``skip_instance_cache`` too (a
+#: client of its own instead of the one shared by every ``open_storage`` of the same table and
+#: options) and ignores ``use_listings_cache`` (it caches no listing).
 _CACHE_KNOBS: Final = frozenset({"skip_instance_cache", "use_listings_cache"})
 
 _BOOL_CLIENT: Final = frozenset(
@@ -570,7 +571,7 @@ def resolve_options(scheme: str, options: Mapping[str, Any] | None) -> StorageOp
                     _put(values, "aws_skip_signature", _as_text(value), raw_name)
                     continue
                 if raw_name in {"skip_instance_cache", "use_listings_cache"}:
-                    extra[raw_name] = value  # fsspec caching knobs; obstore has no such cache
+                    extra[raw_name] = value  # caching knobs (see _CACHE_KNOBS)
                     continue
                 extra[raw_name] = value
                 continue

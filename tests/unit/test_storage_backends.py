@@ -924,28 +924,3 @@ def test_lance_options_are_the_same_set_without_txn_engine_names() -> None:
     assert lance_options("s3://b/t.lance", None) is None
     with pytest.raises(InvalidStorageArgumentError, match="pylance cannot take"):
         lance_options("s3://b/t.lance", {"client_kwargs": {"verify": False}})
-
-
-def test_obstore_clients_are_shared_per_table_and_options() -> None:
-    """Building an obstore client costs milliseconds (TLS setup): every open_storage of the
-    same table with the same options shares one; other options or ``skip_instance_cache``
-    get their own."""
-    pytest.importorskip("obstore")
-    from txn_engine.storage import open_storage
-
-    opts = {
-        "aws_access_key_id": "a",
-        "aws_secret_access_key": "b",
-        "aws_endpoint": "http://127.0.0.1:9",
-        "allow_http": "true",
-        "aws_region": "us-east-1",
-    }
-    one = open_storage("s3://bucket/t.lance", opts)
-    two = open_storage("s3://bucket/t.lance", dict(opts))
-    assert one._store is two._store  # type: ignore[attr-defined]
-    other_key = open_storage("s3://bucket/t.lance", {**opts, "aws_secret_access_key": "c"})
-    assert other_key._store is not one._store  # type: ignore[attr-defined]
-    other_table = open_storage("s3://bucket/u.lance", opts)
-    assert other_table._store is not one._store  # type: ignore[attr-defined]
-    fresh = open_storage("s3://bucket/t.lance", {**opts, "skip_instance_cache": True})
-    assert fresh._store is not one._store  # type: ignore[attr-defined]

@@ -40,6 +40,9 @@
  * writer that committed and released its lease in the middle of a cleanup); -DNO_MARKER
  * drops the marker (spin finds a leased writer whose history a cleanup that read the
  * leases just before the lease was written removed).
+ *
+ * With -DGUARDED the model is the guarded create of an object-store commit instead (a
+ * section of its own at the end of this file).
  */
 
 #ifndef NW
@@ -54,6 +57,7 @@
 #define MAXV (NW * MAXATT + 2)
 #define SEED (NW + 1)           /* uuid of version 1 when the dataset exists beforehand */
 
+#ifndef GUARDED
 byte manifest[MAXV + 1];   /* manifest[v] = uuid of the transaction at version v, 0 = none */
 byte acked[NW];            /* version a writer was told its commit landed at, 0 = none */
 bool failed[NW];           /* writer was told its commit did not land */
@@ -280,3 +284,342 @@ init {
   assert(!leased_lost_history);
 #endif
 }
+#endif
+
+#ifdef GUARDED
+/*
+ * The guarded create (-DGUARDED; the builds above are left out): what a commit on an
+ * object store does since the guard listing (txn_engine/commit.py, _land/_check_guarded).
+ *
+ * Versions are slots that a cleanup frees and a create-if-absent can fill again, so each
+ * manifest is a content (an id, in creation order) recording its transaction (uuid) and
+ * the content it was built on (parent). Version 1 exists first. Beside NW guarded writers,
+ * APPENDS other commits land (each lists and creates the next version on the latest in
+ * one step: correct writers, checked only for not being lost) and a cleaner removes up to
+ * CLEANS non-latest versions, one at a time, each at any moment:
+ *   default      it keeps every version at/after the oldest lease; a writer leases the
+ *                version it reads in the same step (what the marker protocol checked by
+ *                -DCLEANER guarantees) and holds it until it has its answer;
+ *   -DNO_LEASES  it ignores leases: any non-latest version;
+ *   -DAGED       (with -DNO_LEASES) but never a version created after a create still in
+ *                flight began (from its guard listing to its decision): no cleanup of a
+ *                version younger than one round trip.
+ * A guarded writer reads the latest version, its base, in one step that spin places
+ * anywhere: the create comes right after it ("just read") or after other versions landed
+ * and others were removed (stale). It commits one transaction:
+ *   1. first attempt (a writer holding a Dataset): base + 1, no listing; later attempts
+ *      list: a version after the last one checked that carries its uuid is an earlier
+ *      attempt that landed (answer: landed there); a missing one (or the base, while
+ *      checking from it) is HistoryUnavailableError; else it plans on the latest;
+ *   2. the guard listing and the create-if-absent are two separate steps in either order
+ *      (or the listing fails); the create's response may be lost, and the writer reads
+ *      the version back: its manifest (landed), another's (lost the race), or nothing / a
+ *      failed read (CommitStateUnknownError: the caller commits the same transaction
+ *      again, i.e. step 1's listing from the base; commit.py first offers the same bytes
+ *      again when nothing is there, which the model leaves out);
+ *   3. lost the race: step 1 (a fresh listing; commit.py reuses the guard listing when it
+ *      already shows the winner). Landed: the guard listing decides: (b) its latest is
+ *      target - 1: accepted; (a2) versions above the target but not target + 1: withdrawn;
+ *      else ((c), (a1), listing failed) the lineage check: target + 1 absent (existence
+ *      check): accepted; else read it (a second request): gone again: accepted; built on
+ *      ours: accepted; else withdrawn. Withdrawn: the writer deletes its manifest's path
+ *      (whatever is there by then) and answers HistoryUnavailableError.
+ * Mutations and variants: -DNO_GUARD accepts every landed create (assume_latest without
+ * the HEAD); -DHEAD_ONLY always runs the lineage check and never lists (assume_latest as
+ * it was); -DRELIABLE: no lost responses. Two changes commit.py does NOT make, to check a
+ * fix: -DGONE_WITHDRAW: when the guard listing showed versions above ours, target + 1
+ * found absent (or gone again) is taken as removed by a cleanup: withdrawn, not accepted;
+ * -DLISTING_OK: the guard listing never fails (as if a failed one were taken again).
+ * Checked when everything has finished, following parents down from the latest version:
+ * every acknowledged commit (the writers' and the other commits') is in that lineage
+ * ("lost_ack"); no uuid is in it twice (exactly once); a writer answered "failed" or
+ * "unavailable" is not in it; every writer got an answer.
+ */
+#ifndef APPENDS
+#define APPENDS 1
+#endif
+#define GV (1 + APPENDS + NW * MAXATT)   /* bound on versions and on manifest contents */
+
+byte cid[GV + 2];        /* cid[v] = content at version v, 0 = none */
+byte cu[GV + 1];         /* content c: its transaction's uuid */
+byte cp[GV + 1];         /* content c: the content it was built on (0 = none) */
+byte nextid = 0;         /* contents are numbered in creation order */
+byte ackc[NW + APPENDS]; /* content acknowledged to writer w (other commit NW + k), 0 = none */
+bool failed[NW];         /* attempts exhausted: told nothing landed */
+bool unavailable[NW];    /* HistoryUnavailableError (withdrawn, or history missing) */
+byte lease[NW];          /* version + 1 the writer's lease pins, 0 = none */
+byte fstart[NW];         /* -DAGED: first content id younger than the writer's create */
+byte finished = 0;
+bool cleaner_done = false;
+
+inline latest_present(r) {
+  r = GV;
+  do
+  :: r > 0 && cid[r] == 0 -> r--
+  :: else -> break
+  od
+}
+
+inline create_content(ver, u, parent, out) {
+  nextid++;
+  cu[nextid] = u;
+  cp[nextid] = parent;
+  cid[ver] = nextid;
+  out = nextid
+}
+
+inline guard_listing() {
+  atomic { latest_present(gl_latest); gl_t1 = (cid[t + 1] != 0); gl_ok = true; listed = true }
+}
+
+proctype GWriter(byte me) {
+  byte uuid = me + 1;
+  byte base, checked, t, mine, pc, att = 0, v, c, gl_latest;
+  bool landed, listed, gl_ok, gl_t1, shown;
+
+  atomic { latest_present(base); pc = cid[base]; lease[me] = base + 1 };
+  checked = base;
+  t = base + 1;
+  goto attempt;                                     /* first attempt: no listing */
+
+again:                                              /* a new call, same transaction */
+  checked = base;
+relist:
+  atomic {
+    latest_present(c);
+    if
+    :: c < checked -> unavailable[me] = true; goto done
+    :: else -> skip
+    fi;
+    v = checked + 1;                                /* did an earlier attempt land? */
+    do
+    :: v <= c && cid[v] != 0 && cu[cid[v]] == uuid -> ackc[me] = cid[v]; goto done
+    :: v <= c && !(cid[v] != 0 && cu[cid[v]] == uuid) -> v++
+    :: v > c -> break
+    od;
+    v = checked + 1;                                /* is every version to check there? */
+    if
+    :: checked == base -> v = base
+    :: else -> skip
+    fi;
+    do
+    :: v <= c && cid[v] == 0 -> unavailable[me] = true; goto done
+    :: v <= c && cid[v] != 0 -> v++
+    :: v > c -> break
+    od;
+    pc = cid[c];                                    /* plan against the latest */
+    checked = c;
+    t = c + 1;
+    v = 0;
+    c = 0
+  };
+
+attempt:
+  if
+  :: att >= MAXATT || t > GV -> failed[me] = true; goto done
+  :: else -> att++
+  fi;
+  mine = 0;
+  listed = false;
+#ifdef AGED
+  fstart[me] = nextid + 1;
+#endif
+#if !defined(NO_GUARD) && !defined(HEAD_ONLY)
+  if
+  :: guard_listing()                                /* the listing answers first */
+  :: skip                                           /* the create first */
+  fi;
+#endif
+  atomic {                                          /* create-if-absent */
+    landed = (cid[t] == 0);
+    if
+    :: landed -> create_content(t, uuid, pc, mine)
+    :: else -> skip
+    fi
+  };
+#if !defined(NO_GUARD) && !defined(HEAD_ONLY)
+  if
+  :: !listed -> guard_listing()                     /* the listing after the create */
+#ifndef LISTING_OK
+  :: !listed -> gl_ok = false; listed = true        /* the listing failed */
+#endif
+  :: true -> skip                                   /* later (after the read-back) */
+  fi;
+#endif
+  if
+  :: landed -> goto check                           /* response arrives */
+  :: !landed -> goto lost                           /* "already exists" */
+#ifndef RELIABLE
+  :: true -> skip                                   /* response lost: read back */
+#endif
+  fi;
+  if
+  :: mine != 0 && cid[t] == mine -> goto check      /* ours is there */
+  :: cid[t] != 0 && cid[t] != mine -> goto lost     /* another writer's */
+  :: true ->                                        /* nothing, or the read failed */
+#ifdef AGED
+       fstart[me] = 0;
+#endif
+       goto again
+  fi;
+lost:
+#ifdef AGED
+  fstart[me] = 0;
+#endif
+  goto relist;
+
+check:
+#if !defined(NO_GUARD) && !defined(HEAD_ONLY)
+  if
+  :: !listed -> guard_listing()
+  :: else -> skip
+  fi;
+  if
+  :: gl_ok && gl_latest == t - 1 -> goto accept     /* (b) */
+  :: gl_ok && gl_latest > t && !gl_t1 -> goto withdraw  /* (a2) */
+  :: else -> skip                                   /* (c), (a1), no listing */
+  fi;
+#ifdef GONE_WITHDRAW
+  shown = (gl_ok && gl_latest > t);                 /* the listing showed versions above */
+#endif
+  gl_latest = 0;
+  gl_t1 = false;
+  gl_ok = false;
+#endif
+#ifndef NO_GUARD
+  if                                                /* existence check of t + 1 */
+#ifdef GONE_WITHDRAW
+  :: cid[t + 1] == 0 && shown -> goto withdraw
+  :: cid[t + 1] == 0 && !shown -> goto accept
+#else
+  :: cid[t + 1] == 0 -> goto accept
+#endif
+  :: else -> skip
+  fi;
+  atomic {                                          /* read it: built on ours? */
+    c = cid[t + 1];
+    if
+#ifdef GONE_WITHDRAW
+    :: c == 0 && !shown -> goto accept
+    :: c == 0 && shown -> skip                      /* removed since the listing */
+#else
+    :: c == 0 -> goto accept                        /* gone again */
+#endif
+    :: c != 0 && cp[c] == mine -> goto accept
+    :: else -> c = 0
+    fi
+  };
+withdraw:
+  cid[t] = 0;                                       /* delete our manifest's path */
+  unavailable[me] = true;
+  goto done;
+#endif
+accept:
+  ackc[me] = mine;
+done:
+#ifdef AGED
+  fstart[me] = 0;
+#endif
+  lease[me] = 0;
+  atomic {
+    finished++;
+    base = 0; checked = 0; t = 0; mine = 0; pc = 0; att = 0; v = 0; c = 0; gl_latest = 0;
+    landed = false; listed = false; gl_ok = false; gl_t1 = false; shown = false
+  }
+}
+
+proctype Others() {
+  byte k, l, c;
+  for (k : 0 .. APPENDS - 1) {
+    atomic {
+      latest_present(l);
+      if
+      :: l < GV -> create_content(l + 1, SEED + 1 + k, cid[l], c); ackc[NW + k] = c
+      :: else -> skip
+      fi;
+      l = 0;
+      c = 0
+    }
+  }
+  atomic { finished++ }
+}
+
+proctype GCleaner() {
+  byte n, v, l, oldest, w;
+  bool ok;
+  for (n : 1 .. CLEANS) {
+    atomic {
+      latest_present(l);
+      oldest = 255;
+#ifndef NO_LEASES
+      for (w : 0 .. NW - 1) {
+        if
+        :: lease[w] != 0 && lease[w] - 1 < oldest -> oldest = lease[w] - 1
+        :: else -> skip
+        fi
+      }
+#endif
+      v = 1;
+      do
+      :: v < l && v < oldest && cid[v] != 0 ->
+           ok = true;
+#ifdef AGED
+           for (w : 0 .. NW - 1) {
+             if
+             :: fstart[w] != 0 && cid[v] >= fstart[w] -> ok = false
+             :: else -> skip
+             fi
+           }
+#endif
+           if
+           :: ok -> cid[v] = 0; break               /* remove this one */
+           :: else -> v++                           /* too young */
+           fi
+      :: v < l -> v++
+      :: else -> break
+      od;
+      v = 0;
+      l = 0;
+      oldest = 0;
+      ok = false
+    }
+  }
+  cleaner_done = true
+}
+
+init {
+  byte i, c;
+  atomic {
+    create_content(1, SEED, 0, c);
+    run GCleaner();
+    run Others();
+    for (i : 0 .. NW - 1) { run GWriter(i) }
+  }
+  (finished == NW + 1 && cleaner_done);
+  /* the checks: follow parents down from the latest version */
+  bool onchain[GV + 1];
+  byte l, w, count;
+  latest_present(l);
+  c = cid[l];
+  do
+  :: c != 0 -> onchain[c] = true; c = cp[c]
+  :: else -> break
+  od;
+  for (w : 0 .. NW + APPENDS - 1) {
+    bool lost_ack = (ackc[w] != 0 && !onchain[ackc[w]]);
+    assert(!lost_ack)
+  }
+  for (w : 0 .. NW - 1) {
+    count = 0;
+    for (c : 1 .. GV) {
+      if
+      :: onchain[c] && cu[c] == w + 1 -> count++
+      :: else -> skip
+      fi
+    }
+    assert(count <= 1);                                     /* exactly once */
+    assert(!(failed[w] || unavailable[w]) || count == 0);   /* failure is true */
+    assert(ackc[w] != 0 || failed[w] || unavailable[w]);    /* every writer gets an answer */
+  }
+}
+#endif

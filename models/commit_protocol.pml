@@ -326,10 +326,15 @@ init {
  *      (whatever is there by then) and answers HistoryUnavailableError.
  * Mutations and variants: -DNO_GUARD accepts every landed create (assume_latest without
  * the HEAD); -DHEAD_ONLY always runs the lineage check and never lists (assume_latest as
- * it was); -DRELIABLE: no lost responses. Two changes commit.py does NOT make, to check a
- * fix: -DGONE_WITHDRAW: when the guard listing showed versions above ours, target + 1
- * found absent (or gone again) is taken as removed by a cleanup: withdrawn, not accepted;
- * -DLISTING_OK: the guard listing never fails (as if a failed one were taken again).
+ * it was); -DRELIABLE: no lost responses. Two behaviours of commit.py that spin showed are
+ * needed against a lease-ignoring cleaner that deletes only old versions (-DAGED), each
+ * with a build that removes it (what the first guarded commit.py did):
+ *   when the guard listing showed versions above ours, target + 1 found absent (or gone
+ *   again) is taken as removed by a cleanup: withdrawn, not accepted (-DGONE_ACCEPT:
+ *   accepted);
+ *   a failed guard listing is taken again after the create, so the guard listing never
+ *   fails in the model (-DLISTING_FALLBACK: it may fail, and the existence check alone
+ *   decides).
  * Checked when everything has finished, following parents down from the latest version:
  * every acknowledged commit (the writers' and the other commits') is in that lineage
  * ("lost_ack"); no uuid is in it twice (exactly once); a writer answered "failed" or
@@ -440,7 +445,7 @@ attempt:
 #if !defined(NO_GUARD) && !defined(HEAD_ONLY)
   if
   :: !listed -> guard_listing()                     /* the listing after the create */
-#ifndef LISTING_OK
+#ifdef LISTING_FALLBACK
   :: !listed -> gl_ok = false; listed = true        /* the listing failed */
 #endif
   :: true -> skip                                   /* later (after the read-back) */
@@ -479,7 +484,7 @@ check:
   :: gl_ok && gl_latest > t && !gl_t1 -> goto withdraw  /* (a2) */
   :: else -> skip                                   /* (c), (a1), no listing */
   fi;
-#ifdef GONE_WITHDRAW
+#ifndef GONE_ACCEPT
   shown = (gl_ok && gl_latest > t);                 /* the listing showed versions above */
 #endif
   gl_latest = 0;
@@ -488,7 +493,7 @@ check:
 #endif
 #ifndef NO_GUARD
   if                                                /* existence check of t + 1 */
-#ifdef GONE_WITHDRAW
+#ifndef GONE_ACCEPT
   :: cid[t + 1] == 0 && shown -> goto withdraw
   :: cid[t + 1] == 0 && !shown -> goto accept
 #else
@@ -499,7 +504,7 @@ check:
   atomic {                                          /* read it: built on ours? */
     c = cid[t + 1];
     if
-#ifdef GONE_WITHDRAW
+#ifndef GONE_ACCEPT
     :: c == 0 && !shown -> goto accept
     :: c == 0 && shown -> skip                      /* removed since the listing */
 #else

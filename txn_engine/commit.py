@@ -762,10 +762,37 @@ def _land(
         copy = _TransactionCopy(storage, copy_path, copy_data)
         state.copies[copy_path] = copy
         _check_lineage(state, target, scheme, current, built, path)
-    else:
+    elif listing is not None:
         _check_guarded(state, target, scheme, current, built, path, listing)
+    else:  # the guard listing failed: list again, now that ours has landed
+        listing = _list_after_landing(state, target, path)
+        _check_guarded(state, target, scheme, current, built, path, listing, after=True)
     copy.join()
     return CommitResult(target, txn, budget.attempts, path)
+
+
+def _list_after_landing(state: _State, version: int, path: str) -> VersionListing:
+    """A listing taken after our create of ``version`` landed (the guard listing failed).
+    The existence check alone is not enough in its place (a stale base whose next two
+    versions a cleanup removed); if no listing can be had, the outcome is unknown:
+    CommitStateUnknownError (committing the same transaction again settles it)."""
+    last: Exception | None = None
+    for _ in range(SETTLE_ATTEMPTS):
+        try:
+            return scan_versions(state.storage)
+        except StorageError as exc:
+            last = exc
+    raise CommitStateUnknownError(
+        f"{path} for transaction {state.txn.uuid} was created, but no listing of the "
+        f"versions could check that a cleanup had not freed version {version} below newer "
+        f"ones ({type(last).__name__}: {last})",
+        read_version=state.txn.read_version,
+        operation=state.txn.kind,
+        remedy=(
+            "do not delete any file this transaction references; commit the same "
+            "transaction again (or call txn_engine.find_transaction) to settle it"
+        ),
+    ) from last
 
 
 def _start_copy(state: _State, path: str, data: bytes) -> _TransactionCopy:
@@ -848,10 +875,13 @@ def _check_guarded(
     base: ManifestState,
     ours: ManifestState,
     path: str,
-    listing: VersionListing | None,
+    listing: VersionListing,
+    *,
+    after: bool = False,
 ) -> None:
     """After a guarded create of ``version``: decide the lineage from the guard listing,
-    which was taken beside the create (before it landed, or after).
+    which was taken beside the create (before it landed, or after; ``after``: a listing
+    known to be taken after it landed, so one that shows nothing above ours proves it).
 
     * It shows the read-side version ``version - 1`` as the latest and nothing at or above
       ours: accepted. A version above ours that the listing missed would have to be created,
@@ -866,16 +896,17 @@ def _check_guarded(
       read without another existence check; gone by the time it is read: withdrawn).
     * It shows versions above ours but not the next one: ours landed in a slot a cleanup
       freed, below versions that cannot have been built on it: withdrawn.
+
+    A failed guard listing is taken again after the create (:func:`_list_after_landing`).
     """
-    if listing is not None and not listing.after(version):
+    if not listing.after(version):
         latest = listing.latest
-        if latest is not None and latest.version == version - 1:
+        if after or (latest is not None and latest.version == version - 1):
             return
-    if listing is not None and listing.get(version + 1) is not None:
-        _check_lineage(state, version, scheme, base, ours, path, listed=True)
+        _check_lineage(state, version, scheme, base, ours, path)  # (c)
         return
-    if listing is None or not listing.after(version):
-        _check_lineage(state, version, scheme, base, ours, path)
+    if listing.get(version + 1) is not None:
+        _check_lineage(state, version, scheme, base, ours, path, listed=True)
         return
     _withdraw(state, version, path)
 

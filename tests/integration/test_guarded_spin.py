@@ -60,11 +60,12 @@ def test_guarded_commits_with_leases_lose_nothing(tmp_path: Path) -> None:
         # with the same bounds, only forbidden to delete a version younger than a create in
         # flight: clean, so every lost update spin finds there deletes such a version
         ("-DNO_LEASES", "-DAGED", "-DRELIABLE"),
-        # the two changes commit.py does not make (see the model): with them, a cleaner
-        # that ignores leases but not the age of versions loses nothing
-        (*AGED_WIDE, "-DGONE_WITHDRAW", "-DLISTING_OK"),
+        # commit.py as it is, with two removals: a cleaner that ignores leases but not the
+        # age of versions loses nothing (a next version seen and then gone is withdrawn; a
+        # failed guard listing is taken again after the create)
+        AGED_WIDE,
     ],
-    ids=["leases-without-guard", "aged-cleaner", "aged-cleaner-with-fixes"],
+    ids=["leases-without-guard", "aged-cleaner", "aged-cleaner-wide"],
 )
 def test_clean_builds(tmp_path: Path, defines: tuple[str, ...]) -> None:
     """Each build verifies with no error over every interleaving."""
@@ -98,26 +99,27 @@ def test_guard_alone_leaves_the_sub_round_trip_hazard(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "defines",
     [
-        # commit.py as it is
-        AGED_WIDE,
-        # only target + 1 found absent after the listing showed it counted as removed:
-        # a failed guard listing still falls back to the existence check alone
-        (*AGED_WIDE, "-DGONE_WITHDRAW"),
-        # only the listing never failing: target + 1 that the listing showed and a
-        # cleanup then removed is still accepted when found absent (or gone on read)
-        (*AGED_WIDE, "-DLISTING_OK"),
+        # the first guarded commit.py: a next version seen and then gone accepted, a failed
+        # guard listing replaced by the existence check alone
+        (*AGED_WIDE, "-DGONE_ACCEPT", "-DLISTING_FALLBACK"),
+        # only a failed guard listing falls back to the existence check alone
+        (*AGED_WIDE, "-DLISTING_FALLBACK"),
+        # only target + 1 that the listing showed and a cleanup then removed is accepted
+        # when found absent (or gone on read)
+        (*AGED_WIDE, "-DGONE_ACCEPT"),
         # assume_latest as it was (existence check only): the stale base with target and
         # target + 1 removed and target + 2 kept
         (*AGED_WIDE, "-DHEAD_ONLY"),
     ],
-    ids=["current", "gone-withdraw-only", "listing-ok-only", "head-only"],
+    ids=["first-guarded", "listing-fallback-only", "gone-accept-only", "head-only"],
 )
 def test_aged_lease_ignoring_cleaner_finds_lost_commit(
     tmp_path: Path, defines: tuple[str, ...]
 ) -> None:
     """A cleanup that ignores leases but deletes only versions older than any create in
-    flight (oldest first, like pylance's cleanup_old_versions) still loses an acknowledged
-    commit of a stale writer unless both changes of the aged-cleaner-with-fixes build are
-    made: each of these builds lacks at least one, and spin finds the lost commit."""
+    flight (oldest first, like pylance's cleanup_old_versions) loses an acknowledged commit
+    of a stale writer when either behaviour of commit.py that the aged-cleaner-wide build
+    has is removed: each of these builds lacks at least one, and spin finds the lost
+    commit."""
     out = _check(tmp_path, *defines)
     assert LOST_ACK in out, out

@@ -18,7 +18,7 @@ import pytest
 
 from txn_engine.commit import CommitResult, commit
 from txn_engine.dataset import Dataset
-from txn_engine.errors import HistoryUnavailableError
+from txn_engine.errors import CommitStateUnknownError, HistoryUnavailableError, StorageError
 from txn_engine.format.io import latest_version
 from txn_engine.format.naming import NamingScheme, list_versions, manifest_name
 from txn_engine.model import DataFile, Fragment, LanceField
@@ -234,3 +234,63 @@ def test_local_style_stores_keep_the_listing_first() -> None:
     rec = RecordingStorage(inner)
     commit(rec, Transaction(1, Append([frag()])), base=Dataset.open(inner))
     assert [c[0] for c in rec.calls] == ["list", "put_if_absent", "exists", "put"]
+
+
+class FailingLists(ObjectStore):
+    """The first ``failures`` listings fail (a storage error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+        self.lists = 0
+
+    def list(self, prefix: str) -> Sequence[str]:
+        self.lists += 1
+        if self.failures > 0:
+            self.failures -= 1
+            raise StorageError("list failed")
+        return super().list(prefix)
+
+
+def test_a_failed_guard_listing_is_taken_again_after_the_create() -> None:
+    """Stale base at v2; v3, v4, v5 land and 1-4 are removed. The guard listing fails: the
+    existence check alone (v4 absent) would accept ours in the freed slot 3; the listing
+    taken again after the create shows v5 above a gap: withdrawn."""
+    store = FailingLists()
+    table(store, appends=1)
+    base = Dataset.open(store)
+    for _ in range(3):
+        append(store)
+    for v in (1, 2, 3, 4):
+        remove(store, v)
+    store.failures = 1
+    with pytest.raises(HistoryUnavailableError, match="withdrawn"):
+        commit(store, Transaction(2, Append([frag()])), base=base)
+    assert versions(store) == [5]
+
+
+def test_no_listing_at_all_after_a_landed_create_is_an_unknown_outcome() -> None:
+    """Every listing fails after the create landed: nothing proves the lineage, so the
+    outcome is unknown (not success, not 'nothing landed'); committing the same transaction
+    again settles it exactly once."""
+    store = FailingLists()
+    table(store)
+    base = Dataset.open(store)
+    mine = Transaction(1, Append([frag()]))
+    store.failures = 4  # the guard listing and the three taken after the create
+    with pytest.raises(CommitStateUnknownError):
+        commit(store, mine, base=base)
+    again = commit(store, mine)
+    assert again.already_committed
+    assert again.version == 2
+    assert versions(store) == [1, 2]
+
+
+def test_a_failed_guard_listing_then_a_good_one_accepts() -> None:
+    store = FailingLists()
+    table(store)
+    base = Dataset.open(store)
+    store.failures, store.lists = 1, 0
+    r = commit(store, Transaction(1, Append([frag()])), base=base)
+    assert r.version == 2
+    assert store.lists == 2  # the failed guard listing and the one after the create

@@ -312,7 +312,7 @@ init {
  *      attempt that landed (answer: landed there); a missing one (or the base, while
  *      checking from it) is HistoryUnavailableError; else it plans on the latest;
  *   2. the guard listing and the create-if-absent are two separate steps in either order
- *      (or the listing fails); the create's response may be lost, and the writer reads
+ *      (a failed listing is taken again); the create's response may be lost, and the writer reads
  *      the version back: its manifest (landed), another's (lost the race), or nothing / a
  *      failed read (CommitStateUnknownError: the caller commits the same transaction
  *      again, i.e. step 1's listing from the base; commit.py first offers the same bytes
@@ -320,9 +320,10 @@ init {
  *   3. lost the race: step 1 (a fresh listing; commit.py reuses the guard listing when it
  *      already shows the winner). Landed: the guard listing decides: (b) its latest is
  *      target - 1: accepted; (a2) versions above the target but not target + 1: withdrawn;
- *      else ((c), (a1), listing failed) the lineage check: target + 1 absent (existence
- *      check): accepted; else read it (a second request): gone again: accepted; built on
- *      ours: accepted; else withdrawn. Withdrawn: the writer deletes its manifest's path
+ *      else ((c), (a1)) the lineage check: target + 1 absent (existence check), or gone
+ *      when read (a second request): accepted if the listing showed nothing above ours,
+ *      else withdrawn; built on ours: accepted; else withdrawn. (A failed guard listing
+ *      is taken again after the create, so in the model the listing does not fail.) Withdrawn: the writer deletes its manifest's path
  *      (whatever is there by then) and answers HistoryUnavailableError.
  * Mutations and variants: -DNO_GUARD accepts every landed create (assume_latest without
  * the HEAD); -DHEAD_ONLY always runs the lineage check and never lists (assume_latest as

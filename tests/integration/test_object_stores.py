@@ -246,13 +246,21 @@ class TestStoreHandlerOnObjectStores(CommitHandlerConformance):
 def test_manifest_footer_first_in_one_request(backend: Backend) -> None:
     """obstore on S3 and GCS answers a suffix range with the tail and the object's size
     (``get_tail``: one request for a manifest's last block); on Azure, which has no suffix
-    ranges, it says so (None) and the reader falls back to ranged reads. Either way the
-    manifest reader returns the bytes as stored."""
+    ranges, it says so (None) and the reader reads the first block with the size
+    (``get_head``, on every store). Either way the manifest reader returns the bytes as
+    stored."""
     uri = backend.uri("tail")
     st = backend.storage(uri)
     body = bytes(range(256)) * 700  # 179,200 bytes: more than two 64 KiB blocks
     st.put("blob.bin", body)
     tail_reader = getattr(st, "get_tail", None)
+    head_reader = getattr(st, "get_head", None)
+    if backend.impl == "obstore":  # the first block and the size, on every store
+        assert head_reader is not None
+        assert head_reader("blob.bin", 100) == (body[:100], len(body))
+        assert head_reader("blob.bin", 10**6) == (body, len(body))
+        with pytest.raises(ObjectNotFoundError):
+            head_reader("missing.bin", 100)
     if backend.impl == "fsspec":
         assert tail_reader is None
     elif backend.name == "azure":

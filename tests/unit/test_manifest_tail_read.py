@@ -128,3 +128,56 @@ def test_a_file_over_the_cap_is_refused_before_the_rest_is_read(
     with pytest.raises(LimitExceededError):
         read_manifest_bytes(store, PATH)
     assert store.requests == ["get_tail"]
+
+
+class HeadStore(MemoryStorage):
+    """A memory store with ``get_head`` (the first block and the size in one request) but
+    no suffix ranges, as obstore on Azure; counts its requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[str] = []
+
+    def get_head(self, path: str, n: int) -> tuple[bytes, int]:
+        self.requests.append("get_head")
+        data = self.get(path)
+        return data[:n], len(data)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        self.requests.append("get_range")
+        return super().get_range(path, start, end)
+
+    def size(self, path: str) -> int:
+        self.requests.append("size")
+        return super().size(path)
+
+
+@pytest.mark.parametrize(("fragments", "requests"), [(10, 1), (2000, 2), (8000, 3)])
+def test_without_suffix_ranges_the_head_read_brings_the_size(fragments: int, requests: int) -> None:
+    """No separate size request: one for a small manifest, two up to two blocks, three
+    beyond (the footer still validated before the middle is read)."""
+    data = manifest(fragments)
+    store = HeadStore()
+    store.put(PATH, data)
+    assert read_manifest_bytes(store, PATH) == data
+    assert store.requests[0] == "get_head"
+    assert "size" not in store.requests
+    assert len(store.requests) == requests
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=0, max_size=3 * HEAD_READ_SIZE), st.booleans())
+def test_head_reads_agree_with_ranged_reads_on_any_bytes(junk: bytes, magic: bool) -> None:
+    if magic and len(junk) >= 16:
+        junk = junk[:-4] + b"LANC"
+    head_store, plain_store = HeadStore(), MemoryStorage()
+    head_store.put(PATH, junk)
+    plain_store.put(PATH, junk)
+
+    def outcome(store: MemoryStorage) -> bytes | type[Exception]:
+        try:
+            return read_manifest_bytes(store, PATH)
+        except (CorruptManifestError, LimitExceededError) as exc:
+            return type(exc)
+
+    assert outcome(head_store) == outcome(plain_store)

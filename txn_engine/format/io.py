@@ -93,7 +93,8 @@ def read_manifest_bytes(storage: Storage, path: str, *, what: str | None = None)
     On a storage with ``get_tail(path, n)`` (object stores with suffix ranges: S3, GCS) the
     last block and the size come in one request: a file of at most :data:`HEAD_READ_SIZE`
     bytes costs that request alone, a larger one (size capped, footer validated first) one
-    more for the rest. Otherwise:
+    more for the rest. Otherwise (``get_head(path, n)``, where the store has it, gives the
+    first block and the size in one request):
 
     A file of at most :data:`HEAD_READ_SIZE` bytes costs one ranged read. A larger one:
     its size is checked against ``MAX_MANIFEST_BYTES`` (LimitExceededError), then its last
@@ -106,10 +107,17 @@ def read_manifest_bytes(storage: Storage, path: str, *, what: str | None = None)
     got = tail_reader(path, HEAD_READ_SIZE) if callable(tail_reader) else None
     if got is not None:
         return _read_from_tail(storage, path, got[0], got[1], label)
-    head = storage.get_range(path, 0, HEAD_READ_SIZE)
+    head_reader = getattr(storage, "get_head", None)
+    known: int | None = None
+    head: bytes
+    if callable(head_reader):  # the first block and the size in one request
+        got_head: tuple[bytes, int] = head_reader(path, HEAD_READ_SIZE)
+        head, known = got_head
+    else:
+        head = storage.get_range(path, 0, HEAD_READ_SIZE)
     if len(head) < HEAD_READ_SIZE:
         return head
-    size = storage.size(path)
+    size = storage.size(path) if known is None else known
     _check_manifest_size(size, label)
     if size <= HEAD_READ_SIZE:
         return head[:size]

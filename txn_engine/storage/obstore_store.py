@@ -338,6 +338,18 @@ class ObstoreStorage:
             data = bytes(result.bytes())
         return data, size
 
+    def get_head(self, path: str, n: int) -> tuple[bytes, int]:
+        """The first ``n`` bytes of the object (all of it if smaller) and its size, in one
+        request (a ranged GET answers with the whole size); ObjectNotFoundError if absent.
+        The manifest reader uses it where there is no suffix range (Azure)."""
+        check_path(path)
+        check_range(0, n)
+        with self._mapped("get_head", path, write=False):
+            result = _obstore().get(self._store, path, options={"range": (0, max(n, 1))})
+            size = int(result.meta["size"])
+            data = bytes(result.bytes())
+        return data[:n], size
+
     def size(self, path: str) -> int:
         """Return the object's size; ObjectNotFoundError if absent."""
         check_path(path)

@@ -225,7 +225,13 @@ def render_object_stores(results: dict[str, Any]) -> str:
             f"#### {entry['store']}",
             "",
             f"Floor: one {what} {floor['put_if_absent_ms']:.2f} ms, one GET "
-            f"{floor['get_ms']:.2f} ms (medians).",
+            f"{floor['get_ms']:.2f} ms (medians)."
+            + (
+                f" A LIST, a PUT and a conditional PUT sent together (a warm commit's "
+                f"requests alone): {floor['three_together_ms']:.2f} ms."
+                if "three_together_ms" in floor
+                else ""
+            ),
             "",
             "| fragments | mode | pylance ms | txn_engine ms | ratio | x floor | requests |",
             "|---:|---|---:|---:|---:|---:|---:|",

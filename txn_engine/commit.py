@@ -138,6 +138,11 @@ __all__ = [
 #: gives up with CommitStateUnknownError.
 SETTLE_ATTEMPTS = 3
 
+#: On an object store, a create lost to a writer that landed just after the guard listing
+#: is retried at once on the winner's manifest (read back while settling) for the first
+#: attempts; after that the loop backs off (``RetryPolicy``), so a crowd of writers spreads.
+_CHASES = 3
+
 _Uri = str | os.PathLike[str] | Storage
 
 
@@ -757,6 +762,15 @@ def _land(
         latest_listed = None if listing is None else listing.latest
         if latest_listed is not None and latest_listed.version >= target:
             state.prefetched = listing  # it already shows the winner: no need to list again
+        elif (
+            listing is not None
+            and found
+            and listing.scheme is scheme
+            and budget.attempts < _CHASES
+        ):
+            # the winner landed just after the listing: we read it back, so the next
+            # attempt builds on it at once (its own guard listing checks it again)
+            state.prefetched = listing.with_version(target)
         return None
     if copy is None:
         copy = _TransactionCopy(storage, copy_path, copy_data)

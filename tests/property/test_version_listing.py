@@ -73,3 +73,23 @@ def test_scan_versions_agrees_with_parsing_every_name(names: list[str], probe: i
     for v in {probe, *(e.version for e in expected), *(e.version - 1 for e in expected)}:
         assert listing.after(v) == [e for e in expected if e.version > v]
         assert listing.get(v) == next((e for e in expected if e.version == v), None)
+
+
+@given(
+    versions=st.lists(st.integers(0, 10**6), min_size=1, max_size=20, unique=True),
+    extra=st.integers(0, 10**6),
+    scheme=st.sampled_from(list(NamingScheme)),
+)
+def test_with_version_is_the_listing_of_the_store_with_that_version(
+    versions: list[int], extra: int, scheme: NamingScheme
+) -> None:
+    """``with_version(v)`` equals what listing the store with version v added would give
+    (the commit loop uses it for a winner it has just read back)."""
+    store = MemoryStorage()
+    for v in versions:
+        store.put(f"_versions/{manifest_name(v, scheme)}", b"")
+    before = scan_versions(store)
+    store.put(f"_versions/{manifest_name(extra, scheme)}", b"")
+    after = scan_versions(store)
+    assert list(before.with_version(extra)) == list(after)
+    assert list(after.with_version(extra)) == list(after)

@@ -294,3 +294,45 @@ def test_a_failed_guard_listing_then_a_good_one_accepts() -> None:
     r = commit(store, Transaction(1, Append([frag()])), base=base)
     assert r.version == 2
     assert store.lists == 2  # the failed guard listing and the one after the create
+
+
+class CompetitorFirst(ObjectStore):
+    """Another writer's Append lands right before our first manifest create (after our
+    guard listing was served)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        if self.armed and path.startswith("_versions/"):
+            self.armed = False
+            append(self)
+        super().put_if_absent(path, data)
+
+
+def test_a_race_lost_just_after_the_listing_is_retried_at_once_on_the_winner() -> None:
+    """The winner landed after our guard listing: its manifest, read back while settling,
+    is the base of the next attempt at once: no backoff sleep, no listing before the
+    second create (its own guard listing runs beside it)."""
+    store = CompetitorFirst()
+    table(store)
+    base = Dataset.open(store)
+    store.armed = True
+    rec = RecordingStorage(store)
+    slept: list[float] = []
+    r = commit(
+        rec,
+        Transaction(1, Append([frag()])),
+        base=base,
+        retry_policy=RetryPolicy(sleep=slept.append),
+    )
+    assert r.version == 3
+    assert r.attempts == 2
+    assert slept == []
+    creates = [i for i, c in enumerate(rec.calls) if c[0] == "put_if_absent"]
+    assert len(creates) == 2
+    between = [c[0] for c in rec.calls[creates[0] + 1 : creates[1]]]
+    assert between.count("list") <= 1  # only the second attempt's guard listing
+    assert rec.counts["list"] == 2
+    assert versions(store) == [1, 2, 3]

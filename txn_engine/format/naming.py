@@ -203,6 +203,18 @@ class VersionListing:
         entry = self._entry_at(i)
         return entry if entry.version == version else None
 
+    def with_version(self, version: int) -> VersionListing:
+        """This listing plus ``version`` (known to exist, say just read back), same scheme."""
+        if self.get(version) is not None:
+            return self
+        if self._scheme is NamingScheme.V2:
+            stems = list(self._stems)
+            bisect.insort(stems, f"{U64_MAX - version:020d}")
+            return VersionListing(self._scheme, stems=stems)
+        numbers = list(self._numbers)
+        bisect.insort(numbers, version)
+        return VersionListing(self._scheme, numbers=numbers)
+
     def __iter__(self) -> Iterator[VersionEntry]:
         return (self._entry_at(i) for i in range(len(self)))
 

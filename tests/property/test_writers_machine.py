@@ -19,6 +19,7 @@ from pyroaring import BitMap
 
 from txn_engine.format.naming import NamingScheme
 from txn_engine.ops import Delete
+from txn_engine.storage import MemoryStorage
 from txn_engine.storage.base import Storage
 from txn_engine.storage.local import LocalStorage
 from txn_engine.testing.fault_storage import FAULT_KINDS
@@ -68,6 +69,25 @@ class LocalWritersWithFaults(WritersMachine):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+class _ObjectStoreMemory(MemoryStorage):
+    """A memory store that declares concurrent requests, as an object store does."""
+
+    read_concurrency = 8
+
+
+class GuardedWriters(WritersMachine):
+    """Writers on a store that serves requests concurrently: every create is guarded (a
+    listing and the ``.txn`` copy beside it), a Dataset base creates read_version + 1 at
+    once, a lost race retries at once on the winner (``txn_engine.commit``, *Guarded
+    creates*), with every operation kind, stale plans, rebases and group commits."""
+
+    n_writers = 4
+    kinds = ("append", "append", "delete", "update", "compact", "overwrite")
+
+    def make_storage(self) -> Storage:
+        return _ObjectStoreMemory()
+
+
 TestMemoryWriters = MemoryWriters.TestCase
 TestMemoryWriters.settings = settings(stateful_step_count=80)
 TestMemoryWritersWithFaults = MemoryWritersWithFaults.TestCase
@@ -78,6 +98,8 @@ TestFourWritersDeletesAndCompactions = FourWritersDeletesAndCompactions.TestCase
 TestFourWritersDeletesAndCompactions.settings = settings(stateful_step_count=80)
 TestLocalWritersWithFaults = LocalWritersWithFaults.TestCase
 TestLocalWritersWithFaults.settings = settings(stateful_step_count=40)
+TestGuardedWriters = GuardedWriters.TestCase
+TestGuardedWriters.settings = settings(stateful_step_count=80)
 
 
 # ---- the machine catches broken engines ----------------------------------------------------

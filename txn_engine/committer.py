@@ -27,8 +27,8 @@ oldest read version queued, so a concurrent :func:`txn_engine.cleanup.cleanup` k
 history the members must be checked against. The lease is kept from batch to batch while it
 still covers the batch (taking one costs round trips: on an object store more than the
 group commit itself); it is taken again, at the batch's oldest read version, when a batch
-reads below it or when it is older than ``repin_after`` seconds, and released once the committer has been idle for
-``idle_release`` seconds, and on :meth:`Committer.close`.
+reads below it or when it is older than ``repin_after`` seconds, and released once the
+committer has been idle for ``idle_release`` seconds, and on :meth:`Committer.close`.
 
 The group's read version is the oldest member's, so the group is checked against every
 version any member has not seen; an Append is compatible with other Appends, so grouping

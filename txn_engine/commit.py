@@ -495,7 +495,7 @@ def _commit_new(
 
 
 def _source_entry(source: Storage, version: int) -> VersionEntry:
-    entry = scan_versions(source).get(version)
+    entry = scan_versions(source, since=version).get(version)
     if entry is None:
         raise VersionNotFoundError(f"{source.uri}: version {version} does not exist")
     return entry
@@ -632,7 +632,7 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     listing, state.prefetched = state.prefetched, None
     if listing is None:
         state.handler.finish_pending()  # a version committed but not yet in the listing
-        listing = scan_versions(storage)
+        listing = scan_versions(storage, since=_oldest_needed(state))
     latest = listing.latest
     if latest is None:
         raise DatasetNotFoundError(f"no Lance dataset at {storage.uri}")
@@ -696,6 +696,16 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     )
 
 
+def _oldest_needed(state: _State) -> int:
+    """The oldest version an attempt may look up in its listing: the read version (it must
+    still be there), the versions after the last one checked, a Restore's source."""
+    oldest = min(state.original.read_version, state.checked_up_to)
+    op = state.txn.operation
+    if isinstance(op, Restore):
+        oldest = min(oldest, op.version)
+    return oldest
+
+
 def _direct_attempt(
     state: _State, budget: RetryBudget, timestamp_ns: int | None, scheme: NamingScheme
 ) -> CommitResult | None:
@@ -730,7 +740,7 @@ def _land(
     after the create and its existence check (:func:`_check_lineage`). The copy is
     redundant (pylance 14 reads the inline transaction): a failed copy fails nothing."""
     storage = state.storage
-    guard = _Guard(storage) if state.guarded else None
+    guard = _Guard(storage, since=latest) if state.guarded else None
     txn = state.txn
     name, pb = _encode_transaction(state, txn)
     target = latest + 1
@@ -763,10 +773,7 @@ def _land(
         if latest_listed is not None and latest_listed.version >= target:
             state.prefetched = listing  # it already shows the winner: no need to list again
         elif (
-            listing is not None
-            and found
-            and listing.scheme is scheme
-            and budget.attempts < _CHASES
+            listing is not None and found and listing.scheme is scheme and budget.attempts < _CHASES
         ):
             # the winner landed just after the listing: we read it back, so the next
             # attempt builds on it at once (its own guard listing checks it again)
@@ -793,7 +800,7 @@ def _list_after_landing(state: _State, version: int, path: str) -> VersionListin
     last: Exception | None = None
     for _ in range(SETTLE_ATTEMPTS):
         try:
-            return scan_versions(state.storage)
+            return scan_versions(state.storage, since=version - 1)
         except StorageError as exc:
             last = exc
     raise CommitStateUnknownError(
@@ -825,15 +832,16 @@ def _start_copy(state: _State, path: str, data: bytes) -> _TransactionCopy:
 class _Guard:
     """A listing of ``_versions/`` started in a thread before a guarded create."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, since: int) -> None:
         self._storage = storage
+        self._since = since
         self._listing: VersionListing | None = None
         self._thread = threading.Thread(target=self._run, name="txn-engine-guard", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         with contextlib.suppress(Exception):  # no listing: the existence check decides
-            self._listing = scan_versions(self._storage)
+            self._listing = scan_versions(self._storage, since=self._since)
 
     def result(self) -> VersionListing | None:
         """The listing (None if it failed), once it is done."""
@@ -1014,7 +1022,7 @@ def find_transaction(
     handler = commit_handler_for(open_storage(uri_or_storage, storage_options))
     storage = handler.storage
     handler.finish_pending()
-    for entry in reversed(scan_versions(storage).after(since_version)):
+    for entry in reversed(scan_versions(storage, since=since_version).after(since_version)):
         try:
             pb, _ = read_transaction_and_manifest(storage, entry)
         except (FormatError, VersionNotFoundError):

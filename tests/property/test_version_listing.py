@@ -93,3 +93,34 @@ def test_with_version_is_the_listing_of_the_store_with_that_version(
     after = scan_versions(store)
     assert list(before.with_version(extra)) == list(after)
     assert list(after.with_version(extra)) == list(after)
+
+
+@given(names=_names, since=_versions)
+def test_a_partial_listing_holds_every_version_the_commit_loop_asks_for(
+    names: list[str], since: int
+) -> None:
+    """On a store that lists in byte order (memory, S3, GCS, Azure), ``scan_versions(s,
+    since=n)`` stops at the first V2 name of a version <= n: it has the same latest, every
+    version >= n, the newest version below n, and nothing that a full listing lacks; with
+    a V1 name before its stopping point it is the full listing (mixed names refused)."""
+    store = MemoryStorage()
+    for name in names:
+        store.put(f"_versions/{name}", b"")
+    try:
+        full = list(scan_versions(store))
+    except MixedNamingSchemeError:
+        full = None
+    try:
+        partial = list(scan_versions(store, since=since))
+    except MixedNamingSchemeError:
+        assert full is None  # refused only when the full listing refuses too
+        return
+    if full is None:  # mixed, but the V1 names sort after the stopping point (as Lance)
+        assert all(e.scheme is NamingScheme.V2 for e in partial)
+        return
+    assert set(partial) <= set(full)
+    assert [e for e in full if e.version >= since] == [e for e in partial if e.version >= since]
+    below = [e for e in full if e.version < since]
+    if below and full[-1].scheme is NamingScheme.V2:
+        assert below[-1] in partial
+    assert (partial[-1] if partial else None) == (full[-1] if full else None)

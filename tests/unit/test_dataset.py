@@ -17,7 +17,7 @@ from txn_engine.errors import (
 )
 from txn_engine.format.deletion import write_deletion_vector
 from txn_engine.format.manifest_file import encode_manifest_file
-from txn_engine.format.naming import NamingScheme, manifest_path
+from txn_engine.format.naming import NamingScheme, manifest_path, scan_versions
 from txn_engine.model import Fragment
 from txn_engine.storage import MemoryStorage
 
@@ -121,6 +121,14 @@ def test_errors() -> None:
     with pytest.raises(VersionNotFoundError):
         Dataset.open(s, version=5)
     _commit(s, 2, [], scheme=NamingScheme.V1)
+    # a listing in byte order (memory, S3, GCS, Azure) shows the newest V2 name first and
+    # Dataset.open reads only that page: the V2 latest is the latest, as in Lance; a V1 name
+    # listed before it ("1.manifest" sorts before every V2 name) or a full listing (local
+    # disk, the commit loop's fallback) still refuses mixed names
+    assert Dataset.open(s).version == 1
+    with pytest.raises(MixedNamingSchemeError):
+        scan_versions(s)
+    _commit(s, 1, [], scheme=NamingScheme.V1)
     with pytest.raises(MixedNamingSchemeError):
         Dataset.open(s)
 

@@ -27,6 +27,7 @@ from txn_engine.format.manifest_file import (
     inline_transaction_offset,
 )
 from txn_engine.format.naming import (
+    U64_MAX,
     NamingScheme,
     VersionEntry,
     manifest_name,
@@ -55,7 +56,7 @@ _U32 = struct.Struct("<I")
 
 def latest_version(storage: Storage) -> VersionEntry:
     """The newest main-line version. Raises DatasetNotFoundError if there is none."""
-    latest = scan_versions(storage).latest
+    latest = scan_versions(storage, since=U64_MAX).latest  # the newest name: one page
     if latest is None:
         raise DatasetNotFoundError(
             f"no Lance dataset at {storage.uri} (no manifests in _versions/)"

@@ -226,9 +226,51 @@ class VersionListing:
         )
 
 
-def scan_versions(storage: Storage) -> VersionListing:
-    """List ``_versions/`` once. Raises MixedNamingSchemeError on mixed schemes."""
-    text = "\x00" + "\x00".join(storage.list(VERSIONS_DIR)) + "\x00"
+_V2_NAME = re.compile(r"([0-9]{20})\.manifest", re.ASCII)
+_V1_NAME = re.compile(r"(?:0|[1-9][0-9]{0,18}|[1-9][0-9]{20,})\.manifest", re.ASCII)
+
+
+def _newest_names(ordered: Iterator[str], since: int) -> list[str] | None:
+    """The names of an ordered listing of ``_versions/`` up to the first V2 manifest of a
+    version <= ``since`` (V2 names sort newest first); None when a V1 name shows up (V1 or
+    mixed names: the caller lists everything)."""
+    floor = f"{U64_MAX - min(max(since, 0), U64_MAX):020d}"
+    taken: list[str] = []
+    try:
+        for name in ordered:
+            if _V1_NAME.fullmatch(name):
+                return None
+            taken.append(name)
+            found = _V2_NAME.fullmatch(name)
+            if found is not None and _U64_MAX_STEM >= found.group(1) >= floor:
+                break
+    finally:
+        close = getattr(ordered, "close", None)
+        if callable(close):
+            close()  # no further pages
+    return taken
+
+
+def scan_versions(storage: Storage, since: int | None = None) -> VersionListing:
+    """List ``_versions/`` once. Raises MixedNamingSchemeError on mixed schemes.
+
+    ``since``: the caller needs every version >= ``since`` (and the latest) only. On a
+    store that lists in byte order (``list_ordered``: S3, GCS, Azure, memory) V2 names
+    come newest first, so the listing stops at the first version <= ``since``: one
+    request for the commit loop however long the history (S3 pages hold 1,000 names),
+    where a full listing costs one request per 1,000 versions. The latest is then the
+    first V2 name listed, as Lance has it; a V1 name met on the way makes it list
+    everything. ``since=U64_MAX``: the latest only.
+    """
+    names: Sequence[str] | None = None
+    if since is not None:
+        lister = getattr(storage, "list_ordered", None)
+        ordered = lister(VERSIONS_DIR) if callable(lister) else None
+        if ordered is not None:
+            names = _newest_names(ordered, since)
+    if names is None:
+        names = storage.list(VERSIONS_DIR)
+    text = "\x00" + "\x00".join(names) + "\x00"
     found = _V2_STEMS.findall(text)
     found.sort()
     # 20-digit names above u64::MAX are not versions

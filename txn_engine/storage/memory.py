@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 from txn_engine.errors import ObjectExistsError, ObjectNotFoundError
@@ -130,6 +130,12 @@ class MemoryStorage:
         with self._store.lock:
             names = self._store.dirs.get(directory)
             return list(names) if names else []
+
+    def list_ordered(self, prefix: str) -> Iterator[str]:
+        """The names directly under directory ``prefix`` in byte order (an ordered store,
+        as S3, GCS and Azure are: :func:`txn_engine.format.naming.scan_versions` stops
+        early on them)."""
+        return iter(sorted(self.list(prefix)))
 
     def exists(self, path: str) -> bool:
         """Whether an object exists at ``path``."""

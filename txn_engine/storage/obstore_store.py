@@ -369,6 +369,28 @@ class ObstoreStorage:
                 names.append(name)
         return names
 
+    def list_ordered(self, prefix: str) -> Iterator[str] | None:
+        """The names directly under directory ``prefix`` in byte order, fetched a page
+        (1,000 names) at a time as the caller iterates, so stopping early saves requests;
+        None for an S3 Express directory bucket, which does not list in order.
+        :func:`txn_engine.format.naming.scan_versions` uses it to read only the newest
+        versions."""
+        rel = check_prefix(prefix)
+        bucket = self._location.partition("://")[2].partition("/")[0]
+        if self._kind == "s3" and bucket.endswith("--x-s3"):
+            return None
+        return self._ordered(rel)
+
+    def _ordered(self, rel: str) -> Iterator[str]:
+        base = f"{rel}/" if rel else ""
+        with self._mapped("list", rel or "/", write=False):
+            for chunk in _obstore().list(self._store, rel or None, chunk_size=1000):
+                for meta in chunk:
+                    path = str(meta["path"])
+                    name = path[len(base) :] if path.startswith(base) else path
+                    if name and "/" not in name:
+                        yield name
+
     def exists(self, path: str) -> bool:
         """Whether an object (not a directory) exists at ``path``."""
         try:

@@ -62,6 +62,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
@@ -142,6 +143,9 @@ SETTLE_ATTEMPTS = 3
 #: is retried at once on the winner's manifest (read back while settling) for the first
 #: attempts; after that the loop backs off (``RetryPolicy``), so a crowd of writers spreads.
 _CHASES = 3
+
+#: Seconds a guarded create waits for its guard listing to be sent first (see _Guard.lead).
+_GUARD_LEAD = 0.001
 
 _Uri = str | os.PathLike[str] | Storage
 
@@ -759,6 +763,7 @@ def _land(
     copy = None
     if guard is not None:
         copy = _start_copy(state, copy_path, copy_data)
+        guard.lead()
     try:
         found = _create(state.handler, target, path, data, txn)
     except BaseException:
@@ -836,12 +841,22 @@ class _Guard:
         self._storage = storage
         self._since = since
         self._listing: VersionListing | None = None
+        self._sent = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txn-engine-guard", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        self._sent.set()
         with contextlib.suppress(Exception):  # no listing: the existence check decides
             self._listing = scan_versions(self._storage, since=self._since)
+
+    def lead(self) -> None:
+        """Wait until the listing is on its way (at most a moment), so that the create
+        sent next usually reaches the store after it: a listing answered before our
+        create decides the lineage alone; one answered after it shows our version and
+        costs an existence check (case c of :func:`_check_guarded`)."""
+        self._sent.wait(_GUARD_LEAD)
+        time.sleep(_GUARD_LEAD)
 
     def result(self) -> VersionListing | None:
         """The listing (None if it failed), once it is done."""

@@ -144,6 +144,12 @@ SETTLE_ATTEMPTS = 3
 #: attempts; after that the loop backs off (``RetryPolicy``), so a crowd of writers spreads.
 _CHASES = 3
 
+#: What to do about CommitStateUnknownError (a create whose outcome cannot be settled).
+_UNKNOWN_REMEDY = (
+    "do not delete any file this transaction references; commit the same transaction "
+    "again (or call txn_engine.find_transaction) to settle it"
+)
+
 #: Seconds a guarded create waits for its guard listing to be sent first (see _Guard.lead).
 _GUARD_LEAD = 0.001
 
@@ -396,10 +402,7 @@ def _settle(
         f"({type(last).__name__}: {last})",
         read_version=txn.read_version,
         operation=txn.kind,
-        remedy=(
-            "do not delete any file this transaction references; commit the same "
-            "transaction again (or call txn_engine.find_transaction) to settle it"
-        ),
+        remedy=_UNKNOWN_REMEDY,
     ) from last
 
 
@@ -814,10 +817,7 @@ def _list_after_landing(state: _State, version: int, path: str) -> VersionListin
         f"ones ({type(last).__name__}: {last})",
         read_version=state.txn.read_version,
         operation=state.txn.kind,
-        remedy=(
-            "do not delete any file this transaction references; commit the same "
-            "transaction again (or call txn_engine.find_transaction) to settle it"
-        ),
+        remedy=_UNKNOWN_REMEDY,
     ) from last
 
 

@@ -250,6 +250,36 @@ def test_delete_replaces_and_removes_and_sets_the_deletion_flag() -> None:
     assert s.manifest.writer_feature_flags & FLAG_DELETION_FILES
 
 
+def test_append_sets_the_deletion_flag_from_its_own_fragments_on_a_clean_base() -> None:
+    """An Append on a base without deletion files looks at its new fragments only (no scan
+    of the table): a new fragment carrying a deletion file sets the flag, one without
+    leaves it clear; on a base with the flag set the flag stays set."""
+    s = create(3)
+    plain = apply(s, Append([frag()]))
+    assert not plain.manifest.reader_feature_flags & FLAG_DELETION_FILES
+    with_dv = attrs.evolve(frag(), deletion_file=DeletionFile(0, 1, 7, num_deleted_rows=1))
+    marked = apply(plain, Append([with_dv]))
+    assert marked.manifest.reader_feature_flags & FLAG_DELETION_FILES
+    assert marked.manifest.writer_feature_flags & FLAG_DELETION_FILES
+    kept = apply(marked, Append([frag()]))
+    assert kept.manifest.reader_feature_flags & FLAG_DELETION_FILES
+
+
+def test_append_trusts_a_clear_deletion_flag_of_its_base() -> None:
+    """The documented shortcut: a base whose deletion flag is clear is taken to have no
+    deletion file (Lance sets the flag exactly when one exists). A non-conforming base,
+    a deletion file under a clear flag, keeps its clear flag through an Append, while any
+    operation that rewrites fragments (Delete here) scans and sets it."""
+    s = create(2)
+    s.manifest.fragments[0].deletion_file.num_deleted_rows = 1  # flag left clear
+    assert not s.manifest.reader_feature_flags & FLAG_DELETION_FILES
+    appended = apply(s, Append([frag()]))
+    assert not appended.manifest.reader_feature_flags & FLAG_DELETION_FILES
+    upd = deleted(appended.manifest.fragments[1], 1)
+    deleting = apply(appended, Delete([upd], [], "a = 1"))
+    assert deleting.manifest.reader_feature_flags & FLAG_DELETION_FILES
+
+
 def test_index_retention_after_delete() -> None:
     s = create(4)
     s = apply(

@@ -85,6 +85,27 @@ def test_stale_offsets_are_cleared_and_input_not_mutated() -> None:
     assert m.SerializeToString() == before
 
 
+@pytest.mark.parametrize("owned", [False, True])
+def test_owned_manifest_is_encoded_in_place_and_left_as_it_was(owned: bool) -> None:
+    """``owned=True`` (the commit loop's freshly built manifest) sets the offsets on the
+    caller's manifest for the serialization instead of on a copy: the bytes are the same
+    as from a copy, and the manifest is left without offsets afterwards, also when the
+    serialization fails."""
+    m = _manifest()
+    before = m.SerializeToString(deterministic=True)
+    data = encode_manifest_file(m, [_index("a")], _txn(), owned=owned)
+    assert data == encode_manifest_file(_manifest(), [_index("a")], _txn())
+    assert m.SerializeToString(deterministic=True) == before
+    assert not m.HasField("index_section")
+    assert not m.HasField("transaction_section")
+    mf = decode_manifest_file(data)
+    assert mf.manifest.index_section == 0
+    assert mf.manifest.transaction_section > 0
+    with pytest.raises(AttributeError):  # fails after the index offset was set
+        encode_manifest_file(m, [_index("a")], 42, owned=owned)  # type: ignore[arg-type]
+    assert m.SerializeToString(deterministic=True) == before
+
+
 def test_field_21_is_read_when_field_23_is_absent() -> None:
     txn_blob = _txn().SerializeToString()
     m = _manifest()

@@ -180,6 +180,8 @@ def test_lineage_facts_of_each_operation_type() -> None:
     assert having("edits_config") == {"UpdateConfig"}
     assert having("keeps_indices") == {"Append", "UpdateConfig", "ReserveFragments", "UpdateBases"}
     assert having("keeps_fields") == having("keeps_indices") | {"CreateIndex", "Delete"}
+    # only_adds lets the builder skip the deletion-file scan of every fragment
+    assert having("only_adds") == {"Append"}
 
 
 def test_the_registry_holds_nothing_but_operation_types() -> None:

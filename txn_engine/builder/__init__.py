@@ -54,7 +54,7 @@ from txn_engine.builder._policy import (
 )
 from txn_engine.builder._registry import HANDLERS, Build, Handler, Sources, handler_for
 from txn_engine.errors import LimitExceededError
-from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
+from txn_engine.format.flags import FLAG_DELETION_FILES, FLAG_STABLE_ROW_IDS
 from txn_engine.transaction import Transaction
 
 __all__ = [
@@ -175,5 +175,35 @@ def build_manifest(
     if not m.HasField("data_format"):
         m.data_format.file_format = "lance"
         m.data_format.version = DEFAULT_DATA_FORMAT
-    finish_common(m, version, transaction_file, ts, txn, stable=stable, indices=indices)
+    finish_common(
+        m,
+        version,
+        transaction_file,
+        ts,
+        txn,
+        stable=stable,
+        indices=indices,
+        deletion_files=_deletion_files(current, m, restated if handler.only_adds else None),
+    )
     return ManifestState(m, tuple(indices))
+
+
+def _deletion_files(
+    current: ManifestState | None, m: table_pb2.Manifest, restated: list[int] | None
+) -> bool | None:
+    """Whether ``m`` has a deletion file, when that follows from the fragments an
+    operation that only adds (``Handler.only_adds``) gave ids in ``restated`` (None: scan).
+    A base whose deletion-files flag is clear has none (Lance sets the flag exactly when
+    one exists) and keeps its fragments as they were, so only the new ones need a look: an
+    Append to a 10,000-fragment table checks its own fragment instead of 10,000. A base
+    with the flag set is scanned like any other."""
+    if current is None or restated is None:
+        return None
+    if current.manifest.reader_feature_flags & FLAG_DELETION_FILES:
+        return None
+    frags = m.fragments
+    for fid in restated:
+        pos = find_fragment_index(frags, fid)
+        if pos >= 0 and frags[pos].HasField("deletion_file"):
+            return True
+    return False

@@ -376,6 +376,7 @@ def finish_common(
     recompute_flags: bool = True,
     stable: bool = False,
     indices: Sequence[table_pb2.IndexMetadata] = (),
+    deletion_files: bool | None = None,
 ) -> None:
     m.version = version
     m.transaction_file = transaction_file
@@ -387,6 +388,8 @@ def finish_common(
     if recompute_flags:
         m.writer_version.CopyFrom(writer_version())
         m.tag = txn.tag or ""
-        reader, writer = compute_feature_flags(m, stable_row_ids=stable, indices=indices)
+        reader, writer = compute_feature_flags(
+            m, stable_row_ids=stable, indices=indices, deletion_files=deletion_files
+        )
         m.reader_feature_flags = reader
         m.writer_feature_flags = writer

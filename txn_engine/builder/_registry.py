@@ -84,7 +84,10 @@ class Handler(Generic[OpT]):
     (refused when the target already holds a dataset), ``touches_fragments`` (its
     fragments are re-checked for files left with only tombstoned columns),
     ``prunes_indices`` (indices on dropped fields and emptied segments are dropped
-    afterwards, :func:`~txn_engine.builder.retain_relevant_indices`); :meth:`validate`
+    afterwards, :func:`~txn_engine.builder.retain_relevant_indices`), ``only_adds``
+    (every fragment of the base stays as it was and :meth:`apply` returns the ids the new
+    ones were given: the feature flags then follow from the base's and the new fragments,
+    without a scan of the table); :meth:`validate`
     (every handler defines it, even to check nothing), and :meth:`apply` or :meth:`whole`.
 
     Conflicts: ``rules`` maps the code of every predicate rule in this type's row of
@@ -107,6 +110,7 @@ class Handler(Generic[OpT]):
     only_creates: bool = False
     touches_fragments: bool = True
     prunes_indices: bool = False
+    only_adds: bool = False
     rules: Mapping[str, Predicate] = MappingProxyType({})
     follow_up_rules: tuple[str, ...] = ()
     replaces_table: bool = False

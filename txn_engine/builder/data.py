@@ -139,6 +139,7 @@ class AppendHandler(Handler[Append]):
 
     keeps_indices = True
     keeps_fields = True
+    only_adds = True
 
     rules: Mapping[str, Predicate] = MappingProxyType({"N1": nullability_kept})
 

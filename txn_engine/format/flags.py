@@ -108,20 +108,22 @@ def compute_feature_flags(
     stable_row_ids: bool,
     inline_transaction_only: bool = False,
     indices: Iterable[table_pb2.IndexMetadata] = (),
+    deletion_files: bool | None = None,
 ) -> tuple[int, int]:
     """Return ``(reader_flags, writer_flags)`` implied by the manifest's content.
 
     Deletion files -> 1, stable row ids -> 2, non-empty config -> 8 (writer only), base
-    paths -> 16, no transaction file -> 32 (writer only). Scans fragments for deletion files
-    only until the first one is found.
+    paths -> 16, no transaction file -> 32 (writer only). ``deletion_files``: whether some
+    fragment has a deletion file, when the caller knows (None: the fragments are scanned
+    until the first one is found, which on a table without deletions is every fragment).
     """
     reader = 0
     writer = 0
-    for frag in manifest.fragments:
-        if frag.HasField("deletion_file"):
-            reader |= FLAG_DELETION_FILES
-            writer |= FLAG_DELETION_FILES
-            break
+    if deletion_files is None:
+        deletion_files = any(frag.HasField("deletion_file") for frag in manifest.fragments)
+    if deletion_files:
+        reader |= FLAG_DELETION_FILES
+        writer |= FLAG_DELETION_FILES
     if stable_row_ids:
         reader |= FLAG_STABLE_ROW_IDS
         writer |= FLAG_STABLE_ROW_IDS

@@ -251,12 +251,27 @@ def _pct(sorted_samples: list[float], q: float) -> float:
 
 
 def floor(store: Store, runs: int) -> dict[str, float]:
-    """Median ms of one conditional PUT (and one GET) on ``store``; on local disk of one
-    exclusive create + write + fsync of the file and of its directory."""
-    payload = os.urandom(1024)
+    """Median ms of one conditional PUT (and one GET) of 1 KiB on ``store``; on local disk
+    of one exclusive create + write + fsync of the file and of its directory."""
+    put, get = _put_floor(store, 1024, runs, with_get=True)
+    out = {"put_if_absent_ms": put, "get_ms": get}
+    if store.kind != "local":
+        raw = getattr(_storage(store, store.uri("floor")), "store")  # noqa: B009
+        out["three_together_ms"] = _concurrent_floor(raw, runs)
+    return out
+
+
+def _put_floor(
+    store: Store, nbytes: int, runs: int, *, with_get: bool = False
+) -> tuple[float, float]:
+    """Median ms of a create-if-absent of ``nbytes`` (a conditional PUT through obstore's raw
+    client; on local disk an exclusive create, write and fsync of the file and its
+    directory), and of reading it back (0 unless ``with_get``)."""
+    payload = os.urandom(nbytes)
     put, get = [], []
+    label = f"floor{nbytes}-{os.urandom(4).hex()}"
     if store.kind == "local":
-        directory = Path(store.uri("floor"))
+        directory = Path(store.uri(label))
         directory.mkdir(parents=True)
         dir_fd = os.open(directory, os.O_RDONLY)
         try:
@@ -271,7 +286,8 @@ def floor(store: Store, runs: int) -> dict[str, float]:
                 os.fsync(dir_fd)
                 elapsed = time.perf_counter() - start
                 start = time.perf_counter()
-                (directory / f"{i}.bin").read_bytes()
+                if with_get:
+                    (directory / f"{i}.bin").read_bytes()
                 if i:
                     put.append(elapsed)
                     get.append(time.perf_counter() - start)
@@ -281,24 +297,18 @@ def floor(store: Store, runs: int) -> dict[str, float]:
     else:
         import obstore
 
-        raw = getattr(_storage(store, store.uri("floor")), "store")  # noqa: B009
+        raw = getattr(_storage(store, store.uri(label)), "store")  # noqa: B009
         for i in range(runs + 1):
             start = time.perf_counter()
-            obstore.put(raw, f"floor/{i}.bin", payload, mode="create", use_multipart=False)
+            obstore.put(raw, f"{label}/{i}.bin", payload, mode="create", use_multipart=False)
             elapsed = time.perf_counter() - start
             start = time.perf_counter()
-            bytes(obstore.get(raw, f"floor/{i}.bin").bytes())
+            if with_get:
+                bytes(obstore.get(raw, f"{label}/{i}.bin").bytes())
             if i:  # the first request also opens the connection
                 put.append(elapsed)
                 get.append(time.perf_counter() - start)
-        together = _concurrent_floor(raw, runs)
-    out = {
-        "put_if_absent_ms": 1000 * statistics.median(put),
-        "get_ms": 1000 * statistics.median(get),
-    }
-    if store.kind != "local":
-        out["three_together_ms"] = together
-    return out
+    return 1000 * statistics.median(put), 1000 * statistics.median(get) if with_get else 0.0
 
 
 def _concurrent_floor(raw: Any, runs: int) -> float:
@@ -372,6 +382,10 @@ def append_latency(store: Store, n_fragments: int, runs: int, warm: bool) -> dic
     samples = []
     storage = _storage(store, t_uri)
     base = Dataset.open(storage)
+    # the physical floor of this commit: one create-if-absent of a manifest this size,
+    # measured next to the timed commits
+    out["manifest_bytes"] = base.manifest_file.size
+    out["floor_same_size_ms"], _ = _put_floor(store, base.manifest_file.size, runs * 2)
     version = base.version
     for i in range(runs + 1):
         with _requests(store) as requests:
@@ -727,7 +741,9 @@ def describe_contention(store: str, row: dict[str, Any]) -> str:
 class Sizes:
     """How much of each workload: table sizes, timed commits, floor samples, processes,
     commits per process, runs per cell, read-version modes (stale?), threads, commits per
-    thread."""
+    thread; on local disk, where a cell takes a fraction of a second, commits per process
+    and runs per cell of its own (``local_per``, ``local_runs``: a cell of 5 commits per
+    process is decided by a single backoff sleep there)."""
 
     fragments: tuple[int, ...]
     runs: int
@@ -738,12 +754,14 @@ class Sizes:
     modes: tuple[bool, ...]
     threads: int
     per_thread: int
+    local_per: int = 5
+    local_runs: int = 1
 
     @classmethod
     def of(cls, quick: bool) -> Sizes:
         if quick:
             return cls((10,), 2, 3, (2,), 2, 1, (False,), 2, 2)
-        return cls((10, 1_000, 10_000), 5, 15, (1, 4, 8), 5, 1, (False, True), 16, 2)
+        return cls((10, 1_000, 10_000), 5, 15, (1, 4, 8), 5, 1, (False, True), 16, 2, 20, 3)
 
 
 def run(
@@ -795,17 +813,26 @@ def run(
                         "floor_ratio": _ratio(
                             cell["txn_engine_ms"], entry["floor"]["put_if_absent_ms"]
                         ),
+                        "same_size_floor_ratio": _ratio(
+                            cell["txn_engine_ms"], cell["floor_same_size_ms"]
+                        ),
                     }
                     latency.append(row)
                     print(
                         f"   {n:>6} fragments {row['mode']:<4} pylance {row['pylance_ms']:8.1f} ms"
                         f"  txn_engine {row['txn_engine_ms']:8.1f} ms  ratio {row['ratio']:.2f}"
-                        f"  vs floor {row['floor_ratio']:.2f}",
+                        f"  vs floor {row['floor_ratio']:.2f}"
+                        f" (same size {row['same_size_floor_ratio']:.2f})",
                         flush=True,
                     )
             entry["append_latency"] = latency
+            local = store.kind == "local"
             entry["contention"] = contention(
-                store, list(sizes.procs), sizes.per, sizes.contention_runs, sizes.modes
+                store,
+                list(sizes.procs),
+                sizes.local_per if local else sizes.per,
+                sizes.local_runs if local else sizes.contention_runs,
+                sizes.modes,
             )
             if compare_backoff and store.delay_ms and store.kind == "s3":
                 previous = contention(

@@ -132,14 +132,22 @@ def _requests(row: dict[str, Any]) -> str:
     return f"{len(p or [])} / {len(t or [])}"
 
 
+def floor_of(entry: dict[str, Any], row: dict[str, Any]) -> float:
+    """The floor a commit is held to: one create-if-absent of a manifest of its size,
+    measured next to it (``floor_same_size_ms``; results of older runs: the store's 1 KiB
+    floor)."""
+    same = row.get("floor_same_size_ms")
+    return float(same) if same else float(entry["floor"]["put_if_absent_ms"])
+
+
 def targets(entry: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
     """(target, measured, bound, met) for one store's results: latency targets are upper
     bounds on ratios, throughput targets lower bounds."""
     out: list[tuple[str, float, float, bool]] = []
     local = entry["kind"] == "local"
-    floor = entry["floor"]["put_if_absent_ms"]
     for r in entry.get("append_latency", []):
         name = f"{r['mode']} {r['fragments']:,}"
+        floor = floor_of(entry, r)
         if local:
             out.append((f"{name}: txn_engine / pylance", r["ratio"], 1.0, r["ratio"] <= 1.0))
             if r["mode"] == "warm" and r["fragments"] == min(
@@ -193,7 +201,7 @@ def summary_table(results: dict[str, Any]) -> list[str]:
             continue
         small = min(f for f, _ in rows)
         warm, cold = rows[(small, "warm")], rows[(small, "cold")]
-        floor = entry["floor"]["put_if_absent_ms"]
+        floor = floor_of(entry, warm)
         cells = [r for r in entry.get("contention", []) if "throughput_ratio" in r]
         lowest = min((r["throughput_ratio"] for r in cells), default=None)
         failed = (
@@ -233,14 +241,19 @@ def render_object_stores(results: dict[str, Any]) -> str:
                 else ""
             ),
             "",
-            "| fragments | mode | pylance ms | txn_engine ms | ratio | x floor | requests |",
-            "|---:|---|---:|---:|---:|---:|---:|",
+            "| fragments | mode | pylance ms | txn_engine ms | ratio | x 1 KiB floor "
+            "| manifest KiB | same-size floor ms | x same-size floor | requests |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in entry.get("append_latency", []):
+            size = r.get("manifest_bytes")
             out.append(
                 f"| {r['fragments']:,} | {r['mode']} | {r['pylance_ms']:.1f} | "
                 f"{r['txn_engine_ms']:.1f} | {r['ratio']:.2f} | "
-                f"{r['txn_engine_ms'] / floor['put_if_absent_ms']:.2f} | {_requests(r)} |"
+                f"{r['txn_engine_ms'] / floor['put_if_absent_ms']:.2f} | "
+                f"{_num(None if size is None else size / 1024, '.1f')} | "
+                f"{_num(r.get('floor_same_size_ms'), '.1f')} | "
+                f"{r['txn_engine_ms'] / floor_of(entry, r):.2f} | {_requests(r)} |"
             )
         for r in entry.get("append_latency", [])[:2]:
             if r.get("txn_engine_requests") and r.get("pylance_requests"):

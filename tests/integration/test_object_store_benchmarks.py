@@ -52,6 +52,10 @@ def test_quick_object_store_benchmark_through_benchmarks_run(tmp_path: Path) -> 
     for row in direct["append_latency"]:
         assert row["pylance_ms"] > 0
         assert row["txn_engine_ms"] > 0
+        # the same-size floor: a create-if-absent of as many bytes as the table's manifest
+        assert row["manifest_bytes"] > 100
+        assert 0 < row["floor_same_size_ms"] < row["txn_engine_ms"] * 10
+        assert row["same_size_floor_ratio"] == row["txn_engine_ms"] / row["floor_same_size_ms"]
     for row in direct["contention"]:
         for engine in ("pylance", "txn_engine"):
             assert row[engine]["commits"] == 2 * row["processes"]

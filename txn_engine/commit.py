@@ -115,6 +115,7 @@ from txn_engine.format.naming import (
     scan_versions,
     transaction_file_name,
     transaction_path,
+    write_version_hint,
 )
 from txn_engine.interop import as_transaction
 from txn_engine.model import Fragment
@@ -498,6 +499,7 @@ def _commit_new(
         raise DatasetAlreadyExistsError(
             f"{storage.uri}: another writer created the dataset concurrently"
         )
+    write_version_hint(storage, target)  # local disk only, best effort
     return CommitResult(target, txn, 1, path)
 
 
@@ -595,6 +597,8 @@ def commit(
             else:
                 landed = _attempt(state, budget, timestamp_ns)
             if landed is not None:
+                if not landed.already_committed:
+                    write_version_hint(state.storage, landed.version)  # local disk only
                 return landed
             if state.prefetched is not None and budget.exhausted_reason() is None:
                 continue  # we were behind, not racing: the guard listing shows the winner

@@ -5,26 +5,36 @@
   default for new datasets.
 * Detached: ``_versions/d{version}.manifest`` (never part of the main line).
 
-Anything else in ``_versions/`` (staging files, ``latest_version_hint.json``) is ignored.
-A dataset keeps the scheme of its existing manifests; both schemes at once is an error.
+Anything else in ``_versions/`` (staging files, ``latest_version_hint.json``) is not a
+version. A dataset keeps the scheme of its existing manifests; both schemes at once is an
+error.
+
+**The latest-version hint (local disk).** pylance 14 writes ``_versions/latest_version_hint.json``
+(exactly ``{"version":N}``) after each commit on local disk (not on S3). :func:`scan_versions`
+with ``since`` reads it there instead of listing the whole directory (local disk lists
+unordered: 121 ms at 100,000 versions), and :func:`write_version_hint` writes it after a
+txn_engine commit. See :func:`_scan_from_hint` for how a hint is verified.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import enum
 import re
 from collections.abc import Iterator, Sequence
 
 import attrs
 
-from txn_engine.errors import MixedNamingSchemeError
-from txn_engine.storage.base import Storage
+from txn_engine.errors import MixedNamingSchemeError, TxnEngineError
+from txn_engine.storage.base import Storage, get_bounded
+from txn_engine.storage.local import LocalStorage
 
 __all__ = [
     "VERSIONS_DIR",
     "TRANSACTIONS_DIR",
     "U64_MAX",
+    "VERSION_HINT_PATH",
     "NamingScheme",
     "VersionEntry",
     "VersionListing",
@@ -35,9 +45,12 @@ __all__ = [
     "manifest_name",
     "manifest_path",
     "parse_manifest_name",
+    "parse_version_hint",
     "scan_versions",
     "transaction_file_name",
     "transaction_path",
+    "version_hint_bytes",
+    "write_version_hint",
 ]
 
 VERSIONS_DIR = "_versions"
@@ -45,6 +58,9 @@ TRANSACTIONS_DIR = "_transactions"
 U64_MAX = (1 << 64) - 1
 _SUFFIX = ".manifest"
 _V2_NAME_LEN = 20 + len(_SUFFIX)
+VERSION_HINT_PATH = f"{VERSIONS_DIR}/latest_version_hint.json"
+#: main-line versions are below 2**63 (the top bit marks a detached version)
+_MAIN_LINE_END = 1 << 63
 
 
 class NamingScheme(enum.Enum):
@@ -251,6 +267,128 @@ def _newest_names(ordered: Iterator[str], since: int) -> list[str] | None:
     return taken
 
 
+# ---- the latest-version hint (local disk) --------------------------------------------------
+
+#: A hint file larger than this is not a hint (pylance's is at most 33 bytes).
+_HINT_MAX_BYTES = 64
+#: ``{"version":N}`` as pylance 14 writes it; blanks around the tokens are tolerated, any
+#: other key, a sign, leading zeros, a fraction or an exponent make it garbage.
+_HINT = re.compile(rb'\s*\{\s*"version"\s*:\s*(0|[1-9][0-9]{0,18})\s*\}\s*', re.ASCII)
+#: Below the latest, the hint path stats each version it must return; with more than this
+#: many of them one listing is cheaper.
+_HINT_MAX_STATS = 256
+
+
+def version_hint_bytes(version: int) -> bytes:
+    """The bytes of ``latest_version_hint.json`` for ``version``, as pylance 14 writes them."""
+    return b'{"version":%d}' % version
+
+
+def parse_version_hint(data: bytes) -> int | None:
+    """The version a hint file names, or None when it is not a hint (empty, garbage, a
+    negative number, a version outside the main line)."""
+    found = _HINT.fullmatch(data)
+    if found is None:
+        return None
+    version = int(found.group(1))
+    return version if version < _MAIN_LINE_END else None
+
+
+def _local_disk(storage: Storage) -> LocalStorage | None:
+    """The :class:`LocalStorage` that ``storage`` is, or wraps through pass-through wrappers
+    (``inner`` with the same uri: a recorder, a fault injector); None for any store that
+    lists in byte order or is not on local disk."""
+    if callable(getattr(storage, "list_ordered", None)):
+        return None
+    current: object = storage
+    for _ in range(8):
+        if isinstance(current, LocalStorage):
+            return current
+        inner = getattr(current, "inner", None)
+        if inner is None or getattr(inner, "uri", None) != storage.uri:
+            return None
+        current = inner
+    return None
+
+
+def write_version_hint(storage: Storage, version: int) -> None:
+    """After a commit of ``version`` on local disk, write ``_versions/latest_version_hint.json``
+    as pylance 14 does (``{"version":N}``): atomically (a staging file renamed over it), never
+    fsynced, best effort (an error is swallowed: the hint is an optimisation, a missing or
+    stale one only costs a listing). Nothing is written on other stores."""
+    local = _local_disk(storage)
+    if local is None:
+        return
+    with contextlib.suppress(Exception):
+        local.put_unsynced(VERSION_HINT_PATH, version_hint_bytes(version))
+
+
+def _scan_from_hint(storage: Storage, since: int) -> VersionListing | None:
+    """The listing :func:`scan_versions` needs for ``since``, found from the hint without
+    listing ``_versions/``; None when the hint cannot be used (the caller lists).
+
+    1. Local disk only (:func:`_local_disk`). Read the hint (at most 64 bytes) and parse it
+       strictly; missing, garbage, negative or huge: None.
+    2. Start at the hint's version, or at ``since`` if that is newer and exists; its V2
+       manifest must exist (a V1 dataset, or a hint naming a removed version: None).
+    3. Probe forward with ``exists``: start+1, +2, +4, ... until one is missing, then binary
+       search the last gap: O(log gap) probes. Versions are created contiguously (each is
+       the latest plus one), so the first missing version above the start ends the line.
+    4. That last step holds only if no cleanup removed versions above the start, which it
+       can only have done after the hint was written. So the answer stands only if nothing
+       in ``_versions/`` was created, removed or renamed after the hint was renamed into
+       place or the latest found was created (:meth:`LocalStorage.unchanged_since`: the
+       directory's mtime is not later than their ctimes); otherwise None. A stale hint
+       (writers that do not update it) is thus fine while no cleanup ran after it.
+    5. Every version in ``[since, latest]`` is stat'ed (each probe counts), so the listing
+       shows exactly which of them exist, as a full listing would: the commit loop's
+       missing-history check relies on it. More than 256 of them to stat: None.
+    """
+    local = _local_disk(storage)
+    if local is None:
+        return None
+    try:
+        hint = parse_version_hint(get_bounded(storage, VERSION_HINT_PATH, _HINT_MAX_BYTES))
+    except TxnEngineError:  # missing, too large, not a regular file, unreadable
+        return None
+    if hint is None:
+        return None
+    known: dict[int, bool] = {}
+
+    def exists(version: int) -> bool:
+        if version >= _MAIN_LINE_END:
+            return False
+        found = known.get(version)
+        if found is None:
+            found = known[version] = storage.exists(manifest_path(version, NamingScheme.V2))
+        return found
+
+    start = since if hint < since < _MAIN_LINE_END and exists(since) else hint
+    if not exists(start):
+        return None
+    low, step = start, 1  # low exists
+    while exists(low + step):
+        low += step
+        step *= 2
+    high = low + step  # missing
+    while high - low > 1:
+        middle = (low + high) // 2
+        if exists(middle):
+            low = middle
+        else:
+            high = middle
+    latest = low
+    first = max(since, 0)
+    if latest - first >= _HINT_MAX_STATS:
+        return None
+    if not local.unchanged_since(
+        VERSIONS_DIR, (VERSION_HINT_PATH, manifest_path(latest, NamingScheme.V2))
+    ):
+        return None
+    versions = [v for v in range(latest, first - 1, -1) if exists(v)] or [latest]
+    return VersionListing(NamingScheme.V2, stems=[f"{U64_MAX - v:020d}" for v in versions])
+
+
 def scan_versions(storage: Storage, since: int | None = None) -> VersionListing:
     """List ``_versions/`` once. Raises MixedNamingSchemeError on mixed schemes.
 
@@ -260,10 +398,16 @@ def scan_versions(storage: Storage, since: int | None = None) -> VersionListing:
     request for the commit loop however long the history (S3 pages hold 1,000 names),
     where a full listing costs one request per 1,000 versions. The latest is then the
     first V2 name listed, as Lance has it; a V1 name met on the way makes it list
-    everything. ``since=U64_MAX``: the latest only.
+    everything. ``since=U64_MAX``: the latest only. On local disk (no ordered listing)
+    ``latest_version_hint.json``, when it is there and checks out, replaces the listing
+    (:func:`_scan_from_hint`): a few ``exists`` calls however long the history.
+    ``since=None`` always lists everything.
     """
     names: Sequence[str] | None = None
     if since is not None:
+        hinted = _scan_from_hint(storage, since)
+        if hinted is not None:
+            return hinted
         lister = getattr(storage, "list_ordered", None)
         ordered = lister(VERSIONS_DIR) if callable(lister) else None
         if ordered is not None:

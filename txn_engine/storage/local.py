@@ -8,6 +8,7 @@ machine (and on NFSv3+/SMB mounts that support hard links). Overwriting writes u
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,12 @@ from txn_engine.errors import (
     StorageError,
     TxnEngineError,
 )
-from txn_engine.storage._files import create_exclusive, is_staging_name, replace_atomic
+from txn_engine.storage._files import (
+    create_exclusive,
+    is_staging_name,
+    replace_atomic,
+    staging_path,
+)
 from txn_engine.storage._paths import check_path, check_prefix, check_range
 
 __all__ = ["LocalStorage", "local_path_from_uri"]
@@ -70,6 +76,7 @@ def _mapped(op: str, path: str, *, write: bool = False) -> Iterator[None]:
 
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_STAGING_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
 
 
 def _nonblocking_opener(path: str, flags: int) -> int:
@@ -197,6 +204,55 @@ class LocalStorage:
         durable = self._fsync and not path.startswith(self._no_fsync_prefixes)
         with _mapped("put", full, write=True):
             replace_atomic(full, data, fsync=durable)
+
+    def put_unsynced(self, path: str, data: bytes) -> None:
+        """Write ``path`` (overwriting), never fsynced whatever ``fsync`` says: for a small
+        file whose loss costs nothing (``_versions/latest_version_hint.json``).
+
+        The bytes go to a staging file (``{name}.{uuid4 hex}.tmp``, hidden from
+        :meth:`list`), the old file is unlinked and the staging file renamed into its place:
+        a reader sees the old bytes, no file, or the new bytes, never a prefix. Not
+        ``os.replace`` over the old file: ext4 (``auto_da_alloc``) flushes a file renamed
+        over another one before the rename returns, 0.2-4 ms measured here against about
+        50 us this way."""
+        full = self.full_path(path)
+        with _mapped("put", full, write=True):
+            staging = staging_path(full)
+            try:
+                fd = os.open(staging, _STAGING_FLAGS, 0o666)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                fd = os.open(staging, _STAGING_FLAGS, 0o666)
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                finally:
+                    os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(full)
+                os.rename(staging, full)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(staging)
+                raise
+
+    def unchanged_since(self, directory: str, paths: Sequence[str]) -> bool:
+        """Whether no entry of ``directory`` was created, removed or renamed after the
+        newest of ``paths`` was put there: the directory's mtime is not later than the
+        newest of their ctimes (a create, link, unlink or rename sets both at once). False
+        when one of them is missing or anything cannot be stat'ed.
+
+        Timestamps come from the kernel's clock tick, so two changes within one tick look
+        simultaneous (that errs towards True only for changes that close together)."""
+        rel = check_prefix(directory)
+        try:
+            newest = max(os.stat(self.full_path(p)).st_ctime_ns for p in paths)
+            changed = os.stat(os.path.join(self._root, *rel.split("/"))).st_mtime_ns
+        except (OSError, ValueError):
+            return False
+        return changed <= newest
 
     def get(self, path: str) -> bytes:
         """Return the whole object; ObjectNotFoundError if absent, StorageError if it is

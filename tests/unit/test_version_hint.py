@@ -169,7 +169,7 @@ def test_since_newer_than_the_hint_starts_from_since(tmp_path: Path) -> None:
     listing = scan_versions(rec, since=600)
     assert listing.latest is not None
     assert listing.latest.version == 600
-    assert rec.counts["exists"] == 2  # 600 exists, 601 does not
+    assert rec.counts["exists"] == 3  # the hint's version 1, then 600 exists, 601 does not
     assert listed(rec) == 0
 
 
@@ -375,3 +375,20 @@ def test_cleanup_keeps_the_hint(tmp_path: Path) -> None:
     assert report.plan.removed_versions == (1, 2, 3, 4)
     assert hint_of(uri) == before == b'{"version":5}'
     assert latest_version(recorder(uri)).version == 5
+
+
+def test_a_hint_naming_a_removed_version_is_not_used_for_a_newer_since(tmp_path: Path) -> None:
+    """Versions 3 and 5 were removed, then a hint naming 3 was written. A caller asking from
+    version 4 (newer than the hint) must not probe from 4 and stop at the gap: the hint names
+    no version, so it is not used at all and the latest is 6."""
+    uri = make_table(tmp_path, 6)
+    next_tick(uri)
+    remove_versions(uri, [3, 5])
+    next_tick(uri)
+    set_hint(uri, b'{"version":3}')
+    rec = recorder(uri)
+    versions, latest = scan_versions(rec, since=4), 6
+    assert versions.latest is not None
+    assert versions.latest.version == latest
+    assert [e.version for e in versions if e.version >= 4] == [4, 6]
+    assert listed(rec) == 1

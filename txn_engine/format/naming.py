@@ -313,9 +313,10 @@ def _local_disk(storage: Storage) -> LocalStorage | None:
 
 def write_version_hint(storage: Storage, version: int) -> None:
     """After a commit of ``version`` on local disk, write ``_versions/latest_version_hint.json``
-    as pylance 14 does (``{"version":N}``): atomically (a staging file renamed over it), never
-    fsynced, best effort (an error is swallowed: the hint is an optimisation, a missing or
-    stale one only costs a listing). Nothing is written on other stores."""
+    as pylance 14 does (``{"version":N}``): through a staging file renamed into place
+    (:meth:`LocalStorage.put_unsynced`: readers never see a prefix), never fsynced, best
+    effort (an error is swallowed: the hint is an optimisation, a missing or stale one only
+    costs a listing). Nothing is written on other stores."""
     local = _local_disk(storage)
     if local is None:
         return
@@ -329,17 +330,19 @@ def _scan_from_hint(storage: Storage, since: int) -> VersionListing | None:
 
     1. Local disk only (:func:`_local_disk`). Read the hint (at most 64 bytes) and parse it
        strictly; missing, garbage, negative or huge: None.
-    2. Start at the hint's version, or at ``since`` if that is newer and exists; its V2
-       manifest must exist (a V1 dataset, or a hint naming a removed version: None).
+    2. The hint's V2 manifest must exist (a V1 dataset, or a hint naming a removed version:
+       None). Start there, or at ``since`` if that is newer and exists.
     3. Probe forward with ``exists``: start+1, +2, +4, ... until one is missing, then binary
        search the last gap: O(log gap) probes. Versions are created contiguously (each is
        the latest plus one), so the first missing version above the start ends the line.
-    4. That last step holds only if no cleanup removed versions above the start, which it
-       can only have done after the hint was written. So the answer stands only if nothing
-       in ``_versions/`` was created, removed or renamed after the hint was renamed into
-       place or the latest found was created (:meth:`LocalStorage.unchanged_since`: the
-       directory's mtime is not later than their ctimes); otherwise None. A stale hint
-       (writers that do not update it) is thus fine while no cleanup ran after it.
+    4. That last step fails only if a cleanup removed versions above the start. So the
+       answer stands only if nothing in ``_versions/`` was created, removed or renamed
+       after (a) the latest found was created: it was the latest then, so nothing is above
+       it; or (b) the hint was renamed into place: a writer writes the version it has just
+       created, while every version from it to the latest exists, so that run is unbroken
+       (:meth:`LocalStorage.unchanged_since`: the directory's mtime is not later than
+       their ctimes). Otherwise None. A stale hint (writers that do not update it) is
+       thus fine until a cleanup runs.
     5. Every version in ``[since, latest]`` is stat'ed (each probe counts), so the listing
        shows exactly which of them exist, as a full listing would: the commit loop's
        missing-history check relies on it. More than 256 of them to stat: None.
@@ -363,9 +366,9 @@ def _scan_from_hint(storage: Storage, since: int) -> VersionListing | None:
             found = known[version] = storage.exists(manifest_path(version, NamingScheme.V2))
         return found
 
-    start = since if hint < since < _MAIN_LINE_END and exists(since) else hint
-    if not exists(start):
+    if not exists(hint):  # a V1 dataset, or a version removed since: the hint proves nothing
         return None
+    start = since if hint < since < _MAIN_LINE_END and exists(since) else hint
     low, step = start, 1  # low exists
     while exists(low + step):
         low += step

@@ -61,12 +61,13 @@ def render(results: dict[str, Any]) -> str:
             f"| {r['k']:,} | {r['pylance_us_per_version']:.1f} | "
             f"{r['txn_engine_us_per_version']:.1f} |"
         )
-    out += ["", "| case | lists | reads | writes | bytes read | Lance (digest §8) |"]
-    out.append("|---|---:|---:|---:|---:|---|")
+    out += ["", "| case | lists | reads | writes | other | bytes read | Lance (digest §8) |"]
+    out.append("|---|---:|---:|---:|---|---:|---|")
     for r in results["storage_ops"]:
         lance = r["lance_expected"]
+        other = ", ".join(f"{n} {m}" for m, n in sorted(r.get("other", {}).items())) or "none"
         out.append(
-            f"| k = {r['k']} | {r['lists']} | {r['reads']} | {r['writes']} | "
+            f"| k = {r['k']} | {r['lists']} | {r['reads']} | {r['writes']} | {other} | "
             f"{r['bytes_read']:,} | {lance['lists']} list, {lance['reads']} reads, "
             f"{lance['writes']} writes |"
         )

@@ -494,7 +494,7 @@ def _commit_new(
         clone_source=clone_source,
         stable_row_ids=stable_row_ids,
     )
-    data = encode_manifest_file(state.manifest, state.indices, pb)
+    data = encode_manifest_file(state.manifest, state.indices, pb, owned=True)
     if not _landed(_create(handler, target, path, data, txn), data):
         raise DatasetAlreadyExistsError(
             f"{storage.uri}: another writer created the dataset concurrently"
@@ -763,7 +763,7 @@ def _land(
         timestamp_ns=timestamp_ns,
         restore_source=restore_source,
     )
-    data = encode_manifest_file(built.manifest, built.indices, pb)
+    data = encode_manifest_file(built.manifest, built.indices, pb, owned=True)
     path = f"_versions/{manifest_name(target, scheme)}"
     copy_path = transaction_path(name)
     copy_data = pb.SerializeToString(deterministic=True)

@@ -79,9 +79,11 @@ POLICIES: dict[str, Callable[[], RetryPolicy]] = {
     # the default RetryPolicy of this version
     "default": RetryPolicy,
     # the schedule before issue 14: unit from the first attempt, quadratic slots unbounded
-    "previous": lambda: RetryPolicy(max_unit=None, max_window=None),
+    "previous": lambda: RetryPolicy(max_unit=None, max_window=None, chases=3, chase_ranks=0),
     # Lance's own schedule (doubling, 20 attempts)
     "lance": RetryPolicy.lance,
+    # the default until the ranked chase: a known winner chased 3 times, then backoff
+    "unranked": lambda: RetryPolicy(chases=3, chase_ranks=0),
 }
 REPO = Path(__file__).resolve().parents[1]
 ALL_STORES = ("s3", "azure", "gcs", "local")
@@ -761,7 +763,7 @@ class Sizes:
     def of(cls, quick: bool) -> Sizes:
         if quick:
             return cls((10,), 2, 3, (2,), 2, 1, (False,), 2, 2)
-        return cls((10, 1_000, 10_000), 5, 15, (1, 4, 8), 5, 1, (False, True), 16, 2, 20, 3)
+        return cls((10, 1_000, 10_000), 5, 15, (1, 4, 8), 8, 1, (False, True), 16, 2, 20, 3)
 
 
 def run(
@@ -777,9 +779,9 @@ def run(
 ) -> dict[str, Any]:
     """Every workload on every store; writes ``object_stores.json`` and the plots.
 
-    ``plots_dir``: where the plots go (default ``out_dir``). ``compare_backoff``: on the
-    delayed S3 store, also run the contended cells (4 and 8
-    processes) with the previous backoff schedule (``POLICIES["previous"]``), txn_engine only.
+    ``plots_dir``: where the plots go (default ``out_dir``). ``compare_backoff``: on every
+    delayed store, also run the contended cells (4 and 8 processes) with the previous retry
+    schedule (``POLICIES["unranked"]``: no ranked chase), txn_engine only.
     """
     sizes = sizes or Sizes.of(quick)
     results: dict[str, Any] = {
@@ -834,7 +836,7 @@ def run(
                 sizes.local_runs if local else sizes.contention_runs,
                 sizes.modes,
             )
-            if compare_backoff and store.delay_ms and store.kind == "s3":
+            if compare_backoff and store.delay_ms:
                 previous = contention(
                     store,
                     [n for n in sizes.procs if n >= 4] or list(sizes.procs),
@@ -842,7 +844,7 @@ def run(
                     sizes.contention_runs,
                     sizes.modes,
                     engines=("txn_engine",),
-                    policy="previous",
+                    policy="unranked",
                 )
                 compared = {x["processes"] for x in previous}
                 entry["backoff"] = previous + [
@@ -936,7 +938,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare-backoff",
         action="store_true",
-        help="also run the 4/8-process cells on the delayed S3 store with the previous backoff",
+        help="also run the 4/8-process cells on delayed stores with the previous retry schedule",
     )
 
 

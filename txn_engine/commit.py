@@ -140,11 +140,6 @@ __all__ = [
 #: gives up with CommitStateUnknownError.
 SETTLE_ATTEMPTS = 3
 
-#: On an object store, a create lost to a writer that landed just after the guard listing
-#: is retried at once on the winner's manifest (read back while settling) for the first
-#: attempts; after that the loop backs off (``RetryPolicy``), so a crowd of writers spreads.
-_CHASES = 3
-
 #: What to do about CommitStateUnknownError (a create whose outcome cannot be settled).
 _UNKNOWN_REMEDY = (
     "do not delete any file this transaction references; commit the same transaction "
@@ -244,6 +239,9 @@ class _State:
     #: a guard listing that already shows the version a lost create wanted: the next
     #: attempt starts from it instead of listing again
     prefetched: VersionListing | None = None
+    #: the create was lost in a race (not merely from a stale base): the retry on the
+    #: winner waits its rank (``RetryPolicy.chase_ranks``)
+    raced: bool = False
     #: ``.txn`` copies started beside creates (path -> copy); the landed one is kept
     copies: dict[str, _TransactionCopy] = attrs.field(factory=dict)
 
@@ -600,8 +598,8 @@ def commit(
                 if not landed.already_committed:
                     write_version_hint(state.storage, landed.version)  # local disk only
                 return landed
-            if state.prefetched is not None and budget.exhausted_reason() is None:
-                continue  # we were behind, not racing: the guard listing shows the winner
+            if state.prefetched is not None and budget.chase(ranked=state.raced):
+                continue  # the winner is known: retry on it at once (after its rank)
             if not budget.wait():
                 raise RetriesExhaustedError(
                     f"{state.txn.kind} transaction {state.txn.uuid} lost the race for a new "
@@ -784,12 +782,14 @@ def _land(
         latest_listed = None if listing is None else listing.latest
         if latest_listed is not None and latest_listed.version >= target:
             state.prefetched = listing  # it already shows the winner: no need to list again
-        elif (
-            listing is not None and found and listing.scheme is scheme and budget.attempts < _CHASES
-        ):
-            # the winner landed just after the listing: we read it back, so the next
-            # attempt builds on it at once (its own guard listing checks it again)
+            # a first attempt may just have had a stale base (k behind: no wait); a
+            # repeated loss is a race
+            state.raced = budget.attempts > 1
+        elif listing is not None and found and listing.scheme is scheme and budget.may_chase():
+            # the winner landed just after the listing (a race): we read it back, so the
+            # next attempt builds on it at once (its own guard listing checks it again)
             state.prefetched = listing.with_version(target)
+            state.raced = True
         return None
     if copy is None:
         copy = _TransactionCopy(storage, copy_path, copy_data)

@@ -36,6 +36,18 @@ docs/performance.md), and leave it unchanged on local disk, where a unit is mill
   while one that just opened the table needs one create), and a growing window only pushes
   the losers further back. On local disk (units of 1-15 ms) 0.8 s is 50-800 slots: the
   quadratic schedule above, as measured there.
+
+**The ranked chase (object stores).** A writer that lost a race there usually knows the
+winner already: its manifest was read back while settling the lost create (one GET). Then
+there is no reason to sleep: the retry builds on that winner at once (``chases=None``:
+always; Lance sleeps). What it waits instead is its *rank*: ``(chase_ranks - lost) x
+chase_step`` x its shortest attempt (default 6 ranks of 0.1: 0.5 to 0 attempts), so that
+among the writers retrying on the same winner the one that has lost most often sends its
+create first and wins. Measured with 8 processes appending on the delayed GCS emulator, 8
+commits each: p99 2.0-2.8 s against a median of 0.3 s without ranks (one writer lost 30
+races in a row, another won 8 of 8), 0.82-0.93 s against 0.62-0.67 s with them, at the same
+commits/s (docs/performance.md). A first attempt that lost only because its base was
+behind (the guard listing shows the winner) retries with no wait at all.
 """
 
 from __future__ import annotations
@@ -80,6 +92,13 @@ class RetryPolicy:
       seconds (default 0.8: no single sleep of a second or more on a slow store; on local
       disk hundreds of slots); ``None`` = unbounded (Lance).
     * ``max_delay``: optional cap of a single sleep, seconds.
+    * ``chases``: on an object store, how many attempts in a row may follow a lost race at
+      once, without a backoff sleep, when the winner's manifest is already known (read
+      back while settling our create); ``None``: always. ``chase_ranks`` / ``chase_step``:
+      such an immediate retry first waits ``(chase_ranks - lost) * chase_step`` x the
+      shortest attempt (``lost``: races this commit has lost, at most ``chase_ranks``), so
+      that among writers retrying on the same winner the one that has lost most often
+      sends its create first (0 ranks: no wait).
     * ``clock`` (monotonic seconds), ``sleep`` and ``randbelow`` (``n -> int in [0, n)``)
       are injectable for tests; they do not take part in equality.
     """
@@ -95,6 +114,9 @@ class RetryPolicy:
     max_slots: int | None = None
     max_window: float | None = 0.8
     max_delay: float | None = None
+    chases: int | None = None
+    chase_ranks: int = 6
+    chase_step: float = 0.1
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
     sleep: Callable[[float], None] = attrs.field(default=time.sleep, eq=False, repr=False)
     randbelow: Callable[[int], int] = attrs.field(
@@ -121,6 +143,13 @@ class RetryPolicy:
             )
         if self.unit_basis not in ("shortest", "first"):
             raise ValueError(f"unit_basis must be 'shortest' or 'first', got {self.unit_basis!r}")
+        if self.chases is not None and self.chases < 0:
+            raise ValueError(f"chases must be >= 0 or None, got {self.chases}")
+        if self.chase_ranks < 0 or self.chase_step < 0:
+            raise ValueError(
+                f"chase_ranks and chase_step must be >= 0, got {self.chase_ranks}, "
+                f"{self.chase_step}"
+            )
         if self.max_slots is not None and self.max_slots < 1:
             raise ValueError(f"max_slots must be >= 1 or None, got {self.max_slots}")
 
@@ -135,6 +164,8 @@ class RetryPolicy:
             unit_basis="first",
             max_unit=None,
             max_window=None,
+            chases=0,
+            chase_ranks=0,
         )
 
     @classmethod
@@ -229,24 +260,50 @@ class RetryBudget:
             return f"deadline of {p.deadline:g}s reached after {self.elapsed():.3f}s"
         return None
 
+    def may_chase(self) -> bool:
+        """Whether the attempt that just lost may be followed at once (see ``chases``)."""
+        chases = self.policy.chases
+        return chases is None or self.attempts < chases
+
+    def chase(self, *, ranked: bool = True) -> bool:
+        """Before an immediate retry on a known winner: record the attempt's duration and,
+        after a lost race (``ranked``), wait the rank delay (``chase_ranks``); ``False``
+        when the budget is spent."""
+        _, shortest = self._record_attempt()
+        if self.exhausted_reason() is not None:
+            return False
+        p = self.policy
+        if ranked and p.chase_ranks > 0 and shortest > 0:
+            lost = min(self.attempts, p.chase_ranks)
+            delay = (p.chase_ranks - lost) * p.chase_step * shortest
+            if delay > 0:
+                self.slept.append(delay)
+                p.sleep(delay)
+        return True
+
+    def _record_attempt(self) -> tuple[float, float]:
+        """Record the duration of the attempt that just ended; returns the first and the
+        shortest attempt's durations."""
+        p = self.policy
+        now = p.clock()
+        first = self.first_attempt_seconds
+        if first is None:
+            first = self.first_attempt_seconds = now - self.started
+            duration = first
+        else:
+            duration = now - (self._attempt_started if self._attempt_started is not None else now)
+        shortest = self.shortest_attempt_seconds
+        if shortest is None or duration < shortest:
+            shortest = self.shortest_attempt_seconds = duration
+        return first, shortest
+
     def wait(self) -> bool:
         """After a lost attempt: sleep the backoff delay and return ``True``, or return
         ``False`` (without sleeping) when no further attempt fits the budget."""
         p = self.policy
-        now = p.clock()
-        if self.first_attempt_seconds is None:
-            self.first_attempt_seconds = now - self.started
-            duration = self.first_attempt_seconds
-        else:
-            duration = now - (self._attempt_started if self._attempt_started is not None else now)
-        if self.shortest_attempt_seconds is None or duration < self.shortest_attempt_seconds:
-            self.shortest_attempt_seconds = duration
+        first, shortest = self._record_attempt()
         if p.adaptive:
-            basis = (
-                self.first_attempt_seconds
-                if p.unit_basis == "first"
-                else self.shortest_attempt_seconds
-            )
+            basis = first if p.unit_basis == "first" else shortest
             unit = p.unit_factor * basis
             self.backoff.unit = unit if p.max_unit is None else min(unit, p.max_unit)
         if self.exhausted_reason() is not None:

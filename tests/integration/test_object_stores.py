@@ -40,6 +40,7 @@ from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     AtomicityUnsupportedError,
     InvalidStorageArgumentError,
+    LimitExceededError,
     ObjectExistsError,
     ObjectNotFoundError,
 )
@@ -65,7 +66,7 @@ from txn_engine.storage import (
     StoreCommitHandler,
     open_storage,
 )
-from txn_engine.storage.base import Storage, read_concurrency
+from txn_engine.storage.base import Storage, get_bounded, read_concurrency
 from txn_engine.testing.conformance import (
     CommitHandlerConformance,
     HandlerStorage,
@@ -814,3 +815,31 @@ def test_the_commit_loop_lists_one_page_of_a_long_history(
     latest_only = scan_versions(via, since=U64_MAX)
     assert lists() == pages + 2 * ours
     assert latest_only.latest == full.latest
+
+
+def test_a_bounded_read_is_one_request_on_obstore(
+    backend: Backend, loopback_proxy: Callable[..., Any]
+) -> None:
+    """``get_bounded`` (the read-back of a lost create: the winner's manifest, which the
+    loser builds on next) is one GET through obstore, the size taken from the response
+    before its body is read: an object over the bound is refused (LimitExceededError), a
+    missing one is ObjectNotFoundError. fsspec asks the size first (two or more requests). One
+    request less per lost race made the difference between writers that retry on the
+    winner in two round trips and the last winner, back in three (docs/performance.md)."""
+    uri = backend.uri("bounded")
+    st = backend.storage(uri)
+    body = bytes(range(256)) * 40  # 10,240 bytes
+    st.put("blob.bin", body)
+    proxy = loopback_proxy(backend.upstream, gcs_xml_uploads=backend.name == "gcs")
+    via = open_storage(uri, backend.options(endpoint=proxy.endpoint, fresh=True))
+    assert get_bounded(via, "blob.bin", len(body)) == body
+    methods = [m for m, _p, _h in proxy.requests if "blob.bin" in urllib.parse.unquote(_p)]
+    if backend.impl == "obstore":
+        assert methods == ["GET"]
+    else:  # the size first, then the bytes (gcsfs also checks it is not a directory)
+        assert len(methods) >= 2
+    with pytest.raises(LimitExceededError) as err:
+        get_bounded(via, "blob.bin", len(body) - 1)
+    assert err.value.limit == "max_bytes"
+    with pytest.raises(ObjectNotFoundError):
+        get_bounded(via, "missing.bin", 100)

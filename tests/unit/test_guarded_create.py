@@ -9,6 +9,7 @@ pin the requests each case makes and the cases the guard decides.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -313,7 +314,8 @@ class CompetitorFirst(ObjectStore):
 
 def test_a_race_lost_just_after_the_listing_is_retried_at_once_on_the_winner() -> None:
     """The winner landed after our guard listing: its manifest, read back while settling,
-    is the base of the next attempt at once: no backoff sleep, no listing before the
+    is the base of the next attempt at once: no backoff sleep (only the rank wait of a
+    first lost race, 5 steps of 0.1 x the attempt's duration), no listing before the
     second create (its own guard listing runs beside it)."""
     store = CompetitorFirst()
     table(store)
@@ -321,15 +323,18 @@ def test_a_race_lost_just_after_the_listing_is_retried_at_once_on_the_winner() -
     store.armed = True
     rec = RecordingStorage(store)
     slept: list[float] = []
+    start = time.monotonic()
     r = commit(
         rec,
         Transaction(1, Append([frag()])),
         base=base,
         retry_policy=RetryPolicy(sleep=slept.append),
     )
+    elapsed = time.monotonic() - start
     assert r.version == 3
     assert r.attempts == 2
-    assert slept == []
+    assert len(slept) == 1
+    assert 0 < slept[0] <= 0.5 * elapsed  # the rank wait, not a backoff window
     creates = [i for i, c in enumerate(rec.calls) if c[0] == "put_if_absent"]
     assert len(creates) == 2
     between = [c[0] for c in rec.calls[creates[0] + 1 : creates[1]]]
@@ -373,3 +378,71 @@ def test_the_guard_listing_is_sent_before_the_create() -> None:
         store.order.clear()
         commit(store, Transaction(base.version, Append([frag()])), base=base)
         assert store.order[:2] == ["list", "create"], store.order
+
+
+class CompetitorFirstTimes(ObjectStore):
+    """Another writer's Append lands right before each of our next ``times`` manifest
+    creates (after our guard listing was served): we lose ``times`` races in a row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times = 0
+        self.competing = False
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        if self.times and path.startswith("_versions/") and not self.competing:
+            self.times -= 1
+            self.competing = True  # the competitor's own create does not compete
+            try:
+                append(self)
+            finally:
+                self.competing = False
+        super().put_if_absent(path, data)
+
+
+def test_repeated_lost_races_are_chased_with_shrinking_rank_waits() -> None:
+    """Seven races lost in a row, each to a winner read back while settling: every retry
+    builds on that winner at once, waiting only its rank (shrinking with each loss: a
+    writer that has lost more sends its create sooner than writers that lost less), never
+    a backoff window, and no listing is taken besides the guard listings."""
+    store = CompetitorFirstTimes()
+    table(store)
+    base = Dataset.open(store)
+    store.times = 7
+    rec = RecordingStorage(store)
+    slept: list[float] = []
+    r = commit(
+        rec,
+        Transaction(1, Append([frag()])),
+        base=base,
+        retry_policy=RetryPolicy(sleep=slept.append),
+    )
+    assert r.version == 9
+    assert r.attempts == 8
+    assert len(slept) == 5  # ranks 5..1 steps; from the 6th loss on no wait
+    assert all(a > b for a, b in itertools.pairwise(slept))
+    assert rec.counts["list"] == 8  # one guard listing per create
+    assert versions(store) == list(range(1, 10))
+
+
+def test_limited_chases_fall_back_to_the_backoff_schedule() -> None:
+    """``RetryPolicy(chases=3, chase_ranks=0)`` (the schedule before the ranked chase):
+    after three lost races the loop sleeps the backoff schedule and lists again."""
+    store = CompetitorFirstTimes()
+    table(store)
+    base = Dataset.open(store)
+    store.times = 5
+    rec = RecordingStorage(store)
+    slept: list[float] = []
+    r = commit(
+        rec,
+        Transaction(1, Append([frag()])),
+        base=base,
+        retry_policy=RetryPolicy(
+            sleep=slept.append, chases=3, chase_ranks=0, randbelow=lambda n: 1
+        ),
+    )
+    assert r.version == 7
+    assert r.attempts == 6
+    assert len(slept) == 3  # the 3rd, 4th and 5th losses back off
+    assert rec.counts["list"] > 6  # after a backoff the attempt lists first

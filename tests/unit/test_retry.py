@@ -261,3 +261,57 @@ def test_policy_validation_and_equality() -> None:
     with pytest.raises(ValueError, match="max_window"):
         RetryPolicy(max_window=-1)
     assert RetryPolicy().deadline is None
+
+
+def test_a_chase_waits_its_rank_the_more_races_lost_the_sooner() -> None:
+    """An immediate retry on a known winner after a lost race waits ``(chase_ranks - lost)
+    x chase_step x the shortest attempt``: a writer that has lost more races sends its
+    create earlier than one that has lost fewer, and from ``chase_ranks`` losses on it
+    does not wait at all. Only the budget ends chasing (``chases=None``, the default)."""
+    clock = FakeClock()
+    policy = RetryPolicy(clock=clock.now, sleep=clock.sleep, max_attempts=9)
+    assert (policy.chases, policy.chase_ranks, policy.chase_step) == (None, 6, 0.1)
+    budget = policy.budget()
+    waits = []
+    for _ in range(8):
+        budget.start_attempt()
+        clock.t += 0.05  # every attempt: 50 ms
+        assert budget.may_chase()
+        before = len(clock.sleeps)
+        assert budget.chase(ranked=True)
+        waits.append(sum(clock.sleeps[before:]))
+    assert waits == pytest.approx([0.025, 0.02, 0.015, 0.01, 0.005, 0, 0, 0])
+    budget.start_attempt()  # the 9th attempt spends the budget
+    clock.t += 0.05
+    assert not budget.chase(ranked=True)
+
+
+def test_a_chase_after_a_stale_base_does_not_wait() -> None:
+    """``ranked=False`` (the first create lost only because the base was behind): the retry
+    starts at once, with no rank wait."""
+    clock = FakeClock()
+    budget = RetryPolicy(clock=clock.now, sleep=clock.sleep).budget()
+    budget.start_attempt()
+    clock.t += 0.05
+    assert budget.chase(ranked=False)
+    assert clock.sleeps == []
+
+
+def test_chase_limits_and_lances_schedule_has_none() -> None:
+    """``chases=N``: only the first N attempts may be followed at once (then the backoff
+    schedule); Lance's schedule never chases and never waits a rank."""
+    budget = RetryPolicy(chases=3).budget()
+    allowed = []
+    for _ in range(5):
+        budget.start_attempt()
+        allowed.append(budget.may_chase())
+    assert allowed == [True, True, False, False, False]
+    lance = RetryPolicy.lance()
+    assert (lance.chases, lance.chase_ranks) == (0, 0)
+    b = lance.budget()
+    b.start_attempt()
+    assert not b.may_chase()
+    with pytest.raises(ValueError, match="chases"):
+        RetryPolicy(chases=-1)
+    with pytest.raises(ValueError, match="chase_ranks"):
+        RetryPolicy(chase_ranks=-1)

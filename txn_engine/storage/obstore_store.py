@@ -33,6 +33,7 @@ from typing import Any
 from txn_engine.errors import (
     AmbiguousWriteError,
     InvalidStorageArgumentError,
+    LimitExceededError,
     ObjectExistsError,
     ObjectNotFoundError,
     StorageError,
@@ -323,6 +324,24 @@ class ObstoreStorage:
                 return b""
             raise
         return data[: end - start]
+
+    def get_bounded(self, path: str, max_bytes: int) -> bytes:
+        """The whole object in one request, refused (LimitExceededError) when the response
+        says it is larger than ``max_bytes``, before its body is read. One GET instead of a
+        HEAD and a ranged GET: the read-back of a lost create (the winner's manifest, which
+        a writer that lost the race builds on) is then one round trip."""
+        check_path(path)
+        with self._mapped("get_bounded", path, write=False):
+            result = _obstore().get(self._store, path)
+            size = int(result.meta["size"])
+            data = bytes(result.bytes()) if size <= max_bytes else None
+        if data is None or len(data) > max_bytes:
+            raise LimitExceededError(
+                f"{self.uri}/{path}: object is {size} bytes, more than the {max_bytes} "
+                "allowed here",
+                limit="max_bytes",
+            )
+        return data
 
     def get_tail(self, path: str, n: int) -> tuple[bytes, int] | None:
         """The last ``n`` bytes of the object (all of it if smaller) and its size, in one

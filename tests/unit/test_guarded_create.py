@@ -400,49 +400,43 @@ class CompetitorFirstTimes(ObjectStore):
         super().put_if_absent(path, data)
 
 
+def _lose_races(
+    times: int, policy: RetryPolicy
+) -> tuple[CommitResult, RecordingStorage, list[int]]:
+    """Commit one Append from a Dataset base while other writers win our next ``times``
+    races; the result, the recorded requests and the versions afterwards."""
+    store = CompetitorFirstTimes()
+    table(store)
+    base = Dataset.open(store)
+    store.times = times
+    rec = RecordingStorage(store)
+    r = commit(rec, Transaction(1, Append([frag()])), base=base, retry_policy=policy)
+    return r, rec, versions(store)
+
+
 def test_repeated_lost_races_are_chased_with_shrinking_rank_waits() -> None:
     """Seven races lost in a row, each to a winner read back while settling: every retry
     builds on that winner at once, waiting only its rank (shrinking with each loss: a
     writer that has lost more sends its create sooner than writers that lost less), never
     a backoff window, and no listing is taken besides the guard listings."""
-    store = CompetitorFirstTimes()
-    table(store)
-    base = Dataset.open(store)
-    store.times = 7
-    rec = RecordingStorage(store)
     slept: list[float] = []
-    r = commit(
-        rec,
-        Transaction(1, Append([frag()])),
-        base=base,
-        retry_policy=RetryPolicy(sleep=slept.append),
-    )
+    r, rec, landed = _lose_races(7, RetryPolicy(sleep=slept.append))
     assert r.version == 9
     assert r.attempts == 8
     assert len(slept) == 5  # ranks 5..1 steps; from the 6th loss on no wait
     assert all(a > b for a, b in itertools.pairwise(slept))
     assert rec.counts["list"] == 8  # one guard listing per create
-    assert versions(store) == list(range(1, 10))
+    assert landed == list(range(1, 10))
 
 
 def test_limited_chases_fall_back_to_the_backoff_schedule() -> None:
     """``RetryPolicy(chases=3, chase_ranks=0)`` (the schedule before the ranked chase):
     after three lost races the loop sleeps the backoff schedule and lists again."""
-    store = CompetitorFirstTimes()
-    table(store)
-    base = Dataset.open(store)
-    store.times = 5
-    rec = RecordingStorage(store)
     slept: list[float] = []
-    r = commit(
-        rec,
-        Transaction(1, Append([frag()])),
-        base=base,
-        retry_policy=RetryPolicy(
-            sleep=slept.append, chases=3, chase_ranks=0, randbelow=lambda n: 1
-        ),
-    )
+    policy = RetryPolicy(sleep=slept.append, chases=3, chase_ranks=0, randbelow=lambda n: 1)
+    r, rec, landed = _lose_races(5, policy)
     assert r.version == 7
     assert r.attempts == 6
     assert len(slept) == 3  # the 3rd, 4th and 5th losses back off
     assert rec.counts["list"] > 6  # after a backoff the attempt lists first
+    assert landed == list(range(1, 8))

@@ -12,12 +12,16 @@ from pathlib import Path
 
 import lance
 import pyarrow as pa
+import pytest
 from lance.fragment import write_fragments
 
 import txn_engine as te
 from txn_engine.dataset import Dataset
 from txn_engine.format.naming import VERSION_HINT_PATH
 from txn_engine.storage import LocalStorage, RecordingStorage
+
+# these tests exercise the hint path: use it on their small tables too
+pytestmark = pytest.mark.usefixtures("hint_on_every_table")
 
 
 def _rows(start: int, n: int) -> pa.Table:

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +42,9 @@ from txn_engine.ops import Append, Overwrite
 from txn_engine.storage import LocalStorage, RecordingStorage
 from txn_engine.storage.base import Storage
 from txn_engine.transaction import Transaction
+
+# these tests exercise the hint path: use it on their small tables too
+pytestmark = pytest.mark.usefixtures("hint_on_every_table")
 
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
 GARBAGE = [
@@ -217,6 +221,7 @@ def _outcome(storage: Storage, read_version: int) -> tuple[str, int | None]:
 def test_the_commit_loop_decides_the_same_with_and_without_the_hint(
     history: list[tuple[str, int | bool]], pick: int
 ) -> None:
+
     with tempfile.TemporaryDirectory() as tmp:
         table = Table(Path(tmp) / "with.lance", real=True)
         next_tick(table.root)

@@ -43,6 +43,9 @@ from txn_engine.storage import LocalStorage, MemoryStorage, RecordingStorage
 from txn_engine.storage._files import is_staging_name, staging_path
 from txn_engine.transaction import Transaction
 
+# these tests exercise the hint path: use it on their small tables too
+pytestmark = pytest.mark.usefixtures("hint_on_every_table")
+
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
 
 

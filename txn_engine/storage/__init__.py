@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from txn_engine.errors import InvalidStorageArgumentError, StorageError, TxnEngineError
-from txn_engine.storage.base import Storage
+from txn_engine.storage.base import Storage, is_storage
 from txn_engine.storage.external import (
     DynamoDBManifestStore,
     ExternalCommitHandler,
@@ -128,7 +128,7 @@ def open_storage(
     is installed or the filesystem cannot be created.
     """
     if not isinstance(uri, (str, os.PathLike)):
-        if not isinstance(uri, Storage):
+        if not is_storage(uri):
             raise InvalidStorageArgumentError(
                 f"expected a URI, a path or a Storage, got {type(uri).__name__}"
             )

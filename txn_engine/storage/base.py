@@ -45,6 +45,7 @@ __all__ = [
     "ForwardingStorage",
     "Storage",
     "get_bounded",
+    "is_storage",
     "read_concurrency",
 ]
 
@@ -132,6 +133,22 @@ def get_bounded(storage: Storage, path: str, max_bytes: int, *, what: str | None
             limit="max_bytes",
         )
     return data
+
+
+_STORAGE_TYPES: set[type] = set()
+
+
+def is_storage(obj: object) -> bool:
+    """``isinstance(obj, Storage)``, remembered per class once true: a runtime-checkable
+    protocol check looks up every method (10-25 us), and the commit path asks it several
+    times per commit with the same storage classes."""
+    cls = type(obj)
+    if cls in _STORAGE_TYPES:
+        return True
+    if isinstance(obj, Storage):
+        _STORAGE_TYPES.add(cls)
+        return True
+    return False
 
 
 def read_concurrency(storage: Storage) -> int:

@@ -238,6 +238,16 @@ class LocalStorage:
                     os.unlink(staging)
                 raise
 
+    def directory_bytes(self, directory: str) -> int:
+        """The size the filesystem reports for ``directory`` (it grows with the number of
+        entries: 4 KiB blocks of about 85 manifest names on ext4); 0 when it cannot be
+        stat'ed."""
+        rel = check_prefix(directory)
+        try:
+            return os.stat(os.path.join(self._root, *rel.split("/"))).st_size
+        except OSError:
+            return 0
+
     def unchanged_since(self, directory: str, paths: Sequence[str]) -> bool:
         """Whether no entry of ``directory`` was created, removed or renamed after the
         newest of ``paths`` was put there: the directory's mtime is not later than the

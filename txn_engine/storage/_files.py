@@ -31,6 +31,7 @@ __all__ = [
     "is_staging_name",
     "replace_atomic",
     "staging_path",
+    "write_staging",
 ]
 
 STAGING_NAME: Final = re.compile(r"\.[0-9a-f]{32}\.tmp\Z")
@@ -65,16 +66,28 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _write_staging(final: str, data: bytes, *, fsync: bool) -> str:
-    """Write ``data`` to a new staging file next to ``final`` and return its path."""
+_STAGING_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+
+
+def write_staging(final: str, data: bytes, *, fsync: bool) -> str:
+    """Write ``data`` to a new staging file next to ``final`` and return its path; the
+    parent directories are created when missing (asked only then: a ``makedirs`` on every
+    write is a stat and some microseconds of Python per file)."""
     staging = staging_path(final)
-    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        with os.fdopen(fd, "wb", closefd=True) as f:
-            f.write(data)
-            f.flush()
+        fd = os.open(staging, _STAGING_FLAGS, 0o666)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        fd = os.open(staging, _STAGING_FLAGS, 0o666)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             if fsync:
-                os.fsync(f.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
     except BaseException:
         _unlink_quietly(staging)
         raise
@@ -94,8 +107,7 @@ def create_exclusive(final: str, data: bytes, *, fsync: bool) -> None:
     anything else (the caller maps it). The staging file is always removed.
     """
     directory = os.path.dirname(final)
-    os.makedirs(directory, exist_ok=True)
-    staging = _write_staging(final, data, fsync=fsync)
+    staging = write_staging(final, data, fsync=fsync)
     try:
         os.link(staging, final)
     except FileExistsError as exc:
@@ -117,8 +129,7 @@ def create_exclusive(final: str, data: bytes, *, fsync: bool) -> None:
 def replace_atomic(final: str, data: bytes, *, fsync: bool) -> None:
     """Write ``final`` (overwriting) so that readers see old or new bytes, never a prefix."""
     directory = os.path.dirname(final)
-    os.makedirs(directory, exist_ok=True)
-    staging = _write_staging(final, data, fsync=fsync)
+    staging = write_staging(final, data, fsync=fsync)
     try:
         os.replace(staging, final)
     except BaseException:

@@ -113,6 +113,6 @@ def commit_handler_for(storage: Storage) -> CommitHandler:
     """The commit handler of ``storage``: its ``commit_handler`` attribute when it carries
     one (``s3+ddb://``), else a :class:`StoreCommitHandler` over it."""
     carried = getattr(storage, "commit_handler", None)
-    if isinstance(carried, CommitHandler):
+    if carried is not None and isinstance(carried, CommitHandler):
         return carried
     return StoreCommitHandler(storage)

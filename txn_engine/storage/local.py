@@ -27,7 +27,7 @@ from txn_engine.storage._files import (
     create_exclusive,
     is_staging_name,
     replace_atomic,
-    staging_path,
+    write_staging,
 )
 from txn_engine.storage._paths import check_path, check_prefix, check_range
 
@@ -76,7 +76,6 @@ def _mapped(op: str, path: str, *, write: bool = False) -> Iterator[None]:
 
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_STAGING_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
 
 
 def _nonblocking_opener(path: str, flags: int) -> int:
@@ -217,19 +216,8 @@ class LocalStorage:
         50 us this way."""
         full = self.full_path(path)
         with _mapped("put", full, write=True):
-            staging = staging_path(full)
+            staging = write_staging(full, data, fsync=False)
             try:
-                fd = os.open(staging, _STAGING_FLAGS, 0o666)
-            except FileNotFoundError:
-                os.makedirs(os.path.dirname(full), exist_ok=True)
-                fd = os.open(staging, _STAGING_FLAGS, 0o666)
-            try:
-                try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                finally:
-                    os.close(fd)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(full)
                 os.rename(staging, full)

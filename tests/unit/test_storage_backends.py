@@ -924,3 +924,25 @@ def test_lance_options_are_the_same_set_without_txn_engine_names() -> None:
     assert lance_options("s3://b/t.lance", None) is None
     with pytest.raises(InvalidStorageArgumentError, match="pylance cannot take"):
         lance_options("s3://b/t.lance", {"client_kwargs": {"verify": False}})
+
+
+def test_is_storage_checks_the_protocol_and_remembers_only_a_yes(tmp_path: Path) -> None:
+    """``is_storage`` answers as ``isinstance(x, Storage)`` (the runtime protocol check,
+    10-25 us) and remembers a class once an instance of it passed; an object that lacks
+    the methods is never remembered, so ``open_storage`` still refuses it."""
+    from txn_engine.storage import base
+
+    st = LocalStorage(str(tmp_path))
+    assert base.is_storage(st)
+    assert LocalStorage in base._STORAGE_TYPES
+    assert base.is_storage(MemoryStorage())
+
+    class NotAStore:
+        def get(self, path: str) -> bytes:
+            return b""
+
+    assert not base.is_storage(NotAStore())
+    assert NotAStore not in base._STORAGE_TYPES
+    with pytest.raises(InvalidStorageArgumentError):
+        open_storage(NotAStore())  # type: ignore[arg-type]
+    assert open_storage(st) is st

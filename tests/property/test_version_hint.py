@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +40,7 @@ from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.storage import LocalStorage, RecordingStorage
 from txn_engine.storage.base import Storage
+from txn_engine.testing.fsclock import next_tick
 from txn_engine.transaction import Transaction
 
 # these tests exercise the hint path: use it on their small tables too
@@ -68,22 +68,6 @@ _history = st.lists(_event, min_size=1, max_size=10)
 
 def frag() -> Fragment:
     return Fragment(0, (DataFile(f"{uuid.uuid4().hex}.lance", (0,), (0,), 2, 2, 100),), 10)
-
-
-def next_tick(root: Path) -> None:
-    """Wait until the filesystem clock has moved past ``_versions/``'s mtime (timestamps
-    are per clock tick; two events of a history must not share one)."""
-    seen = (root / VERSIONS_DIR).stat().st_mtime_ns
-    probe = root.parent / f"tick-{uuid.uuid4().hex}"
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        probe.write_bytes(b"")
-        now = probe.stat().st_ctime_ns
-        probe.unlink()
-        if now > seen:
-            return
-        time.sleep(0.001)
-    raise AssertionError("the filesystem clock did not move")  # pragma: no cover
 
 
 class Opaque:
@@ -175,7 +159,7 @@ class Table:
             absent = [v for v in range(0, self.created + 3) if v not in self.existing]
             choices = GARBAGE + [version_hint_bytes(v) for v in absent]
             self._hint(choices[int(arg) % len(choices)])
-        next_tick(self.root)
+        next_tick(self.root / VERSIONS_DIR)
 
 
 def _restricted(storage: Storage, since: int) -> tuple[list[int], int | None]:
@@ -193,7 +177,7 @@ def test_scan_with_the_hint_answers_what_the_full_listing_answers(
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         table = Table(Path(tmp) / "t.lance", real=False)
-        next_tick(table.root)
+        next_tick(table.root / VERSIONS_DIR)
         for kind, arg in history:
             table.apply(kind, arg)
         full = [e.version for e in scan_versions(table.store)]
@@ -224,7 +208,7 @@ def test_the_commit_loop_decides_the_same_with_and_without_the_hint(
 
     with tempfile.TemporaryDirectory() as tmp:
         table = Table(Path(tmp) / "with.lance", real=True)
-        next_tick(table.root)
+        next_tick(table.root / VERSIONS_DIR)
         for kind, arg in history:
             table.apply(kind, arg)
         without = Path(tmp) / "without.lance"

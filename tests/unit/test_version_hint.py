@@ -41,6 +41,7 @@ from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.storage import LocalStorage, MemoryStorage, RecordingStorage
 from txn_engine.storage._files import is_staging_name, staging_path
+from txn_engine.testing.fsclock import next_tick
 from txn_engine.transaction import Transaction
 
 # these tests exercise the hint path: use it on their small tables too
@@ -87,23 +88,6 @@ def remove_versions(uri: str, versions: range | list[int]) -> None:
     """Delete manifests as a cleanup would."""
     for v in versions:
         os.unlink(Path(uri, "_versions", manifest_name(v, NamingScheme.V2)))
-
-
-def next_tick(uri: str) -> None:
-    """Wait until the filesystem clock has moved past ``_versions/``'s mtime, so that the
-    next change there carries a later timestamp (timestamps are per clock tick)."""
-    directory = Path(uri, "_versions")
-    seen = directory.stat().st_mtime_ns
-    probe = Path(uri).parent / f"tick-{uuid.uuid4().hex}"
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        probe.write_bytes(b"")
-        now = probe.stat().st_ctime_ns
-        probe.unlink()
-        if now > seen:
-            return
-        time.sleep(0.001)
-    raise AssertionError("the filesystem clock did not move")  # pragma: no cover
 
 
 def recorder(uri: str) -> RecordingStorage:
@@ -253,7 +237,7 @@ def test_a_cleanup_after_the_hint_makes_it_list(tmp_path: Path) -> None:
     listing: 20."""
     uri = make_table(tmp_path, 5)  # hint = 5
     copy_versions(uri, 20)
-    next_tick(uri)
+    next_tick(Path(uri, "_versions"))
     remove_versions(uri, range(6, 16))
     rec = recorder(uri)
     assert latest_version(rec).version == 20
@@ -283,9 +267,9 @@ def test_missing_history_is_still_seen_through_the_hint(tmp_path: Path) -> None:
     checks 5..11 without listing, finds 7 missing and raises HistoryUnavailableError, as it
     does with a listing."""
     uri = make_table(tmp_path, 10)
-    next_tick(uri)
+    next_tick(Path(uri, "_versions"))
     remove_versions(uri, [7])
-    next_tick(uri)
+    next_tick(Path(uri, "_versions"))
     commit(uri, Transaction(10, Append([frag()])))  # writes the hint: 11
     rec = recorder(uri)
     listing = scan_versions(rec, since=5)
@@ -385,9 +369,9 @@ def test_a_hint_naming_a_removed_version_is_not_used_for_a_newer_since(tmp_path:
     version 4 (newer than the hint) must not probe from 4 and stop at the gap: the hint names
     no version, so it is not used at all and the latest is 6."""
     uri = make_table(tmp_path, 6)
-    next_tick(uri)
+    next_tick(Path(uri, "_versions"))
     remove_versions(uri, [3, 5])
-    next_tick(uri)
+    next_tick(Path(uri, "_versions"))
     set_hint(uri, b'{"version":3}')
     rec = recorder(uri)
     versions, latest = scan_versions(rec, since=4), 6

@@ -17,7 +17,10 @@ See ``docs/testing.md``. Submodules:
 * :mod:`~txn_engine.testing.machine` *(needs hypothesis)*: :class:`WritersMachine`, a
   ``RuleBasedStateMachine`` of N interleaved writers, and its :class:`Planner`;
 * :mod:`~txn_engine.testing.strategies`, :mod:`~txn_engine.testing.schemas` *(need
-  hypothesis)*: strategies for every value type, operation, transaction and schema.
+  hypothesis)*: strategies for every value type, operation, transaction and schema;
+* :mod:`~txn_engine.testing.fsclock`: :func:`~txn_engine.testing.fsclock.next_tick`, a wait
+  for the filesystem clock, for tests of the local-disk latest-version hint (it trusts
+  directory timestamps).
 
 The invariant checker itself is :func:`txn_engine.verify.verify`.
 

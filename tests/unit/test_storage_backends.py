@@ -183,6 +183,12 @@ class FakeObjectStore(AbstractFileSystem):  # type: ignore[misc]
 def test_local_staging_file_never_ends_in_manifest_and_is_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The named staging file (where there is no O_TMPFILE; Linux creates through an
+    unnamed inode, tests/unit/test_local_create.py): never a manifest name, in the same
+    directory, removed after the link, also after a lost race."""
+    from txn_engine.storage import _files
+
+    monkeypatch.setattr(_files, "_TMPFILE", None)
     links: list[tuple[str, str]] = []
     replaces: list[tuple[str, str]] = []
     real_link, real_replace = os.link, os.replace

@@ -2,7 +2,9 @@
 
 Create-if-absent is ``write staging file → fsync → os.link(staging, final) → unlink staging
 → fsync directory``; ``link`` fails atomically if ``final`` exists, in any process on the
-machine (and on NFSv3+/SMB mounts that support hard links). Overwriting writes use
+machine (and on NFSv3+/SMB mounts that support hard links). On Linux the staging file is an
+unnamed ``O_TMPFILE`` inode linked into place through ``/proc/self/fd`` (the same ``EEXIST``
+guarantee, no name to unlink; see :mod:`txn_engine.storage._files`). Overwriting writes use
 ``os.replace`` from a staging file, so readers never see a prefix.
 """
 

@@ -170,16 +170,22 @@ def _restricted(storage: Storage, since: int) -> tuple[list[int], int | None]:
     )
 
 
+def _played(root: Path, history: list[tuple[str, int | bool]], *, real: bool) -> Table:
+    """A table at ``root`` after ``history`` (a clock tick after its creation)."""
+    table = Table(root, real=real)
+    next_tick(table.root / VERSIONS_DIR)
+    for kind, arg in history:
+        table.apply(kind, arg)
+    return table
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=_history, picks=st.lists(st.integers(0, 1000), min_size=1, max_size=4))
 def test_scan_with_the_hint_answers_what_the_full_listing_answers(
     history: list[tuple[str, int | bool]], picks: list[int]
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        table = Table(Path(tmp) / "t.lance", real=False)
-        next_tick(table.root / VERSIONS_DIR)
-        for kind, arg in history:
-            table.apply(kind, arg)
+        table = _played(Path(tmp) / "t.lance", history, real=False)
         full = [e.version for e in scan_versions(table.store)]
         assert full == table.existing
         candidates = [*range(0, table.created + 3), U64_MAX]
@@ -205,12 +211,8 @@ def _outcome(storage: Storage, read_version: int) -> tuple[str, int | None]:
 def test_the_commit_loop_decides_the_same_with_and_without_the_hint(
     history: list[tuple[str, int | bool]], pick: int
 ) -> None:
-
     with tempfile.TemporaryDirectory() as tmp:
-        table = Table(Path(tmp) / "with.lance", real=True)
-        next_tick(table.root / VERSIONS_DIR)
-        for kind, arg in history:
-            table.apply(kind, arg)
+        table = _played(Path(tmp) / "with.lance", history, real=True)
         without = Path(tmp) / "without.lance"
         shutil.copytree(table.root, without)
         (without / VERSION_HINT_PATH).unlink(missing_ok=True)

@@ -23,16 +23,22 @@ def _no_staging(final: str, data: bytes, *, fsync: bool) -> str:
     raise AssertionError("a named staging file was written")
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="O_TMPFILE is Linux's")
 @pytest.mark.parametrize("fsync", [True, False])
 def test_linux_creates_through_an_unnamed_inode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
 ) -> None:
     """No named staging file on Linux: the create works with ``write_staging`` broken, the
     parent directories are made, the file has the bytes and the usual permissions, a
-    second create of the name is ObjectExistsError and leaves the first bytes."""
-    monkeypatch.setattr(_files, "_TMPFILE", os.O_TMPFILE)
+    second create of the name is ObjectExistsError and leaves the first bytes. (Elsewhere
+    there is no ``O_TMPFILE``, and the create must then take the named staging file.)"""
+    tmpfile = getattr(os, "O_TMPFILE", None)
+    assert (tmpfile is not None) == sys.platform.startswith("linux")
+    monkeypatch.setattr(_files, "_TMPFILE", tmpfile)
     monkeypatch.setattr(_files, "write_staging", _no_staging)
+    if tmpfile is None:
+        with pytest.raises(AssertionError, match="named staging file"):
+            _files.create_exclusive(str(tmp_path / "x.manifest"), b"x", fsync=fsync)
+        return
     final = tmp_path / "t" / "_versions" / "1.manifest"
     _files.create_exclusive(str(final), b"first", fsync=fsync)
     assert final.read_bytes() == b"first"

@@ -86,17 +86,23 @@ def write_staging(final: str, data: bytes, *, fsync: bool) -> str:
         fd = os.open(staging, _STAGING_FLAGS, 0o666)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if fsync:
-                os.fsync(fd)
+            _write_all(fd, data, fsync=fsync)
         finally:
             os.close(fd)
     except BaseException:
         _unlink_quietly(staging)
         raise
     return staging
+
+
+def _write_all(fd: int, data: bytes, *, fsync: bool) -> None:
+    """Write every byte of ``data`` to ``fd`` (``os.write`` may write less), then fsync it
+    when asked."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    if fsync:
+        os.fsync(fd)
 
 
 def _unlink_quietly(path: str) -> None:
@@ -135,11 +141,7 @@ def _create_tmpfile(final: str, data: bytes, *, fsync: bool) -> bool:
                 return False
             raise
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if fsync:
-                os.fsync(fd)
+            _write_all(fd, data, fsync=fsync)
             try:
                 # linkat(AT_SYMLINK_FOLLOW) of the /proc link: EEXIST if final exists
                 os.link(

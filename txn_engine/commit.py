@@ -21,28 +21,29 @@
    ours (:mod:`txn_engine.conflicts.lineage`); one that does not was built on an earlier
    manifest at our version number that a cleanup removed while we were committing (the
    create succeeded in the freed slot), so ours is withdrawn and HistoryUnavailableError
-   raised. Then ``_transactions/{read_version}-{uuid}.txn``, the redundant copy of the
-   inline transaction, is written (its failure does not fail a landed commit);
+   raised. With ``transaction_file=True`` ``_transactions/{read_version}-{uuid}.txn``, the
+   redundant copy of the inline transaction, is then written (its failure does not fail a
+   landed commit); by default the transaction is inline only (writer flag 32);
 6. on losing the race, back off (:class:`~txn_engine.retry.RetryPolicy`) and repeat from 1.
 
 **Guarded creates (object stores).** On a store that serves requests concurrently and
-decides versions with its own create-if-absent (S3, GCS, Azure), step 4's create runs
-beside a *guard listing* of ``_versions/`` (started first) and the ``.txn`` copy: three
-requests in flight, one round trip. The guard listing then decides step 5 without another
-request in the common case: it shows the version we built on as the latest and nothing at
-or above ours (accepted), the version right above ours (it must descend from ours), versions
-above ours with a gap (ours landed in a freed slot: withdrawn), or our version and nothing
-above (the existence check decides). A lost create whose guard listing already shows the
-winner retries from that listing at once. With a :class:`~txn_engine.dataset.Dataset` as
-``base`` the first attempt skips steps 1-3 (the base is taken to be the latest and the guard
-listing checks it): an uncontended warm commit is one round trip. What this leaves open,
-and why txn_engine's cleanup cannot trigger it, is in ``docs/architecture.md``
-(*Guarded creates*).
+decides versions with its own create-if-absent (S3, GCS, Azure), step 4's create runs beside
+a *guard listing* of ``_versions/`` (started first; and the ``.txn`` copy when it is asked
+for): two requests in flight, one round trip. The guard listing then decides step 5 without
+another request in the common case: it shows the version we built on as the latest and
+nothing at or above ours (accepted), the version right above ours (it must descend from
+ours), versions above ours with a gap (ours landed in a freed slot: withdrawn), or our
+version and nothing above (the existence check decides). A lost create whose guard listing
+already shows the winner retries from that listing at once. With a
+:class:`~txn_engine.dataset.Dataset` as ``base`` the first attempt skips steps 1-3 (the base
+is taken to be the latest and the guard listing checks it): an uncontended warm commit is
+one round trip. What this leaves open, and why txn_engine's cleanup cannot trigger it, is in
+``docs/architecture.md`` (*Guarded creates*).
 
 With a Dataset as ``base`` and ``assume_latest=True`` on a store without concurrent requests
-(local disk), the first attempt also skips steps 1-3 (one create, one existence check and
-the ``.txn`` copy); opt in only where no lease-ignoring cleanup runs. Losing that race falls
-back to the loop above, which checks every version in between.
+(local disk), the first attempt also skips steps 1-3 (one create and one existence check);
+opt in only where no lease-ignoring cleanup runs. Losing that race falls back to the loop
+above, which checks every version in between.
 
 Exactly once: when the manifest create fails in a way that leaves its outcome unknown
 (lost response, timeout, any storage error after the request may have reached the store,
@@ -244,6 +245,8 @@ class _State:
     raced: bool = False
     #: ``.txn`` copies started beside creates (path -> copy); the landed one is kept
     copies: dict[str, _TransactionCopy] = attrs.field(factory=dict)
+    #: also write the ``_transactions/`` copy (``commit(transaction_file=True)``)
+    transaction_file: bool = False
 
     @property
     def storage(self) -> Storage:
@@ -425,17 +428,22 @@ def _landed(found: bytes, data: bytes) -> bool:
 
 
 def _encode_transaction(state: _State, txn: Transaction) -> tuple[str, transaction_pb2.Transaction]:
-    """The transaction's protobuf and ``_transactions/`` file name (cached per transaction)."""
+    """The transaction's protobuf and ``_transactions/`` file name (cached per transaction;
+    the name is empty when the transaction is stored inline only)."""
     if state.encoded is None or state.encoded[0] is not txn:
-        name = transaction_file_name(txn.read_version, txn.uuid)
+        name = transaction_file_name(txn.read_version, txn.uuid) if state.transaction_file else ""
         state.encoded = (txn, name, transaction_to_proto(txn))
     return state.encoded[1], state.encoded[2]
 
 
 def _write_transaction_file(
-    storage: Storage, txn: Transaction
+    storage: Storage, txn: Transaction, write: bool
 ) -> tuple[str, transaction_pb2.Transaction]:
+    """The transaction's protobuf, and the name of its ``_transactions/`` copy once written
+    (empty, and nothing written, unless ``write``)."""
     pb = transaction_to_proto(txn)
+    if not write:
+        return "", pb
     name = transaction_file_name(txn.read_version, txn.uuid)
     storage.put(transaction_path(name), pb.SerializeToString(deterministic=True))
     return name, pb
@@ -454,6 +462,7 @@ def _commit_new(
     naming: NamingScheme | None,
     timestamp_ns: int | None,
     stable_row_ids: bool,
+    transaction_file: bool,
 ) -> CommitResult:
     op = txn.operation
     clone_source: ManifestState | None = None
@@ -482,7 +491,7 @@ def _commit_new(
             f"commit with read_version={latest} to overwrite it"
         )
     validate(None, txn)
-    name, pb = _write_transaction_file(storage, txn)
+    name, pb = _write_transaction_file(storage, txn, transaction_file)
     state = build_manifest(
         None,
         txn,
@@ -523,6 +532,7 @@ def commit(
     timestamp_ns: int | None = None,
     enable_stable_row_ids: bool = False,
     assume_latest: bool = False,
+    transaction_file: bool = False,
 ) -> CommitResult:
     """Commit ``transaction`` to the dataset at ``uri_or_storage``; return where it landed.
 
@@ -545,6 +555,13 @@ def commit(
     * ``timestamp_ns``: the manifest timestamp (default: now).
     * ``enable_stable_row_ids``: only when creating a dataset (it cannot be switched on
       later; an existing dataset keeps its setting).
+    * ``transaction_file``: the transaction always travels inline in the manifest, and by
+      default only there: the manifest carries writer flag 32 (``disable_transaction_file``)
+      and no ``_transactions/`` object is written (one request fewer per commit; pylance 14
+      reads the inline copy). Pass True to also write ``_transactions/{read_version}-{uuid}.txn``
+      as pylance does, for a table that Lance writers older than inline transactions also
+      commit to (they refuse a table whose writer flags they do not know rather than miss a
+      conflict). See ``docs/architecture.md`` (*Inline transactions*).
 
     Raises RetryableConflictError (re-plan and retry; see :func:`replan_and_commit`),
     IncompatibleTransactionError, RetriesExhaustedError (contention), CommitStateUnknownError
@@ -557,7 +574,9 @@ def commit(
     base = as_base(base)
     policy = retry_policy or RetryPolicy()
     if transaction.read_version == 0 or isinstance(transaction.operation, Clone):
-        return _commit_new(handler, transaction, naming, timestamp_ns, enable_stable_row_ids)
+        return _commit_new(
+            handler, transaction, naming, timestamp_ns, enable_stable_row_ids, transaction_file
+        )
     state = _State(
         handler=handler,
         original=transaction,
@@ -568,6 +587,7 @@ def commit(
             m for m in transaction.properties_dict.get(GROUP_MEMBERS_KEY, "").split(",") if m
         ),
         guarded=_guards(handler),
+        transaction_file=transaction_file,
     )
     direct: NamingScheme | None = None
     if base is not None:
@@ -742,12 +762,13 @@ def _land(
     the result, or None when another writer took the version (its manifest is kept for the
     next attempt).
 
-    On an object store (``state.guarded``) three requests are in flight at once: a guard
-    listing of ``_versions/`` (started first), the ``_transactions/`` copy and the
-    manifest create; the listing then decides the lineage check (:func:`_check_guarded`),
-    so an uncontended commit is one round trip. Elsewhere (local disk) the copy is written
-    after the create and its existence check (:func:`_check_lineage`). The copy is
-    redundant (pylance 14 reads the inline transaction): a failed copy fails nothing."""
+    On an object store (``state.guarded``) the requests are in flight at once: a guard
+    listing of ``_versions/`` (started first), the manifest create and, with
+    ``transaction_file=True``, the ``_transactions/`` copy; the listing then decides the
+    lineage check (:func:`_check_guarded`), so an uncontended commit is one round trip.
+    Elsewhere (local disk) the copy is written after the create and its existence check
+    (:func:`_check_lineage`). The copy is redundant (pylance 14 reads the inline
+    transaction): a failed copy fails nothing."""
     storage = state.storage
     guard = _Guard(storage, since=latest) if state.guarded else None
     txn = state.txn
@@ -763,11 +784,11 @@ def _land(
     )
     data = encode_manifest_file(built.manifest, built.indices, pb, owned=True)
     path = f"_versions/{manifest_name(target, scheme)}"
-    copy_path = transaction_path(name)
-    copy_data = pb.SerializeToString(deterministic=True)
+    copy_path = transaction_path(name) if name else ""
     copy = None
     if guard is not None:
-        copy = _start_copy(state, copy_path, copy_data)
+        if copy_path:
+            copy = _start_copy(state, copy_path, pb.SerializeToString(deterministic=True))
         guard.lead()
     try:
         found = _create(state.handler, target, path, data, txn)
@@ -791,16 +812,18 @@ def _land(
             state.prefetched = listing.with_version(target)
             state.raced = True
         return None
-    if copy is None:
-        copy = _TransactionCopy(storage, copy_path, copy_data)
-        state.copies[copy_path] = copy
+    if guard is None:
+        if copy_path:
+            copy = _TransactionCopy(storage, copy_path, pb.SerializeToString(deterministic=True))
+            state.copies[copy_path] = copy
         _check_lineage(state, target, scheme, current, built, path)
     elif listing is not None:
         _check_guarded(state, target, scheme, current, built, path, listing)
     else:  # the guard listing failed: list again, now that ours has landed
         listing = _list_after_landing(state, target, path)
         _check_guarded(state, target, scheme, current, built, path, listing, after=True)
-    copy.join()
+    if copy is not None:
+        copy.join()
     return CommitResult(target, txn, budget.attempts, path)
 
 

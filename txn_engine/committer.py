@@ -77,7 +77,8 @@ class Committer:
     """A thread-safe, in-process group committer for one table (see the module docstring).
 
     * ``max_group``: most transactions in one version (default 256).
-    * ``retry_policy`` / ``conflict_options``: as for :func:`txn_engine.commit`, per commit.
+    * ``retry_policy`` / ``conflict_options`` / ``transaction_file``: as for
+      :func:`txn_engine.commit`, per commit.
     * ``repin_after`` / ``idle_release``: seconds after which the lease the committer holds
       is moved up to the oldest queued read version / released when nothing is queued
       (defaults 30 and 1): how long a committer may keep cleanup from removing versions.
@@ -97,12 +98,14 @@ class Committer:
         max_group: int = 256,
         repin_after: float = 30.0,
         idle_release: float = 1.0,
+        transaction_file: bool = False,
     ) -> None:
         if max_group < 1:
             raise InvalidOperationError(f"max_group must be >= 1, got {max_group}")
         self._storage = open_storage(uri_or_storage, storage_options)
         self._policy = retry_policy
         self._options = conflict_options
+        self._transaction_file = transaction_file
         self._max_group = max_group
         self._queue: list[_Pending] = []
         self._cv = threading.Condition()
@@ -229,7 +232,13 @@ class Committer:
             return None
 
     def _commit(self, txn: Transaction) -> CommitResult:
-        return commit(self._storage, txn, retry_policy=self._policy, conflict_options=self._options)
+        return commit(
+            self._storage,
+            txn,
+            retry_policy=self._policy,
+            conflict_options=self._options,
+            transaction_file=self._transaction_file,
+        )
 
     def _alone(self, item: _Pending) -> None:
         if item.future.set_running_or_notify_cancel():

@@ -260,9 +260,15 @@ def test_a_cleaner_beside_txn_engine_and_pylance_writers(tmp_path: Path) -> None
             lance.dataset(uri, version=version).to_table()
         except Exception:  # observed, then judged below
             unreadable.append(version)
-    damaged = sorted({f.version for f in verify(uri, deep=True, data_files=True).errors})
+    found = verify(uri, deep=True, data_files=True).errors
+    damaged = sorted({f.version for f in found})
     print("kept versions", len(writers), "unreadable", unreadable, "verify errors at", damaged)
-    assert all(writers[v] == "lance" for v in [*unreadable, *damaged]), (unreadable, damaged)
+    assert all(writers[v] == "lance" for v in [*unreadable, *damaged]), (
+        unreadable,
+        {v: writers[v] for v in damaged},
+        [str(f) for f in found][:10],
+        {v: Dataset.open(uri, version=v).transaction for v in damaged},
+    )
     # once the cleaner has run after the writers stopped, every version it keeps is whole
     cleanup(uri, older_than=timedelta(0), keep_versions=2, progress=False)
     report = verify(uri, deep=True, data_files=True)

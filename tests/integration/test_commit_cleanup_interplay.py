@@ -25,6 +25,7 @@ import pytest
 
 from txn_engine.commit import CommitResult, commit
 from txn_engine.errors import HistoryUnavailableError
+from txn_engine.format.naming import NamingScheme, manifest_name
 from txn_engine.model import Fragment
 from txn_engine.ops import Append
 from txn_engine.storage import LocalStorage
@@ -84,8 +85,8 @@ POINTS: dict[str, tuple[str, str] | None] = {
     # the concurrent writer takes the slot, cleanup frees it again: our create succeeds
     # there and the lineage check must withdraw it
     "before-manifest-create": ("put_if_absent", "_versions/*"),
-    # our manifest landed; the .txn copy is written after it
-    "after-manifest-create": ("put", "_transactions/*"),
+    # our manifest (version 2) landed; the lineage check looks for version 3 next
+    "after-manifest-create": ("exists", f"_versions/{manifest_name(3, NamingScheme.V2)}"),
     "after-commit": None,
 }
 #: points at which the concurrent history is cleaned up before the commit could check it

@@ -70,6 +70,7 @@ from txn_engine import (
 from txn_engine._proto import table_pb2
 from txn_engine.errors import InvalidOperationError
 from txn_engine.format.deletion import read_deletion_vector
+from txn_engine.format.flags import FLAG_DISABLE_TRANSACTION_FILE
 from txn_engine.format.io import read_manifest, read_transaction
 from txn_engine.format.naming import NamingScheme
 from txn_engine.format.rowids import encode_row_id_sequence
@@ -136,8 +137,16 @@ def assert_same_version(a: Path, b: Path, version: int, *, ignore: tuple[str, ..
         for side, mf in ((a, fa), (b, fb)):
             restored = read_manifest(open_storage(side), old)[1].manifest
             assert mf.manifest.writer_version == restored.writer_version
+    assert not fa.manifest.writer_feature_flags & FLAG_DISABLE_TRANSACTION_FILE  # pylance
+    if fb.manifest.writer_feature_flags & FLAG_DISABLE_TRANSACTION_FILE:
+        # txn_engine's default: the transaction inline only (writer flag 32, no .txn file);
+        # everything else must match pylance's manifest
+        assert fb.manifest.transaction_file == ""
+        assert fb.transaction is not None
+        ignore = (*ignore, "transaction_file")
     ma = _normalized(fa.manifest, ignore=ignore)
     mb = _normalized(fb.manifest, ignore=ignore)
+    mb.writer_feature_flags &= ~FLAG_DISABLE_TRANSACTION_FILE
     for field in table_pb2.Manifest.DESCRIPTOR.fields:
         va, vb = getattr(ma, field.name), getattr(mb, field.name)
         if field.is_repeated:
@@ -189,7 +198,8 @@ def replay(a: Path, b: Path, action: Callable[[], Any]) -> list[str]:
         if txn.read_version == 0:  # pylance's Overwrite/Restore without read_version
             txn = txn.with_read_version(version - 1)
             ignore = ("transaction_file",)
-        result = txn_engine.commit(b, txn)
+        # pylance's layout (the .txn copy): byte for byte, flags and file name included
+        result = txn_engine.commit(b, txn, transaction_file=True)
         assert result.version == version
         assert_same_version(a, b, version, ignore=ignore)
         kinds.append(txn.kind)
@@ -594,6 +604,8 @@ def test_api_clone(twin: Twin, tmp_path: Path) -> None:
     assert [p.path for p in fb.manifest.base_paths] == [str(twin.b)]
     ma = _normalized(fa.manifest, ignore=("base_paths", "transaction_file"))
     mb = _normalized(fb.manifest, ignore=("base_paths", "transaction_file"))
+    assert mb.writer_feature_flags & FLAG_DISABLE_TRANSACTION_FILE  # inline only (default)
+    mb.writer_feature_flags &= ~FLAG_DISABLE_TRANSACTION_FILE
     assert ma == mb
     assert lance.dataset(str(ca)).to_table().equals(lance.dataset(str(cb)).to_table())
 

@@ -135,6 +135,8 @@ class Schedule:
     ahead: int = 0
     before: tuple[Action, ...] = ()
     attempts: tuple[Attempt, ...] = (Attempt(),)
+    #: our commit also writes the ``.txn`` copy (``commit(transaction_file=True)``)
+    transaction_file: bool = False
 
     def attempt(self, index: int) -> Attempt:
         return self.attempts[index] if index < len(self.attempts) else Attempt()
@@ -163,6 +165,7 @@ schedules = st.builds(
     ahead=st.integers(0, 3),
     before=st.lists(_actions, max_size=2).map(tuple),
     attempts=st.lists(_attempts, min_size=1, max_size=3).map(tuple),
+    transaction_file=st.booleans(),
 )
 
 
@@ -497,7 +500,14 @@ def run(schedule: Schedule) -> Run:
         outcome: CommitResult | Exception
         store.arm(world, txn.uuid)
         try:
-            outcome = commit(store, txn, base=base, retry_policy=POLICY, timestamp_ns=world.clock())
+            outcome = commit(
+                store,
+                txn,
+                base=base,
+                retry_policy=POLICY,
+                timestamp_ns=world.clock(),
+                transaction_file=schedule.transaction_file,
+            )
         except TYPED as exc:
             outcome = exc
         finally:
@@ -550,7 +560,8 @@ def check(r: Run) -> None:
                 f"our data in version {v}: {r.ours in counts}, acknowledged at {result.version}"
             )
         txn = result.transaction
-        assert copies == [transaction_file_name(txn.read_version, txn.uuid)], copies
+        wanted = [transaction_file_name(txn.read_version, txn.uuid)]
+        assert copies == (wanted if r.world.schedule.transaction_file else []), copies
     else:
         assert not any(
             mf.transaction is not None and mf.transaction.uuid == r.uuid
@@ -561,7 +572,13 @@ def check(r: Run) -> None:
         assert landed, f"uncontended commit failed: {r.outcome!r}"
         assert isinstance(r.outcome, CommitResult)
         assert r.outcome.version == r.base + 1
-        assert r.methods == Counter({"list": 1, "put_if_absent": 1, "put": 1}), store.requests
+        assert r.methods == _uncontended(r), store.requests
+
+
+def _uncontended(r: Run) -> Counter[str]:
+    """An uncontended commit's requests: the guard listing and the create, and the ``.txn``
+    copy when it was asked for."""
+    return Counter({"list": 1, "put_if_absent": 1, "put": int(r.world.schedule.transaction_file)})
 
 
 # ---- named schedules ------------------------------------------------------------------------
@@ -585,6 +602,7 @@ REMOVED_SINCE_C = Schedule(
     attempts=(Attempt(create_before=(Commit(), RawRemove(frozenset({3})))),),
 )
 UNCONTENDED = Schedule(base=2)
+UNCONTENDED_WITH_COPY = Schedule(base=2, transaction_file=True)
 #: Base 1; 2, 3 and 4 land; 2 is removed: our create lands in slot 2 and the guard listing
 #: shows 3 (a1); then 3 is removed (an old version, lease-ignoring) before the existence
 #: check of 3 runs. Version 4 was built on the removed 2 and 3, not on ours. (Found by the
@@ -613,6 +631,7 @@ NEXT_REMOVED_AFTER_LISTING_A1 = Schedule(
 @example(schedule=AFTER_CREATE_C)
 @example(schedule=REMOVED_SINCE_C)
 @example(schedule=UNCONTENDED)
+@example(schedule=UNCONTENDED_WITH_COPY)
 @example(schedule=NEXT_REMOVED_AFTER_LISTING_A1)
 def test_guarded_create_acknowledges_exactly_what_lands(schedule: Schedule) -> None:
     """For every schedule: our commit is acknowledged or refused with a typed error, never
@@ -620,7 +639,7 @@ def test_guarded_create_acknowledges_exactly_what_lands(schedule: Schedule) -> N
     surviving version from the acknowledged one on and in none before, the acknowledged
     version holds our manifest (or a later cleanup removed it) and no acknowledged commit of
     anyone is lost. Refused: no manifest of ours and no ``.txn`` copy survives, and our data
-    is nowhere. Uncontended: one list, one create, one put."""
+    is nowhere. Uncontended: one list, one create (and one put with the ``.txn`` copy)."""
     r = run(schedule)
     event(f"outcome: {type(r.outcome).__name__}")
     event(f"withdrawn: {'withdrawn' in str(r.outcome)}")
@@ -663,7 +682,7 @@ def test_listing_after_the_create_costs_one_existence_check() -> None:
     check(r)
     assert isinstance(r.outcome, CommitResult)
     assert r.outcome.version == 3
-    assert r.methods == Counter({"list": 1, "put_if_absent": 1, "put": 1, "exists": 1})
+    assert r.methods == Counter({"list": 1, "put_if_absent": 1, "exists": 1})
 
 
 def test_a_version_removed_since_the_listing_is_caught_by_the_existence_check() -> None:
@@ -687,11 +706,13 @@ def test_next_version_removed_after_the_listing_is_not_acknowledged() -> None:
     assert [e.version for e in scan_versions(r.world.store)] == [1, 4]
 
 
-def test_uncontended_commit_is_one_list_one_create_one_put() -> None:
-    """No contention: the guard listing, the create and the ``.txn`` copy, nothing else."""
-    r = run(UNCONTENDED)
+@pytest.mark.parametrize("schedule", [UNCONTENDED, UNCONTENDED_WITH_COPY])
+def test_uncontended_commit_is_one_list_one_create(schedule: Schedule) -> None:
+    """No contention: the guard listing and the create (and the ``.txn`` copy when asked
+    for), nothing else."""
+    r = run(schedule)
     check(r)
-    assert r.methods == Counter({"list": 1, "put_if_absent": 1, "put": 1})
+    assert r.methods == _uncontended(r)
     assert [m for m, _ in r.world.store.requests if m in ("exists", "get", "get_range")] == []
 
 

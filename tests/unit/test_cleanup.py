@@ -54,11 +54,12 @@ def _frag(store: Storage, base_id: int | None = None) -> Fragment:
 def _history(store: Storage) -> list[set[str]]:
     """v1 overwrite(a), v2 append(b), v3 overwrite(c), v4 append(d), v5 append(e): returns
     the data file paths each version references."""
-    commit(store, Transaction(0, Overwrite([_frag(store)], SCHEMA)))
-    commit(store, Transaction(1, Append([_frag(store)])))
-    commit(store, Transaction(2, Overwrite([_frag(store)], SCHEMA)))
-    commit(store, Transaction(3, Append([_frag(store)])))
-    commit(store, Transaction(4, Append([_frag(store)])))
+    # with the ``.txn`` copies (``transaction_file=True``): cleanup removes those too
+    commit(store, Transaction(0, Overwrite([_frag(store)], SCHEMA)), transaction_file=True)
+    commit(store, Transaction(1, Append([_frag(store)])), transaction_file=True)
+    commit(store, Transaction(2, Overwrite([_frag(store)], SCHEMA)), transaction_file=True)
+    commit(store, Transaction(3, Append([_frag(store)])), transaction_file=True)
+    commit(store, Transaction(4, Append([_frag(store)])), transaction_file=True)
     return [_data_of(store, v) for v in range(1, 6)]
 
 

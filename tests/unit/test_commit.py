@@ -33,11 +33,12 @@ from txn_engine.errors import (
     VersionNotFoundError,
 )
 from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
+from txn_engine.format.flags import FLAG_DISABLE_TRANSACTION_FILE
 from txn_engine.format.io import latest_version, read_manifest, read_transaction
 from txn_engine.format.manifest_file import encode_manifest_file
 from txn_engine.format.naming import NamingScheme, list_versions, manifest_name
 from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
-from txn_engine.ops import Append, Delete, Overwrite, UpdateConfig, UpdateMap
+from txn_engine.ops import Append, Delete, Overwrite, Restore, UpdateConfig, UpdateMap
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage, RecordingStorage
 from txn_engine.storage.base import Storage
@@ -106,7 +107,8 @@ def test_create_then_exists_then_idempotent() -> None:
     result = commit(store, txn)
     assert (result.version, result.attempts, result.already_committed) == (1, 1, False)
     assert result.manifest_path == f"_versions/{manifest_name(1, NamingScheme.V2)}"
-    assert store.exists(f"_transactions/0-{txn.uuid}.txn")
+    assert store.list("_transactions") == []  # inline only by default
+    assert read_transaction(store, 1).uuid == txn.uuid
     again = commit(store, txn)  # same transaction: found, not committed twice
     assert again.already_committed
     assert again.version == 1
@@ -148,37 +150,86 @@ def test_commit_to_missing_dataset_and_missing_read_version() -> None:
         commit(store, Transaction(5, Append([frag()])))
 
 
+# ---- inline-only transactions ----------------------------------------------------------------
+
+
+def _flags_and_file(store: Storage, version: int) -> tuple[bool, str]:
+    m = read_manifest(store, version)[1].manifest
+    return bool(m.writer_feature_flags & FLAG_DISABLE_TRANSACTION_FILE), m.transaction_file
+
+
+def test_by_default_the_transaction_is_inline_only_under_writer_flag_32() -> None:
+    """Every commit path (create, append, rebase, restore) writes no ``_transactions/``
+    object by default; the manifest says so with writer flag 32 and an empty
+    ``transaction_file``; the reader flags are untouched (flag 32 is writer-only)."""
+    store = MemoryStorage()
+    create(store)
+    append(store)
+    _delete_landed = commit(store, _delete(store, 0, {1}, affected=True))
+    commit(store, Transaction(_delete_landed.version, Restore(1)))
+    for v in (1, 2, 3, 4):
+        assert _flags_and_file(store, v) == (True, "")
+        reader_flags = read_manifest(store, v)[1].manifest.reader_feature_flags
+        assert not reader_flags & FLAG_DISABLE_TRANSACTION_FILE
+    assert store.list("_transactions") == []
+    assert [read_transaction(store, v).uuid != "" for v in (1, 2, 3, 4)] == [True] * 4
+
+
+def test_transaction_file_true_writes_the_copy_and_clears_flag_32() -> None:
+    """``transaction_file=True`` is pylance's layout: the ``.txn`` copy is named in the
+    manifest and flag 32 is clear, also on a Restore of an inline-only version (whose
+    copied flags had it set) and the other way round."""
+    store = MemoryStorage()
+    first = commit(store, Transaction(0, Overwrite([frag()], SCHEMA)), transaction_file=True)
+    assert _flags_and_file(store, 1) == (False, f"0-{first.transaction.uuid}.txn")
+    appended = append(store)  # inline only
+    assert _flags_and_file(store, 2) == (True, "")
+    restored = commit(store, Transaction(2, Restore(2)), transaction_file=True)
+    assert _flags_and_file(store, 3) == (False, f"2-{restored.transaction.uuid}.txn")
+    assert store.exists(f"_transactions/2-{restored.transaction.uuid}.txn")
+    commit(store, Transaction(3, Restore(1)))  # flags copied from version 1: clear
+    assert _flags_and_file(store, 4) == (True, "")
+    assert appended.transaction.uuid == read_transaction(store, 2).uuid
+
+
 # ---- storage calls per commit ------------------------------------------------------------------
 
 
-def test_uncontended_commit_storage_calls() -> None:
+@pytest.mark.parametrize("transaction_file", [False, True])
+def test_uncontended_commit_storage_calls(transaction_file: bool) -> None:
     """Cold (from a URI): one listing, the read version's manifest, the create, the lineage
-    check, then the redundant ``.txn`` copy."""
+    check, then (``transaction_file=True`` only) the redundant ``.txn`` copy."""
     inner = MemoryStorage()
     create(inner)
     rec = RecordingStorage(inner)
-    r = commit(rec, Transaction(1, Append([frag()])))
+    r = commit(rec, Transaction(1, Append([frag()])), transaction_file=transaction_file)
     assert r.version == 2
     counts = rec.snapshot()
     assert counts["list"] == 1
-    assert counts["put"] == 1  # the .txn file
+    assert counts.get("put", 0) == int(transaction_file)  # the .txn file
     assert counts["put_if_absent"] == 1  # the manifest
     assert counts.get("get", 0) + counts.get("get_range", 0) == 1  # the read-version manifest
-    assert [c[0] for c in rec.calls[-3:]] == ["put_if_absent", "exists", "put"]
+    tail = rec.calls[-3:] if transaction_file else rec.calls[-2:]
+    assert [c[0] for c in tail] == ["put_if_absent", "exists", "put"][: len(tail)]
     # after the create: is there a version above ours (one built on a cleaned-up twin)?
-    assert rec.calls[-2] == ("exists", f"_versions/{manifest_name(3, NamingScheme.V2)}")
-    assert rec.calls[-1] == ("put", f"_transactions/1-{r.transaction.uuid}.txn")
+    assert tail[1] == ("exists", f"_versions/{manifest_name(3, NamingScheme.V2)}")
+    if transaction_file:
+        assert tail[2] == ("put", f"_transactions/1-{r.transaction.uuid}.txn")
 
 
 def test_uncontended_commit_with_base_creates_first() -> None:
     """Warm (a Dataset as ``base``): no listing, no read; the manifest create is the first
-    request, then the lineage check and the redundant ``.txn`` copy."""
+    request, then the lineage check (and, when asked for, the redundant ``.txn`` copy)."""
     inner = MemoryStorage()
     create(inner)
     ds = Dataset.open(inner)
     rec = RecordingStorage(inner)
     r = commit(rec, Transaction(1, Append([frag()])), base=ds, assume_latest=True)
     assert r.version == 2
+    assert [c[0] for c in rec.calls] == ["put_if_absent", "exists"]
+    rec = RecordingStorage(inner)
+    txn = Transaction(2, Append([frag()]))
+    commit(rec, txn, base=Dataset.open(inner), assume_latest=True, transaction_file=True)
     assert [c[0] for c in rec.calls] == ["put_if_absent", "exists", "put"]
 
 
@@ -283,13 +334,15 @@ def test_the_transaction_copy_goes_out_beside_the_lineage_check_on_an_object_sto
     create(inner)
     ds = Dataset.open(inner)
     slow = DelayedRequests(inner, 0.05, 8)
-    r = commit(slow, Transaction(1, Append([frag()])), base=ds, assume_latest=True)
+    txn = Transaction(1, Append([frag()]))
+    r = commit(slow, txn, base=ds, assume_latest=True, transaction_file=True)
     assert r.version == 2
     assert slow.max_in_flight == 2
     assert inner.exists(f"_transactions/1-{r.transaction.uuid}.txn")
     # on a store without concurrent requests (local disk) nothing overlaps
     serial = DelayedRequests(inner, 0.01, 1)
-    commit(serial, Transaction(2, Append([frag()])), base=Dataset.open(inner), assume_latest=True)
+    txn = Transaction(2, Append([frag()]))
+    commit(serial, txn, base=Dataset.open(inner), assume_latest=True, transaction_file=True)
     assert serial.max_in_flight == 1
 
 
@@ -443,7 +496,7 @@ def test_disjoint_row_deletes_in_one_fragment_both_land() -> None:
     a = _delete(store, 0, {1, 2}, affected=True)
     b = _delete(store, 0, {7, 8}, affected=True)
     commit(store, a)
-    r = commit(store, b)
+    r = commit(store, b, transaction_file=True)
     assert r.version == 3
     assert r.transaction.read_version == 2  # rebased
     assert r.transaction.uuid == b.uuid
@@ -515,7 +568,8 @@ def test_lost_races_reuse_the_transaction_file_and_the_winners_manifest() -> Non
         Fault("put_if_absent", "_versions/*", mode="hook", hook=lambda m, p: append(inner), times=2)
     )
     clock = FakeClock()
-    r = commit(store, Transaction(1, Append([frag()])), retry_policy=policy(clock))
+    txn = Transaction(1, Append([frag()]))
+    r = commit(store, txn, retry_policy=policy(clock), transaction_file=True)
     assert (r.version, r.attempts) == (4, 3)
     assert rec.counts["put"] == 1  # one .txn file for three attempts
     assert rec.counts["put_if_absent"] == 3
@@ -673,7 +727,7 @@ def test_crash_after_manifest_before_transaction_file_is_found_by_uuid() -> None
     store.add(Fault("put", "_transactions/*", mode="crash_before"))
     txn = Transaction(1, Append([frag()]))
     with pytest.raises(SimulatedCrash):
-        commit(store, txn)
+        commit(store, txn, transaction_file=True)
     assert versions(inner) == [1, 2]  # the manifest (with the transaction inline) landed
     assert not inner.exists(f"_transactions/1-{txn.uuid}.txn")
     assert read_transaction(inner, 2).uuid == txn.uuid  # from the inline copy
@@ -867,4 +921,4 @@ def test_a_base_lists_first_unless_the_caller_assumes_it_is_the_latest() -> None
     ds = Dataset.open(inner)
     rec = RecordingStorage(inner)
     commit(rec, Transaction(1, Append([frag()])), base=ds)
-    assert [c[0] for c in rec.calls] == ["list", "put_if_absent", "exists", "put"]
+    assert [c[0] for c in rec.calls] == ["list", "put_if_absent", "exists"]

@@ -233,3 +233,19 @@ def test_the_committer_moves_its_lease_up_after_repin_after() -> None:
         committer.commit(Transaction(1, Append([frag()])))  # 2
         committer.commit(Transaction(2, Append([frag()])))  # 3: re-pinned at 2
         assert [x.version for x in read_leases(inner)] == [2]
+
+
+@pytest.mark.parametrize("transaction_file", [False, True])
+def test_group_versions_carry_the_transaction_file_only_when_asked(
+    transaction_file: bool,
+) -> None:
+    """``Committer(transaction_file=...)`` reaches every commit: the grouped version's
+    ``.txn`` copy is there exactly when asked for, and its inline transaction always."""
+    inner = created()
+    with Committer(inner, transaction_file=transaction_file) as committer:
+        futures = committer.submit_all([Transaction(1, Append([frag()])) for _ in range(3)])
+    (version,) = {f.result().version for f in futures}
+    group = read_transaction(inner, version)
+    assert len(group.transaction_properties[GROUP_MEMBERS_KEY].split(",")) == 3
+    copies = inner.list("_transactions")
+    assert copies == ([f"{group.read_version}-{group.uuid}.txn"] if transaction_file else [])

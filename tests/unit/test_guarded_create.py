@@ -64,13 +64,27 @@ def names(rec: RecordingStorage) -> list[str]:
     return sorted(c[0] for c in rec.calls)
 
 
-def test_warm_uncontended_commit_is_one_round_trip_of_three_requests() -> None:
-    """base= a Dataset: the listing, the ``.txn`` copy and the manifest create, nothing
-    else (no read, no existence check); the listing was started first."""
+def test_warm_uncontended_commit_is_one_round_trip_of_two_requests() -> None:
+    """base= a Dataset: the listing and the manifest create, nothing else (no read, no
+    existence check, no ``.txn`` copy by default); the listing was started first."""
     inner = ObjectStore()
     table(inner)
     rec = RecordingStorage(inner)
     r = commit(rec, Transaction(1, Append([frag()])), base=Dataset.open(inner))
+    assert r.version == 2
+    assert names(rec) == ["list", "put_if_absent"]
+    assert rec.calls[0][0] == "list"
+    assert inner.list("_transactions") == []
+
+
+def test_warm_uncontended_commit_with_the_copy_is_one_round_trip_of_three_requests() -> None:
+    """``transaction_file=True``: the ``.txn`` copy goes out beside the listing and the
+    create (not before them)."""
+    inner = ObjectStore()
+    table(inner)
+    rec = RecordingStorage(inner)
+    txn = Transaction(1, Append([frag()]))
+    r = commit(rec, txn, base=Dataset.open(inner), transaction_file=True)
     assert r.version == 2
     assert names(rec) == ["list", "put", "put_if_absent"]
     assert rec.calls[0][0] == "list"
@@ -89,8 +103,8 @@ def test_cold_uncontended_commit_lists_reads_then_creates_beside_a_listing() -> 
     assert rec.counts["list"] == 2
     assert rec.counts.get("exists", 0) == 0
     assert rec.counts["put_if_absent"] == 1
-    assert rec.counts["put"] == 1
-    assert sorted(c[0] for c in rec.calls[-3:]) == ["list", "put", "put_if_absent"]
+    assert rec.counts.get("put", 0) == 0  # no .txn copy by default
+    assert sorted(c[0] for c in rec.calls[-2:]) == ["list", "put_if_absent"]
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])
@@ -158,8 +172,11 @@ def test_the_three_requests_are_in_flight_together() -> None:
     base = Dataset.open(inner)
     inner.delay = 0.05
     inner.max_in_flight = 0
-    commit(inner, Transaction(1, Append([frag()])), base=base)
+    commit(inner, Transaction(1, Append([frag()])), base=base, transaction_file=True)
     assert inner.max_in_flight == 3
+    inner.max_in_flight = 0
+    commit(inner, Transaction(2, Append([frag()])), base=Dataset.open(inner))
+    assert inner.max_in_flight == 2  # no copy: the listing and the create
 
 
 class ListAfterCreate(ObjectStore):
@@ -209,9 +226,9 @@ def test_a_stale_base_landing_below_a_gap_is_withdrawn() -> None:
         remove(store, v)
     mine = Transaction(2, Append([frag()]))
     with pytest.raises(HistoryUnavailableError, match="withdrawn"):
-        commit(store, mine, base=base)
+        commit(store, mine, base=base, transaction_file=True)
     assert versions(store) == [5]
-    assert not store.exists(f"_transactions/2-{mine.uuid}.txn")
+    assert store.list("_transactions") == []  # the copy went out, and was removed
 
 
 def test_the_copies_of_lost_attempts_are_removed_and_the_landed_one_kept() -> None:
@@ -222,18 +239,22 @@ def test_the_copies_of_lost_attempts_are_removed_and_the_landed_one_kept() -> No
     base = Dataset.open(store)
     append(store)  # 2: our direct create of 2 loses
     mine = Transaction(1, Append([frag()]))
-    r = commit(store, mine, base=base)
+    r = commit(store, mine, base=base, transaction_file=True)
     assert r.version == 3
-    assert store.exists(f"_transactions/1-{mine.uuid}.txn")
+    assert store.list("_transactions") == [f"1-{mine.uuid}.txn"]
 
 
 def test_local_style_stores_keep_the_listing_first() -> None:
     """Without concurrent requests (local disk), the create is not guarded: list, read,
-    create, then the existence check and the copy."""
+    create, then the existence check (and the copy, when asked for)."""
     inner = MemoryStorage()
     table(inner)
     rec = RecordingStorage(inner)
     commit(rec, Transaction(1, Append([frag()])), base=Dataset.open(inner))
+    assert [c[0] for c in rec.calls] == ["list", "put_if_absent", "exists"]
+    rec = RecordingStorage(inner)
+    txn = Transaction(2, Append([frag()]))
+    commit(rec, txn, base=Dataset.open(inner), transaction_file=True)
     assert [c[0] for c in rec.calls] == ["list", "put_if_absent", "exists", "put"]
 
 

@@ -128,7 +128,8 @@ def test_chaos_storage_commits_settle_exactly_once() -> None:
     for i in range(40):
         txn = Transaction(1, Append((rows.fragment([(100 + i, 0)]),)))
         # a failing .txn copy comes after the manifest landed: every commit is acknowledged
-        acknowledged.append((txn.uuid, commit(chaos, txn, retry_policy=policy).version))
+        result = commit(chaos, txn, retry_policy=policy, transaction_file=True)
+        acknowledged.append((txn.uuid, result.version))
     assert chaos.injected["transaction_file_fails"] > 0
     assert sum(chaos.injected.values()) > 10
     for uuid, version in acknowledged:

@@ -14,7 +14,7 @@ from pyroaring import BitMap
 from txn_engine._proto import file_pb2, table_pb2
 from txn_engine._version import __version__
 from txn_engine.errors import InvalidOperationError
-from txn_engine.format.flags import compute_feature_flags
+from txn_engine.format.flags import FLAG_DISABLE_TRANSACTION_FILE, compute_feature_flags
 from txn_engine.format.rowids import (
     decode_row_id_sequence,
     encode_row_id_sequence,
@@ -389,7 +389,15 @@ def finish_common(
         m.writer_version.CopyFrom(writer_version())
         m.tag = txn.tag or ""
         reader, writer = compute_feature_flags(
-            m, stable_row_ids=stable, indices=indices, deletion_files=deletion_files
+            m,
+            stable_row_ids=stable,
+            indices=indices,
+            deletion_files=deletion_files,
+            inline_transaction_only=not transaction_file,
         )
         m.reader_feature_flags = reader
         m.writer_feature_flags = writer
+    elif transaction_file:  # flags copied from an older version (Restore): flag 32 says
+        m.writer_feature_flags &= ~FLAG_DISABLE_TRANSACTION_FILE  # whether a .txn is there
+    else:
+        m.writer_feature_flags |= FLAG_DISABLE_TRANSACTION_FILE

@@ -444,6 +444,8 @@ class WritersMachine(RuleBasedStateMachine):
             )
         fault = data.draw(st.sampled_from(("none", *self.faults)), label="fault")
         rules: list[Fault] = [] if fault == "none" else fault_rules(fault)
+        # inline-only (the default) or also the .txn copy (which that fault needs to fire)
+        copy = fault == "transaction_file_fails" or data.draw(st.booleans(), label=".txn copy")
 
         if overtakers:
             hooked = tuple(overtakers)
@@ -459,8 +461,8 @@ class WritersMachine(RuleBasedStateMachine):
         else:
             for r in rules:
                 self.storage.add(r)
-        note(f"writer {w} commits (fault: {fault})")
-        self._commit(w, rules, fault)
+        note(f"writer {w} commits (fault: {fault}, .txn copy: {copy})")
+        self._commit(w, rules, fault, transaction_file=copy)
 
     @precondition(lambda self: self.grouped and sum(x.txn is not None for x in self.writers) >= 2)
     @rule(data=st.data())
@@ -532,9 +534,17 @@ class WritersMachine(RuleBasedStateMachine):
 
     # ---- committing -------------------------------------------------------------------
 
-    def _attempt(self, txn: Transaction, base: Dataset | None) -> _Outcome:
+    def _attempt(
+        self, txn: Transaction, base: Dataset | None, transaction_file: bool = False
+    ) -> _Outcome:
         try:
-            result = commit(self.storage, txn, retry_policy=self.policy(), base=base)
+            result = commit(
+                self.storage,
+                txn,
+                retry_policy=self.policy(),
+                base=base,
+                transaction_file=transaction_file,
+            )
         except CommitConflictError as exc:
             return _Outcome("conflict", error=exc)
         except CommitStateUnknownError as exc:
@@ -556,6 +566,7 @@ class WritersMachine(RuleBasedStateMachine):
         fault: str = "none",
         *,
         outcome: _Outcome | None = None,
+        transaction_file: bool = False,
     ) -> None:
         writer = self.writers[w]
         txn = writer.txn
@@ -565,7 +576,7 @@ class WritersMachine(RuleBasedStateMachine):
         listed = {e.version for e in list_versions(self.inner)}
         gap = [v for v in range(txn.read_version + 1, max(listed) + 1) if v not in listed]
         if outcome is None:
-            outcome = self._attempt(txn, writer.snapshot)
+            outcome = self._attempt(txn, writer.snapshot, transaction_file)
         if writer.lease is not None:
             writer.lease.release()
         fired = any(r.fired for r in rules)

@@ -8,7 +8,9 @@ on a fresh copy of that dataset:
 * ``PP``: pylance commits A and B (the oracle; its outcomes must equal the measured table);
 * ``PE``: pylance commits A, txn_engine commits B;
 * ``EP``: txn_engine commits A, pylance commits B (pylance checks against our manifests
-  and transactions).
+  and transactions). A is committed with txn_engine's default, the transaction inline only
+  (writer flag 32, no ``_transactions/`` file; asserted): this is the proof that pylance 14
+  detects every conflict of the matrix against such a version.
 
 The outcome of B (Y lands, R retryable, X incompatible, E another error) must equal the
 measured matrix in every scenario, and the resulting table (version, rows, schema, config,
@@ -39,11 +41,13 @@ from lance.schema import LanceSchema
 
 from txn_engine.codec import transaction_from_proto
 from txn_engine.commit import commit
+from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     IncompatibleTransactionError,
     RetryableConflictError,
     TxnEngineError,
 )
+from txn_engine.format.flags import FLAG_DISABLE_TRANSACTION_FILE
 from txn_engine.format.io import read_transaction
 from txn_engine.ops import Operation
 from txn_engine.storage import LocalStorage
@@ -220,7 +224,12 @@ def _pylance_commit(uri: str, op: Any) -> None:
 
 
 def _engine_commit(uri: str, op: Operation) -> None:
-    commit(uri, Transaction(1, op))
+    result = commit(uri, Transaction(1, op))
+    landed = Dataset.open(uri, version=result.version).manifest_pb
+    assert landed.writer_feature_flags & FLAG_DISABLE_TRANSACTION_FILE
+    assert landed.transaction_file == ""
+    copies = os.listdir(os.path.join(uri, "_transactions"))  # pylance's, of version 1
+    assert not [n for n in copies if result.transaction.uuid in n]
 
 
 def _outcome(run: Callable[[], None]) -> str:

@@ -236,9 +236,9 @@ def render_object_stores(results: dict[str, Any]) -> str:
             f"Floor: one {what} {floor['put_if_absent_ms']:.2f} ms, one GET "
             f"{floor['get_ms']:.2f} ms (medians)."
             + (
-                f" A LIST, a PUT and a conditional PUT sent together (a warm commit's "
-                f"requests alone): {floor['three_together_ms']:.2f} ms."
-                if "three_together_ms" in floor
+                f" A LIST and a conditional PUT sent together (a warm commit's "
+                f"requests alone): {floor['together_ms']:.2f} ms."
+                if "together_ms" in floor
                 else ""
             ),
             "",

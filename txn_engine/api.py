@@ -128,6 +128,9 @@ class Table:
     ``retry_policy`` is the re-planning budget (default
     :meth:`RetryPolicy.replanning`), ``commit_retry_policy`` the budget of each commit
     (default :class:`RetryPolicy`), ``conflict_options`` opt-in permissive rules.
+    ``transaction_file=True`` also writes each commit's ``_transactions/*.txn`` copy, as
+    pylance does (default: the transaction inline in the manifest only; see
+    :func:`txn_engine.commit`).
     ``lance_storage_options`` are given to pylance (default: ``storage_options``).
     ``branch`` names a branch (``_refs/branches/``, pylance's too): every read and commit of
     the handle is then on that branch (its versions are under ``tree/<branch>/``); the main
@@ -144,6 +147,7 @@ class Table:
         retry_policy: RetryPolicy | None = None,
         commit_retry_policy: RetryPolicy | None = None,
         conflict_options: ConflictOptions | None = None,
+        transaction_file: bool = False,
     ) -> None:
         self._root_uri = os.fspath(uri)
         self._options = dict(storage_options) if storage_options is not None else None
@@ -161,6 +165,7 @@ class Table:
         self.retry_policy = retry_policy
         self.commit_retry_policy = commit_retry_policy
         self.conflict_options = conflict_options
+        self.transaction_file = transaction_file
 
     # ------------------------------------------------------------------ reading
 
@@ -251,6 +256,7 @@ class Table:
                 retry_policy=self.retry_policy,
                 commit_retry_policy=self.commit_retry_policy,
                 conflict_options=self.conflict_options,
+                transaction_file=self.transaction_file,
             )
         except DatasetNotFoundError:
             if if_missing is None or calls:  # planned against a dataset that then vanished
@@ -274,7 +280,12 @@ class Table:
                 storage_options=self._lance_options,
             )
         op = as_transaction(txn).operation
-        return commit(self._storage, Transaction(0, op), retry_policy=self.commit_retry_policy)
+        return commit(
+            self._storage,
+            Transaction(0, op),
+            retry_policy=self.commit_retry_policy,
+            transaction_file=self.transaction_file,
+        )
 
     # ------------------------------------------------------------------ data
 
@@ -518,6 +529,7 @@ class Table:
             self._storage,
             Transaction(snapshot.version, ReserveFragments(count)),
             retry_policy=self.commit_retry_policy,
+            transaction_file=self.transaction_file,
         )
         high = Dataset.open(self._storage, version=reserved.version).manifest.max_fragment_id
         ids = iter(range((high or 0) - count + 1, (high or 0) + 1))
@@ -727,6 +739,7 @@ class Table:
             retry_policy=self.retry_policy,
             commit_retry_policy=self.commit_retry_policy,
             conflict_options=self.conflict_options,
+            transaction_file=self.transaction_file,
         )
 
 
@@ -739,6 +752,7 @@ def open(
     retry_policy: RetryPolicy | None = None,
     commit_retry_policy: RetryPolicy | None = None,
     conflict_options: ConflictOptions | None = None,
+    transaction_file: bool = False,
 ) -> Table:
     """A :class:`Table` writer handle on the dataset at ``uri`` (which need not exist yet:
     ``append`` / ``overwrite`` create it). With ``branch``, the handle reads and commits
@@ -752,6 +766,7 @@ def open(
         retry_policy=retry_policy,
         commit_retry_policy=commit_retry_policy,
         conflict_options=conflict_options,
+        transaction_file=transaction_file,
     )
 
 

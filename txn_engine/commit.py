@@ -1083,6 +1083,7 @@ def replan_and_commit(
     storage_options: Mapping[str, Any] | None = None,
     conflict_options: ConflictOptions | None = None,
     timestamp_ns: int | None = None,
+    transaction_file: bool = False,
 ) -> CommitResult:
     """Plan a transaction against the latest version and commit it; on a retryable
     conflict, re-plan from a fresh read and try again (what Lance's delete / update /
@@ -1093,7 +1094,8 @@ def replan_and_commit(
     re-planning budget (default :meth:`RetryPolicy.replanning`: 10 retries, 30 s; the
     first attempt is never cut short); ``commit_retry_policy`` the budget of each commit.
     Raises RetriesExhaustedError (chained to the last RetryableConflictError) when the
-    budget runs out; every other error propagates unchanged.
+    budget runs out; every other error propagates unchanged. ``transaction_file``: as for
+    :func:`commit`.
     """
     storage = open_storage(uri_or_storage, storage_options)
     policy = retry_policy or RetryPolicy.replanning()
@@ -1110,6 +1112,7 @@ def replan_and_commit(
                 conflict_options=conflict_options,
                 base=snapshot if txn.read_version == snapshot.version else None,
                 timestamp_ns=timestamp_ns,
+                transaction_file=transaction_file,
             )
         except RetryableConflictError as exc:
             if not budget.wait():

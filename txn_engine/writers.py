@@ -13,8 +13,9 @@ Data files are written by whatever produces them (for example pylance's
 * :func:`restore` - make an old version the newest (``Restore``).
 
 Each returns the :class:`~txn_engine.commit.CommitResult` and raises what
-:func:`txn_engine.commit` raises. Fragments may be given as :class:`~txn_engine.Fragment`
-values, pylance ``FragmentMetadata`` objects, their ``to_json()`` dicts or JSON text.
+:func:`txn_engine.commit` raises; ``retry_policy`` and ``transaction_file`` are passed to
+it. Fragments may be given as :class:`~txn_engine.Fragment` values, pylance
+``FragmentMetadata`` objects, their ``to_json()`` dicts or JSON text.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def append_fragments(
     read_version: int | None = None,
     storage_options: Mapping[str, Any] | None = None,
     retry_policy: RetryPolicy | None = None,
+    transaction_file: bool = False,
     tag: str | None = None,
     properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
@@ -138,6 +140,7 @@ def append_fragments(
         _txn(ds.version, Append(frags), tag, properties),
         retry_policy=retry_policy,
         base=ds,
+        transaction_file=transaction_file,
     )
 
 
@@ -151,6 +154,7 @@ def delete_rows(
     predicate: str = "",
     storage_options: Mapping[str, Any] | None = None,
     retry_policy: RetryPolicy | None = None,
+    transaction_file: bool = False,
     tag: str | None = None,
     properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
@@ -203,7 +207,11 @@ def delete_rows(
         updated = _with_deletion(pb, deletion)
         op = Delete(updated_fragments=(updated,), predicate=predicate, affected_rows=affected)
     return commit(
-        storage, _txn(ds.version, op, tag, properties), retry_policy=retry_policy, base=ds
+        storage,
+        _txn(ds.version, op, tag, properties),
+        retry_policy=retry_policy,
+        base=ds,
+        transaction_file=transaction_file,
     )
 
 
@@ -224,6 +232,7 @@ def overwrite(
     config_upserts: Mapping[str, str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     retry_policy: RetryPolicy | None = None,
+    transaction_file: bool = False,
     naming: NamingScheme | None = None,
     enable_stable_row_ids: bool = False,
     tag: str | None = None,
@@ -273,6 +282,7 @@ def overwrite(
         naming=naming,
         enable_stable_row_ids=enable_stable_row_ids,
         base=ds,
+        transaction_file=transaction_file,
     )
 
 
@@ -287,6 +297,7 @@ def update_config(
     read_version: int | None = None,
     storage_options: Mapping[str, Any] | None = None,
     retry_policy: RetryPolicy | None = None,
+    transaction_file: bool = False,
     tag: str | None = None,
     properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
@@ -314,7 +325,11 @@ def update_config(
     )
     ds = _open(uri, storage_options, read_version)
     return commit(
-        ds.storage, _txn(ds.version, op, tag, properties), retry_policy=retry_policy, base=ds
+        ds.storage,
+        _txn(ds.version, op, tag, properties),
+        retry_policy=retry_policy,
+        base=ds,
+        transaction_file=transaction_file,
     )
 
 
@@ -326,6 +341,7 @@ def add_columns(
     read_version: int,
     storage_options: Mapping[str, Any] | None = None,
     retry_policy: RetryPolicy | None = None,
+    transaction_file: bool = False,
     tag: str | None = None,
     properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
@@ -341,7 +357,11 @@ def add_columns(
     ds = _open(uri, storage_options, read_version)
     op = Merge(frags, _schema(schema))
     return commit(
-        ds.storage, _txn(ds.version, op, tag, properties), retry_policy=retry_policy, base=ds
+        ds.storage,
+        _txn(ds.version, op, tag, properties),
+        retry_policy=retry_policy,
+        base=ds,
+        transaction_file=transaction_file,
     )
 
 
@@ -351,6 +371,7 @@ def restore(
     *,
     storage_options: Mapping[str, Any] | None = None,
     retry_policy: RetryPolicy | None = None,
+    transaction_file: bool = False,
     tag: str | None = None,
     properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
@@ -361,4 +382,5 @@ def restore(
         _txn(ds.version, Restore(version), tag, properties),
         retry_policy=retry_policy,
         base=ds,
+        transaction_file=transaction_file,
     )

@@ -77,6 +77,42 @@ def test_append_creates_the_dataset(tmp_path: Path) -> None:
     _same(a, b)
 
 
+@pytest.mark.parametrize("transaction_file", [False, True])
+def test_transaction_file_reaches_every_writer_api_commit(
+    tmp_path: Path, transaction_file: bool
+) -> None:
+    """``te.open(..., transaction_file=...)`` and the ``txn_engine.writers`` helpers pass it
+    to every commit: creating, appending (re-planned), deleting, restoring and a branch
+    handle's commits carry the ``.txn`` copy (flag 32 clear) exactly when asked for, and
+    pylance reads and appends on top either way."""
+    from txn_engine.format.flags import FLAG_DISABLE_TRANSACTION_FILE
+    from txn_engine.writers import append_fragments, restore
+
+    uri = str(tmp_path / "t.lance")
+    table = te.open(uri, transaction_file=transaction_file)
+    results = [table.append(_rows(0, 10)), table.append(_rows(10, 10)), table.delete("id < 3")]
+    meta = lance.fragment.write_fragments(_rows(20, 5), uri)
+    results.append(
+        append_fragments(
+            uri, meta, read_version=results[-1].version, transaction_file=transaction_file
+        )
+    )
+    results.append(restore(uri, 2, transaction_file=transaction_file))
+    branch = table.create_branch("b")
+    results.append(branch.append(_rows(30, 5)))
+    for r in results[:-1]:
+        m = te.Dataset.open(uri, version=r.version).manifest_pb
+        assert bool(m.writer_feature_flags & FLAG_DISABLE_TRANSACTION_FILE) is not transaction_file
+        copy = f"{r.transaction.read_version}-{r.transaction.uuid}.txn"
+        assert m.transaction_file == (copy if transaction_file else "")
+        assert (tmp_path / "t.lance" / "_transactions" / copy).exists() is transaction_file
+    b = te.Dataset.open(f"{uri}/tree/b").manifest_pb
+    assert bool(b.writer_feature_flags & FLAG_DISABLE_TRANSACTION_FILE) is not transaction_file
+    lance.write_dataset(_rows(40, 5), uri, mode="append")
+    assert lance.dataset(uri).count_rows() == 20 + 5
+    assert lance.dataset(uri, version=results[1].version).count_rows() == 20
+
+
 def test_overwrite(pair: tuple[str, str]) -> None:
     a, b = pair
     new = pa.table({"id": pa.array([5, 6], pa.int64()), "w": ["p", "q"]})

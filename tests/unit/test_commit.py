@@ -922,3 +922,19 @@ def test_a_base_lists_first_unless_the_caller_assumes_it_is_the_latest() -> None
     rec = RecordingStorage(inner)
     commit(rec, Transaction(1, Append([frag()])), base=ds)
     assert [c[0] for c in rec.calls] == ["list", "put_if_absent", "exists"]
+
+
+@pytest.mark.parametrize("transaction_file", [False, True])
+def test_replan_and_commit_passes_transaction_file(transaction_file: bool) -> None:
+    store = MemoryStorage()
+    create(store)
+    r = replan_and_commit(
+        store,
+        lambda ds: Transaction(ds.version, Append([frag()])),
+        transaction_file=transaction_file,
+    )
+    assert _flags_and_file(store, r.version) == (
+        not transaction_file,
+        f"1-{r.transaction.uuid}.txn" if transaction_file else "",
+    )
+    assert store.exists(f"_transactions/1-{r.transaction.uuid}.txn") is transaction_file

@@ -784,11 +784,12 @@ def _land(
     )
     data = encode_manifest_file(built.manifest, built.indices, pb, owned=True)
     path = f"_versions/{manifest_name(target, scheme)}"
-    copy_path = transaction_path(name) if name else ""
+    copy_path = transaction_path(name) if name else ""  # no name: inline only, no copy
+    copy_data = pb.SerializeToString(deterministic=True) if copy_path else b""
     copy = None
     if guard is not None:
         if copy_path:
-            copy = _start_copy(state, copy_path, pb.SerializeToString(deterministic=True))
+            copy = _start_copy(state, copy_path, copy_data)
         guard.lead()
     try:
         found = _create(state.handler, target, path, data, txn)
@@ -814,7 +815,7 @@ def _land(
         return None
     if guard is None:
         if copy_path:
-            copy = _TransactionCopy(storage, copy_path, pb.SerializeToString(deterministic=True))
+            copy = _TransactionCopy(storage, copy_path, copy_data)
             state.copies[copy_path] = copy
         _check_lineage(state, target, scheme, current, built, path)
     elif listing is not None:

@@ -22,6 +22,7 @@ import pytest
 import spark_cluster
 
 from txn_engine.spark import STAGING_DIR, activate, merge
+from txn_engine.storage._files import is_staging_name
 
 pytestmark = [
     pytest.mark.pylance,
@@ -42,10 +43,12 @@ def data_files(uri: str) -> set[str]:
 
 
 def markers(uri: str) -> set[str]:
-    """Names of the data files marked in the staging area (``{write key}~{file}``)."""
+    """Names of the data files marked in the staging area (``{write key}~{file}``). A
+    marker still being written (its staging name, ``{marker}.{uuid hex}.tmp``, seen while
+    another thread of the held task writes it) is not a mark yet."""
     path = os.path.join(uri, STAGING_DIR)
     names = os.listdir(path) if os.path.isdir(path) else []
-    return {n.split("~", 1)[1] for n in names if "~" in n}
+    return {n.split("~", 1)[1] for n in names if "~" in n and not is_staging_name(n)}
 
 
 def referenced(uri: str) -> set[str]:

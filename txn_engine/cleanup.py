@@ -19,13 +19,15 @@ others and every file under ``data/``, ``_deletions/``, ``_indices/`` and
   whose age the storage cannot tell is only deleted when the retention is zero) and were
   written before the oldest live lease was taken (a lease holder's uncommitted files are
   kept whatever the retention); lease objects that expired longer than
-  ``retention_orphans`` ago.
+  ``retention_orphans`` ago; offers (``_txn_engine_offers/``, :mod:`txn_engine.offers`)
+  whose window has passed (the latest version is at or above the last version they may
+  land in: no version can carry them any more).
 
 A file is deleted only when it is proved unreferenced: if a manifest (of any version that
 is listed), a tag, a branch or a lease cannot be read, :class:`~txn_engine.errors.
 CleanupAbortedError` is raised before anything is deleted. Files under other base paths
 are never deleted (they belong to other tables), and neither is anything outside the four
-directories above.
+directories above and the offers directory.
 
 Order of work (what makes it safe beside running writers and readers, see
 ``docs/cleanup.md`` and the model in ``models/commit_protocol.pml``): put up a marker
@@ -65,6 +67,7 @@ from txn_engine.format.deletion import DELETIONS_DIR
 from txn_engine.format.io import read_manifest_entry
 from txn_engine.format.naming import TRANSACTIONS_DIR, VersionEntry, scan_versions
 from txn_engine.lease import CLEANING_DIR, LeaseInfo, read_leases
+from txn_engine.offers import OFFERS_DIR, parse_offer_name
 from txn_engine.storage import open_storage
 from txn_engine.storage._files import is_staging_name
 from txn_engine.storage.base import Storage
@@ -565,7 +568,8 @@ def referenced_files(
 class PlannedDelete:
     """One object cleanup deletes, and why: ``"manifest"`` (a removed version),
     ``"old-version"`` (referenced only by removed versions), ``"orphan"`` (referenced by no
-    manifest, older than the retention) or ``"lease"`` (an expired lease object)."""
+    manifest, older than the retention), ``"lease"`` (an expired lease object) or
+    ``"offer"`` (an offer whose window has passed)."""
 
     path: str
     reason: str
@@ -589,7 +593,7 @@ class CleanupPlan:
     @property
     def counts(self) -> dict[str, int]:
         """Number of objects to delete per reason."""
-        out = {"manifest": 0, "old-version": 0, "orphan": 0, "lease": 0}
+        out = {"manifest": 0, "old-version": 0, "orphan": 0, "lease": 0, "offer": 0}
         for d in self.deletes:
             out[d.reason] = out.get(d.reason, 0) + 1
         return out
@@ -623,7 +627,8 @@ class CleanupPlan:
             f"({len(self.removed_versions)}), keeping {len(kept)}"
             + (f" ({kept[0]}..{kept[-1]})" if kept else ""),
             f"files to delete: {c['old-version']} of removed versions, {c['orphan']} orphans, "
-            f"{c['lease']} expired leases, {c['manifest']} manifests; {self.bytes} bytes",
+            f"{c['lease']} expired leases, {c['offer']} expired offers, {c['manifest']} "
+            f"manifests; {self.bytes} bytes",
         ]
         if self.oldest_lease_version is not None:
             lines.append(f"oldest live lease pins version {self.oldest_lease_version}")
@@ -837,6 +842,7 @@ class _State:
     branch_files: set[str]
     branch_dirs: set[str]
     listing: list[ObjectInfo]
+    offers: list[ObjectInfo] = attrs.field(factory=list)
 
 
 def _read_state(storage: Storage, aliases: set[str]) -> _State:
@@ -866,7 +872,10 @@ def _read_state(storage: Storage, aliases: set[str]) -> _State:
             for obj in list_objects(storage, index_dir):
                 if obj.path not in seen:
                     listing.append(obj)
-    return _State(entries, refs, timestamps, sizes, pinned, branch_files, branch_dirs, listing)
+    offers = list_objects(storage, OFFERS_DIR)
+    return _State(
+        entries, refs, timestamps, sizes, pinned, branch_files, branch_dirs, listing, offers
+    )
 
 
 def _lists_recursively(storage: Storage) -> bool:
@@ -934,6 +943,10 @@ def _build_plan(
     for info in leases:
         if info.error is None and info.expires_at_ns <= orphan_cutoff and not info.live(now_ns):
             deletes.append(PlannedDelete(info.path, "lease"))
+    for obj in state.offers:  # an offer whose window has passed can never land
+        parsed = parse_offer_name(obj.path.rsplit("/", 1)[-1])
+        if parsed is not None and parsed[0] <= latest:
+            add(PlannedDelete(obj.path, "offer", obj.size, obj.mtime_ns))
     return CleanupPlan(
         uri=storage.uri,
         latest_version=latest,

@@ -120,12 +120,28 @@ from txn_engine.format.naming import (
 )
 from txn_engine.interop import as_transaction
 from txn_engine.model import Fragment
+from txn_engine.offers import (
+    OFFER_WINDOW,
+    OFFERS_DIR,
+    Offer,
+    OfferScan,
+    Posting,
+    can_carry,
+    carried_uuids,
+    carrying,
+    may_offer,
+    members_of,
+    parse_offer_name,
+    recall,
+    remember,
+    select_offers,
+)
 from txn_engine.ops import Clone, Restore
 from txn_engine.retry import RetryBudget, RetryPolicy
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage, get_bounded, read_concurrency
 from txn_engine.storage.handler import CommitHandler, StoreCommitHandler, commit_handler_for
-from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
+from txn_engine.transaction import Transaction
 
 __all__ = [
     "CommitResult",
@@ -160,7 +176,8 @@ class CommitResult:
     ``transaction`` is the transaction as landed (a rebased Delete/Update has a newer
     ``read_version`` and merged deletion files); ``attempts`` counts manifest-create
     attempts in this call; ``already_committed`` is True when an earlier call had landed it
-    (found by uuid) and this call committed nothing.
+    (found by uuid) and this call committed nothing; ``carried`` is True when this call
+    offered it and another writer's version carried it (:mod:`txn_engine.offers`).
     """
 
     version: int
@@ -168,6 +185,7 @@ class CommitResult:
     attempts: int
     manifest_path: str
     already_committed: bool = False
+    carried: bool = False
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -243,10 +261,39 @@ class _State:
     #: the create was lost in a race (not merely from a stale base): the retry on the
     #: winner waits its rank (``RetryPolicy.chase_ranks``)
     raced: bool = False
+    #: a create of this call was lost in a race (or two creates were lost): offers are
+    #: made and read from then on (a stale first attempt alone does not count)
+    contended: bool = False
     #: ``.txn`` copies started beside creates (path -> copy); the landed one is kept
     copies: dict[str, _TransactionCopy] = attrs.field(factory=dict)
     #: also write the ``_transactions/`` copy (``commit(transaction_file=True)``)
     transaction_file: bool = False
+    #: offers (:mod:`txn_engine.offers`): after how many lost races this transaction offers
+    #: itself (None: never); whether its attempts carry other writers' offers
+    offer_after: int | None = None
+    carries_offers: bool = False
+    #: the transaction of every version read since the read version (offers are checked
+    #: against them), the offers read so far, the names of those that can never land
+    transactions: dict[int, transaction_pb2.Transaction | None] = attrs.field(factory=dict)
+    offers: dict[str, Offer] = attrs.field(factory=dict)
+    dead_offers: set[str] = attrs.field(factory=set)
+    scan: OfferScan | None = None
+    posting: Posting | None = None
+    #: the newest version known to exist (listed, or taken by a lost create)
+    seen_latest: int = 0
+    #: an Append that can be offered, on a store with offers (whatever the policy: an
+    #: earlier call may have offered it); the windows of earlier calls' offers of it, once
+    #: listed; keep this call's offer (the outcome is unknown: a call made again reads it)
+    offerable: bool = False
+    earlier_windows: list[int] | None = None
+    keep_offer: bool = False
+    #: a recent commit of this process on this table saw contention: carry offers from the
+    #: first attempt on (:func:`txn_engine.offers.recall`)
+    recalled: bool = False
+    #: the recalled transactions' uuids by version, until one of them is confirmed by a
+    #: fresh read (``recall_ok``); a mismatch (a table re-created at the URI) drops them
+    recalled_versions: dict[int, str] = attrs.field(factory=dict)
+    recall_ok: bool = False
 
     @property
     def storage(self) -> Storage:
@@ -324,16 +371,11 @@ def _load_winners(
         return list(pool.map(load, newer))
 
 
-def _carried(pb: transaction_pb2.Transaction) -> frozenset[str]:
-    """The uuids a landed transaction stands for: its own, and a group commit's members."""
-    members = pb.transaction_properties.get(GROUP_MEMBERS_KEY)
-    return frozenset((pb.uuid, *(members.split(",") if members else ())))
-
-
 def carries_uuid(pb: transaction_pb2.Transaction, uuid: str) -> bool:
-    """Whether a landed transaction is transaction ``uuid``, or a group commit that carried
-    it (:class:`~txn_engine.committer.Committer` records its members' uuids)."""
-    return pb.uuid == uuid or uuid in _carried(pb)
+    """Whether a landed transaction is transaction ``uuid``, or a group commit or offer
+    carrier that carried it (:class:`~txn_engine.committer.Committer` and
+    :mod:`txn_engine.offers` record the carried uuids)."""
+    return uuid in carried_uuids(pb)
 
 
 def _member_landed(state: _State, pb: transaction_pb2.Transaction, version: int) -> Conflict:
@@ -583,12 +625,26 @@ def commit(
         txn=transaction,
         options=conflict_options or ConflictOptions(),
         checked_up_to=transaction.read_version,
-        members=frozenset(
-            m for m in transaction.properties_dict.get(GROUP_MEMBERS_KEY, "").split(",") if m
-        ),
+        members=frozenset(members_of(transaction)),
         guarded=_guards(handler),
         transaction_file=transaction_file,
+        seen_latest=transaction.read_version,
     )
+    state.offerable = state.guarded and may_offer(transaction)
+    if state.guarded and policy.offer_after is not None and can_carry(transaction):
+        state.carries_offers = True
+        if may_offer(transaction):
+            state.offer_after = policy.offer_after
+        recent = recall(state.storage.uri)
+        if recent is not None:
+            state.recalled = True
+            state.transactions.update(recent.transactions)
+            state.recalled_versions = {
+                v: pb.uuid for v, pb in recent.transactions.items() if pb is not None
+            }
+            state.offers.update(recent.offers)
+            state.dead_offers |= recent.dead
+            state.scan = recent.scan
     direct: NamingScheme | None = None
     if base is not None:
         mf = base.manifest_file if isinstance(base, Dataset) else base
@@ -615,12 +671,15 @@ def commit(
             else:
                 landed = _attempt(state, budget, timestamp_ns)
             if landed is not None:
-                if not landed.already_committed:
+                if not landed.already_committed and not landed.carried:
                     write_version_hint(state.storage, landed.version)  # local disk only
                 return landed
+            _offer(state, budget)
             if state.prefetched is not None and budget.chase(ranked=state.raced):
                 continue  # the winner is known: retry on it at once (after its rank)
             if not budget.wait():
+                if _open_window(state) is not None:
+                    continue  # a helper may still land it: go on until its window is seen
                 raise RetriesExhaustedError(
                     f"{state.txn.kind} transaction {state.txn.uuid} lost the race for a new "
                     f"version {budget.attempts} time(s) "
@@ -630,8 +689,86 @@ def commit(
                     operation=state.txn.kind,
                     remedy="contention, not a conflict: retry later or raise RetryPolicy budgets",
                 )
+    except Exception as exc:
+        if not state.offerable or _decided_by_rules(exc):
+            raise
+        try:
+            window = _open_window(state)
+        except StorageError:
+            window = _UNKNOWN_WINDOW  # the offers could not be listed: assume one is open
+        if window is None:
+            raise
+        state.keep_offer = True  # the call made again reads its window from it
+        if isinstance(exc, CommitStateUnknownError):
+            raise
+        until = "" if window == _UNKNOWN_WINDOW else f" up to {window}"
+        raise CommitStateUnknownError(
+            f"{state.txn.kind} transaction {state.txn.uuid} was offered to the other writers "
+            f"and may still land in a version{until} ({type(exc).__name__}: {exc})",
+            read_version=transaction.read_version,
+            operation=state.txn.kind,
+            remedy=_UNKNOWN_REMEDY,
+        ) from exc
     finally:
         _withdraw_copies(state, landed)
+        if state.posting is not None and not state.keep_offer:
+            state.posting.withdraw()
+        if state.carries_offers and (state.contended or state.recalled):
+            _take_scan(state)
+            remember(
+                state.storage.uri, state.transactions, state.offers, state.dead_offers, state.scan
+            )
+
+
+def _offer(state: _State, budget: RetryBudget) -> None:
+    """After a lost race: offer the transaction to the other writers once it has lost
+    ``RetryPolicy.offer_after`` races (:mod:`txn_engine.offers`). It is offered as checked
+    up to the version built on, valid for :data:`~txn_engine.offers.OFFER_WINDOW` versions."""
+    if state.offer_after is None or state.posting is not None or not state.contended:
+        return
+    if budget.attempts < state.offer_after:
+        return
+    checked = state.checked_up_to
+    base = state.transactions.get(checked)
+    if base is None and checked in state.manifests:
+        base = state.manifests[checked].transaction
+    if base is None:
+        return  # the transaction of the version checked up to is not known: no offer
+    state.posting = Posting(
+        state.storage, state.txn.with_read_version(checked), checked + OFFER_WINDOW, base.uuid
+    )
+
+
+#: The window of an offer that could not be looked up (the offers directory did not list).
+_UNKNOWN_WINDOW = 1 << 64
+
+
+def _open_window(state: _State) -> int | None:
+    """The last version an offer of this transaction may still land in, when a version up to
+    it can still be created unseen (this call's offer, or one an earlier call with an
+    unknown outcome left in the offers directory); None when no offer is open. Raises
+    StorageError when the directory cannot be listed."""
+    if not state.offerable:
+        return None
+    windows = [state.posting.valid_through] if state.posting is not None else []
+    if state.earlier_windows is None:
+        names = state.storage.list(OFFERS_DIR)
+        state.earlier_windows = [
+            parsed[0]
+            for parsed in map(parse_offer_name, names)
+            if parsed is not None and parsed[1] == state.original.uuid
+        ]
+    windows.extend(state.earlier_windows)
+    window = max(windows, default=0)
+    return window if window > state.seen_latest else None
+
+
+def _decided_by_rules(exc: BaseException) -> bool:
+    """A conflict found by the conflict rules: a helper checking the offer against the
+    same versions finds it too, so the offer cannot land after it."""
+    return isinstance(exc, (RetryableConflictError, IncompatibleTransactionError)) and not (
+        isinstance(exc, HistoryUnavailableError)
+    )
 
 
 def _guards(handler: CommitHandler) -> bool:
@@ -666,6 +803,7 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     if latest is None:
         raise DatasetNotFoundError(f"no Lance dataset at {storage.uri}")
     state.listing = listing
+    state.seen_latest = max(state.seen_latest, latest.version)
     if latest.version < state.original.read_version:
         raise VersionNotFoundError(
             f"{storage.uri}: read version {state.original.read_version} does not exist "
@@ -674,18 +812,13 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     newer = listing.after(state.checked_up_to)
     winners: list[Winner] = []
     for entry, (pb, error) in zip(newer, _load_winners(state, newer), strict=True):
+        _fresh_transaction(state, entry.version, pb)
         if pb is not None and state.members:
-            carried = _carried(pb)
+            carried = carried_uuids(pb)
             if not state.members.isdisjoint(carried) and state.original.uuid not in carried:
                 raise _conflict_error(state.txn, _member_landed(state, pb, entry.version))
         if pb is not None and carries_uuid(pb, state.original.uuid):
-            return CommitResult(
-                entry.version,
-                transaction_from_proto(pb) if pb.uuid == state.original.uuid else state.original,
-                budget.attempts - 1,
-                entry.path,
-                already_committed=True,
-            )
+            return _found(state, budget, pb, entry)
         winners.append(Winner(entry.version, pb, error))
     # only now (the uuid check above may have found this transaction already landed):
     # every version from the read version on must be there to be checked
@@ -720,9 +853,104 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     restore_source = None
     if isinstance(txn.operation, Restore):
         restore_source = _state_of(state.manifest(txn.operation.version))
+    offers = _offers_to_carry(state, budget, latest.version, current)
     return _land(
-        state, budget, current, latest.version, latest.scheme, timestamp_ns, restore_source
+        state, budget, current, latest.version, latest.scheme, timestamp_ns, restore_source, offers
     )
+
+
+def _found(
+    state: _State, budget: RetryBudget, pb: transaction_pb2.Transaction, entry: VersionEntry
+) -> CommitResult:
+    """The result for this transaction found in ``entry``'s version: landed by an earlier
+    call or an ambiguous create of this one (``already_committed``), or carried there as
+    this call's offer (``carried``)."""
+    mine = pb.uuid == state.original.uuid
+    txn = state.original
+    if mine:
+        landed = transaction_from_proto(pb)
+        # the landed form (a rebased Delete), unless offers were carried along with it
+        txn = landed if members_of(landed) == members_of(state.original) else state.txn
+    carried = not mine and state.posting is not None
+    return CommitResult(
+        entry.version,
+        txn,
+        budget.attempts - 1,
+        entry.path,
+        already_committed=not carried,
+        carried=carried,
+    )
+
+
+def _take_scan(state: _State) -> None:
+    """Add the offers of a finished scan (an unfinished one is left running)."""
+    scan = state.scan
+    if scan is None:
+        return
+    found = scan.take()
+    if found is None:
+        return
+    for offer in found:
+        if offer.name not in state.dead_offers:
+            state.offers.setdefault(offer.name, offer)
+    state.scan = None
+
+
+def _fresh_transaction(
+    state: _State, version: int, pb: transaction_pb2.Transaction | None
+) -> None:
+    """Record the transaction of ``version`` as just read; it confirms (or, differing,
+    drops) what was recalled from an earlier commit of this process."""
+    recalled = state.recalled_versions.get(version)
+    if recalled is not None and not state.recall_ok:
+        if pb is not None and pb.uuid == recalled:
+            state.recall_ok = True
+        else:
+            _forget_recalled(state)
+    state.transactions[version] = pb
+
+
+def _forget_recalled(state: _State) -> None:
+    """Drop what was recalled (it was not confirmed to be this table's history)."""
+    for version in state.recalled_versions:
+        state.transactions.pop(version, None)
+    state.recalled_versions = {}
+    state.offers.clear()
+    state.dead_offers.clear()
+
+
+def _start_scan(state: _State, latest: int) -> None:
+    """List and read the offers not known yet that may still land after ``latest``."""
+    state.scan = OfferScan(state.storage, after=latest, known=(*state.offers, *state.dead_offers))
+
+
+def _offers_to_carry(
+    state: _State, budget: RetryBudget, latest: int, current: ManifestState
+) -> list[Transaction]:
+    """The other writers' offers this attempt carries into ``latest + 1`` (a retrying
+    Append only; :func:`txn_engine.offers.select_offers`). The listing of offers runs in the
+    background beside the attempts; one that has not finished is picked up later."""
+    if not state.carries_offers or not (state.contended or state.recalled):
+        return []
+    if state.recalled_versions and not state.recall_ok:
+        _forget_recalled(state)  # nothing read yet confirms it: do not rely on it
+    _take_scan(state)
+    if state.scan is None:
+        _start_scan(state, latest)
+    if not state.offers:
+        return []
+    chosen, dead = select_offers(
+        state.offers.values(),
+        own=state.members | {state.original.uuid},
+        latest=latest,
+        transactions=state.transactions,
+        validate=lambda txn: validate(current, txn),
+        options=state.options,
+    )
+    for name in dead:
+        state.offers.pop(name, None)
+        state.dead_offers.add(name)
+    return chosen
 
 
 def _oldest_needed(state: _State) -> int:
@@ -746,7 +974,11 @@ def _direct_attempt(
     check_writer_flags(base_file.manifest)
     current = _state_of(base_file)
     validate(current, state.txn)
-    return _land(state, budget, current, state.original.read_version, scheme, timestamp_ns, None)
+    latest = state.original.read_version
+    if state.carries_offers:
+        _fresh_transaction(state, latest, base_file.transaction)
+    offers = _offers_to_carry(state, budget, latest, current)
+    return _land(state, budget, current, latest, scheme, timestamp_ns, None, offers)
 
 
 def _land(
@@ -757,10 +989,12 @@ def _land(
     scheme: NamingScheme,
     timestamp_ns: int | None,
     restore_source: ManifestState | None,
+    carried: list[Transaction] | None = None,
 ) -> CommitResult | None:
-    """Build the next manifest on ``current`` (version ``latest``) and create it. Returns
-    the result, or None when another writer took the version (its manifest is kept for the
-    next attempt).
+    """Build the next manifest on ``current`` (version ``latest``) and create it, carrying
+    the other writers' offers in ``carried`` (:mod:`txn_engine.offers`). Returns the result,
+    or None when another writer took the version (its manifest is kept for the next
+    attempt).
 
     On an object store (``state.guarded``) the requests are in flight at once: a guard
     listing of ``_versions/`` (started first), the manifest create and, with
@@ -772,11 +1006,12 @@ def _land(
     storage = state.storage
     guard = _Guard(storage, since=latest) if state.guarded else None
     txn = state.txn
-    name, pb = _encode_transaction(state, txn)
+    landing = carrying(txn, carried) if carried else txn
+    name, pb = _encode_transaction(state, landing)
     target = latest + 1
     built = build_manifest(
         current,
-        txn,
+        landing,
         version=target,
         transaction_file=name,
         timestamp_ns=timestamp_ns,
@@ -799,9 +1034,18 @@ def _land(
         raise
     listing = guard.result() if guard is not None else None
     if not _landed(found, data):
+        state.seen_latest = max(state.seen_latest, target)
         if found:
             state.raw[target] = found  # the winner's manifest: the next attempt needs it
         latest_listed = None if listing is None else listing.latest
+        # a race: a second loss, or a winner that landed after our guard listing was served
+        state.contended = (
+            state.contended
+            or budget.attempts > 1
+            or (listing is not None and (latest_listed is None or latest_listed.version < target))
+        )
+        if state.contended and state.carries_offers and state.scan is None:
+            _start_scan(state, target)  # read the offers while the retry is prepared
         if latest_listed is not None and latest_listed.version >= target:
             state.prefetched = listing  # it already shows the winner: no need to list again
             # a first attempt may just have had a stale base (k behind: no wait); a
@@ -811,7 +1055,7 @@ def _land(
             # the winner landed just after the listing (a race): we read it back, so the
             # next attempt builds on it at once (its own guard listing checks it again)
             state.prefetched = listing.with_version(target)
-            state.raced = True
+            state.raced = state.contended = True
         return None
     if guard is None:
         if copy_path:
@@ -825,6 +1069,8 @@ def _land(
         _check_guarded(state, target, scheme, current, built, path, listing, after=True)
     if copy is not None:
         copy.join()
+    if state.carries_offers:
+        state.transactions[target] = pb  # the next commit may check offers against it
     return CommitResult(target, txn, budget.attempts, path)
 
 

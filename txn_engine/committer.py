@@ -58,6 +58,7 @@ from txn_engine.errors import (
     VersionNotFoundError,
 )
 from txn_engine.lease import Lease, lease
+from txn_engine.offers import can_carry
 from txn_engine.ops import Append
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import open_storage
@@ -292,20 +293,14 @@ class Committer:
         item.future.set_result(result)
 
 
-def _groupable(txn: Transaction) -> bool:
-    """Appends of new fragments (ids assigned at commit) merge into one Append."""
-    op = txn.operation
-    return isinstance(op, Append) and all(f.id == 0 for f in op.fragments)
-
-
 def _runs(batch: Sequence[_Pending], max_group: int) -> list[list[_Pending]]:
     """Split the queue, in order, into runs of groupable Appends and single others."""
     runs: list[list[_Pending]] = []
     for item in batch:
         if (
-            _groupable(item.txn)
+            can_carry(item.txn)
             and runs
-            and _groupable(runs[-1][0].txn)
+            and can_carry(runs[-1][0].txn)
             and len(runs[-1]) < max_group
         ):
             runs[-1].append(item)

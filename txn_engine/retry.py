@@ -99,6 +99,10 @@ class RetryPolicy:
       shortest attempt (``lost``: races this commit has lost, at most ``chase_ranks``), so
       that among writers retrying on the same winner the one that has lost most often
       sends its create first (0 ranks: no wait).
+    * ``offer_after``: on an object store, an Append of new fragments that has lost this
+      many races offers itself to the other writers (:mod:`txn_engine.offers`: whichever
+      retrying Append commits next carries it); an Append commit that is retrying carries
+      the live offers it can check. ``None``: neither (Lance).
     * ``clock`` (monotonic seconds), ``sleep`` and ``randbelow`` (``n -> int in [0, n)``)
       are injectable for tests; they do not take part in equality.
     """
@@ -117,6 +121,7 @@ class RetryPolicy:
     chases: int | None = None
     chase_ranks: int = 6
     chase_step: float = 0.1
+    offer_after: int | None = 1
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
     sleep: Callable[[float], None] = attrs.field(default=time.sleep, eq=False, repr=False)
     randbelow: Callable[[int], int] = attrs.field(
@@ -150,6 +155,8 @@ class RetryPolicy:
                 f"chase_ranks and chase_step must be >= 0, got {self.chase_ranks}, "
                 f"{self.chase_step}"
             )
+        if self.offer_after is not None and self.offer_after < 1:
+            raise ValueError(f"offer_after must be >= 1 or None, got {self.offer_after}")
         if self.max_slots is not None and self.max_slots < 1:
             raise ValueError(f"max_slots must be >= 1 or None, got {self.max_slots}")
 
@@ -166,6 +173,7 @@ class RetryPolicy:
             max_window=None,
             chases=0,
             chase_ranks=0,
+            offer_after=None,
         )
 
     @classmethod

@@ -585,3 +585,26 @@ def test_local_delete_does_not_follow_a_symlinked_parent_directory(tmp_path: Pat
 
 def _local_files(root: Path) -> set[str]:
     return {str(p.relative_to(root)).replace(os.sep, "/") for p in root.rglob("*") if p.is_file()}
+
+
+def test_offers_whose_window_has_passed_are_removed_live_ones_kept() -> None:
+    """An offer (``_txn_engine_offers/{last version}-{uuid}.txn``) is removed once the
+    latest version is at or above the last version it may land in; a live one, and any
+    other file in that directory, is kept whatever the retention."""
+    from txn_engine.offers import OFFERS_DIR, offer_name
+
+    store = MemoryStorage()
+    _history(store)  # latest is 5
+    dead = [f"{OFFERS_DIR}/{offer_name(v, str(uuid.uuid4()))}" for v in (2, 5)]
+    live = [f"{OFFERS_DIR}/{offer_name(v, str(uuid.uuid4()))}" for v in (6, 13)]
+    other = f"{OFFERS_DIR}/notes.txt"
+    for path in (*dead, *live, other):
+        store.put(path, b"x")
+    plan = cleanup(store, older_than=ZERO, retention_orphans=ZERO, dry_run=True, progress=False)
+    assert isinstance(plan, CleanupPlan)
+    assert sorted(d.path for d in plan.deletes if d.reason == "offer") == sorted(dead)
+    assert plan.counts["offer"] == 2
+    assert "2 expired offers" in plan.summary()
+    cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    left = sorted(f"{OFFERS_DIR}/{n}" for n in store.list(OFFERS_DIR))
+    assert left == sorted([*live, other])

@@ -349,7 +349,8 @@ def test_a_race_lost_just_after_the_listing_is_retried_at_once_on_the_winner() -
         rec,
         Transaction(1, Append([frag()])),
         base=base,
-        retry_policy=RetryPolicy(sleep=slept.append),
+        # offers (their own background listing and put) are tested in test_offers.py
+        retry_policy=RetryPolicy(sleep=slept.append, offer_after=None),
     )
     elapsed = time.monotonic() - start
     assert r.version == 3
@@ -441,7 +442,7 @@ def test_repeated_lost_races_are_chased_with_shrinking_rank_waits() -> None:
     writer that has lost more sends its create sooner than writers that lost less), never
     a backoff window, and no listing is taken besides the guard listings."""
     slept: list[float] = []
-    r, rec, landed = _lose_races(7, RetryPolicy(sleep=slept.append))
+    r, rec, landed = _lose_races(7, RetryPolicy(sleep=slept.append, offer_after=None))
     assert r.version == 9
     assert r.attempts == 8
     assert len(slept) == 5  # ranks 5..1 steps; from the 6th loss on no wait

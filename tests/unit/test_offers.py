@@ -1,0 +1,589 @@
+"""Offers (:mod:`txn_engine.offers`): a retrying Append carries other writers' offered Appends.
+
+Each rule of the module docstring has a test here: what is offered and when, what a helper
+carries and what it leaves out, how the offering writer learns its outcome, and why it never
+reports a failure while its offer may still land (the window). The concurrent exactly-once
+property is in ``tests/property/test_offers_concurrent.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from txn_engine._proto import transaction_pb2
+from txn_engine.codec import transaction_to_proto
+from txn_engine.commit import CommitResult, carries_uuid, commit
+from txn_engine.dataset import Dataset
+from txn_engine.errors import (
+    CommitStateUnknownError,
+    IncompatibleTransactionError,
+    RetryableConflictError,
+    StorageError,
+)
+from txn_engine.format.io import latest_version, read_transaction, read_transaction_and_manifest
+from txn_engine.format.naming import list_versions
+from txn_engine.offers import (
+    MAX_OFFERS_PER_VERSION,
+    OFFER_BASE_KEY,
+    OFFER_WINDOW,
+    OFFERS_DIR,
+    Offer,
+    OfferScan,
+    Recent,
+    carried_uuids,
+    carrying,
+    may_offer,
+    offer_name,
+    parse_offer_name,
+    select_offers,
+)
+from txn_engine.ops import Append, Delete, Overwrite
+from txn_engine.retry import RetryPolicy
+from txn_engine.storage import RecordingStorage
+from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
+
+from .test_guarded_create import SCHEMA, ObjectStore, frag, table
+
+
+def landed_uuids(store: ObjectStore) -> dict[int, frozenset[str]]:
+    """Every version's carried uuids (its own and its members')."""
+    out = {}
+    for entry in list_versions(store):
+        pb, _ = read_transaction_and_manifest(store, entry, None)
+        assert pb is not None
+        out[entry.version] = carried_uuids(pb)
+    return out
+
+
+def post(store: ObjectStore, txn: Transaction, valid_through: int) -> str:
+    """Write ``txn`` as an offer, naming the transaction of its read version when the store
+    has that version (as a losing writer does)."""
+    name = offer_name(valid_through, txn.uuid)
+    if any(e.version == txn.read_version for e in list_versions(store)):
+        base = read_transaction(store, txn.read_version).uuid
+        txn = attrs.evolve(txn, properties={**txn.properties_dict, OFFER_BASE_KEY: base})
+    store.put(f"{OFFERS_DIR}/{name}", transaction_to_proto(txn).SerializeToString())
+    return name
+
+
+class Competitors(ObjectStore):
+    """Another writer's Append lands right before each of our next ``times`` manifest
+    creates: we lose that many races in a row (after our guard listing, so each is a race)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times = 0
+        self.competing = False
+        self.winners: list[CommitResult] = []
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        if self.times and path.startswith("_versions/") and not self.competing:
+            self.times -= 1
+            self.competing = True
+            try:
+                txn = Transaction(latest_version(self).version, Append([frag()]))
+                self.winners.append(commit(self, txn, retry_policy=RetryPolicy(offer_after=None)))
+            finally:
+                self.competing = False
+        super().put_if_absent(path, data)
+
+
+# ---- names, eligibility, merging ------------------------------------------------------------
+
+
+def test_offer_names_carry_the_window_and_the_uuid() -> None:
+    u = str(uuid.uuid4())
+    assert parse_offer_name(offer_name(42, u)) == (42, u)
+    for junk in ("x.txn", f"{42:020d}-{u}.bin", f"42-{u}.txn", f"{42:020d}-not-a-uuid.txn"):
+        assert parse_offer_name(junk) is None
+
+
+def test_only_plain_appends_of_new_fragments_are_offered() -> None:
+    assert may_offer(Transaction(1, Append([frag()])))
+    assert not may_offer(Transaction(1, Append([frag().with_id(7)])))  # ids chosen already
+    assert not may_offer(Transaction(1, Delete([], [], "id > 0")))
+    group = Transaction(1, Append([frag()]), properties={GROUP_MEMBERS_KEY: "a,b"})
+    assert not may_offer(group)  # a group's members are found under their own uuids
+
+
+def test_carrying_appends_the_fragments_and_records_the_uuids() -> None:
+    mine = Transaction(3, Append([frag()]), properties={"k": "v"})
+    a, b = Transaction(2, Append([frag(), frag()])), Transaction(3, Append([frag()]))
+    merged = carrying(mine, [a, b])
+    assert (merged.uuid, merged.read_version) == (mine.uuid, 3)
+    assert isinstance(merged.operation, Append)
+    assert len(merged.operation.fragments) == 4
+    assert merged.properties_dict["k"] == "v"
+    pb = transaction_to_proto(merged)
+    assert carried_uuids(pb) == {mine.uuid, a.uuid, b.uuid}
+    assert carrying(mine, []) is mine
+
+
+# ---- what a helper carries ------------------------------------------------------------------
+
+
+def append_pb(version: int) -> transaction_pb2.Transaction:
+    return transaction_to_proto(Transaction(version - 1, Append([frag()])))
+
+
+#: the transaction of version 5, the read version of the offers below
+BASE = append_pb(5)
+
+
+def choose(
+    offers: Sequence[Offer],
+    latest: int,
+    transactions: dict[int, transaction_pb2.Transaction | None],
+    own: frozenset[str] = frozenset(),
+    validate: object = None,
+) -> tuple[list[Transaction], list[str]]:
+    """select_offers with version 5 known (``BASE``) unless ``transactions`` says otherwise."""
+
+    def ok(txn: Transaction) -> None:
+        if callable(validate):
+            validate(txn)
+
+    known = {5: BASE, **transactions}
+    return select_offers(offers, own=own, latest=latest, transactions=known, validate=ok)
+
+
+def offer(read_version: int, valid_through: int, base_uuid: str | None = None) -> Offer:
+    """An offer checked up to ``read_version``, whose transaction is ``BASE`` by default."""
+    props = {OFFER_BASE_KEY: base_uuid if base_uuid is not None else BASE.uuid}
+    txn = Transaction(read_version, Append([frag()]), properties=props)
+    return Offer(offer_name(valid_through, txn.uuid), valid_through, txn)
+
+
+def test_a_live_offer_checked_against_every_version_since_its_read_version_is_carried() -> None:
+    o = offer(5, 9)
+    chosen, dead = choose([o], 7, {6: append_pb(6), 7: append_pb(7)})
+    assert chosen == [o.transaction]
+    assert dead == []
+
+
+def test_an_offer_is_carried_only_into_versions_within_its_window() -> None:
+    o = offer(5, 7)
+    assert choose([o], 6, {6: append_pb(6)})[0] == [o.transaction]  # into 7: the last one
+    chosen, dead = choose([o], 7, {6: append_pb(6), 7: append_pb(7)})  # into 8: expired
+    assert chosen == []
+    assert dead == [o.name]
+
+
+def test_an_offer_is_left_out_when_a_version_since_its_read_version_was_not_read() -> None:
+    o = offer(5, 12)
+    assert choose([o], 7, {7: append_pb(7)}) == ([], [])  # 6 not read
+    assert choose([o], 7, {6: None, 7: append_pb(7)}) == ([], [])  # 6 unreadable
+    assert choose([o], 7, {5: None, 6: append_pb(6), 7: append_pb(7)}) == ([], [])  # 5
+
+
+def test_an_offer_of_another_history_is_left_out() -> None:
+    """Its read version's transaction is not the one it names: another incarnation of a
+    table at the same URI (or junk); it is never carried."""
+    o = offer(5, 12, base_uuid=str(uuid.uuid4()))
+    assert choose([o], 6, {6: append_pb(6)}) == ([], [])
+    assert choose([offer(5, 12)], 6, {6: append_pb(6)})[0] != []
+
+
+def test_an_offer_already_landed_is_never_carried_again() -> None:
+    o = offer(5, 12)
+    carrier = transaction_to_proto(carrying(Transaction(5, Append([frag()])), [o.transaction]))
+    chosen, dead = choose([o], 7, {6: carrier, 7: append_pb(7)})
+    assert chosen == []
+    assert dead == [o.name]
+    mine = transaction_to_proto(o.transaction)  # landed by its own writer
+    chosen, dead = choose([o], 6, {6: mine})
+    assert chosen == []
+    assert dead == [o.name]
+
+
+def test_an_offer_that_conflicts_with_a_version_since_is_left_out() -> None:
+    o = offer(5, 12)
+    overwrite = transaction_to_proto(Transaction(5, Overwrite([frag()], SCHEMA)))
+    assert choose([o], 6, {6: overwrite}) == ([], [])
+
+
+def test_own_uuids_invalid_offers_and_the_cap_are_respected() -> None:
+    o = offer(5, 12)
+    assert choose([o], 5, {}, own=frozenset({o.transaction.uuid})) == ([], [])
+
+    def refuse(txn: Transaction) -> None:
+        raise ValueError("schema mismatch")
+
+    assert choose([o], 5, {}, validate=refuse) == ([], [])
+    many = [offer(5, 6 + i) for i in range(MAX_OFFERS_PER_VERSION + 5)]
+    chosen, _ = choose(many, 5, {})
+    assert len(chosen) == MAX_OFFERS_PER_VERSION
+    # the oldest windows first: the writers that have waited longest
+    assert chosen == [o.transaction for o in many[:MAX_OFFERS_PER_VERSION]]
+
+
+# ---- the scan of the offers directory -------------------------------------------------------
+
+
+def test_the_scan_reads_live_offers_and_skips_junk_expired_and_known_ones() -> None:
+    store = ObjectStore()
+    good = Transaction(3, Append([frag()]))
+    post(store, good, 10)
+    expired = Transaction(3, Append([frag()]))
+    post(store, expired, 4)
+    known = Transaction(3, Append([frag()]))
+    known_name = post(store, known, 10)
+    wrong = Transaction(3, Append([frag()]))  # named after another uuid
+    store.put(
+        f"{OFFERS_DIR}/{offer_name(10, str(uuid.uuid4()))}",
+        transaction_to_proto(wrong).SerializeToString(),
+    )
+    store.put(f"{OFFERS_DIR}/{offer_name(10, str(uuid.uuid4()))}", b"\xff not a transaction")
+    store.put(f"{OFFERS_DIR}/notes.txt", b"hello")
+    delete = Transaction(3, Delete([], [], "id > 0"))
+    post(store, delete, 10)  # not an Append: never carried
+    scan = OfferScan(store, after=5, known=[known_name])
+    deadline = time.monotonic() + 5
+    found = scan.take()
+    while found is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        found = scan.take()
+    assert found is not None
+    assert [o.transaction.uuid for o in found] == [good.uuid]
+
+
+# ---- the commit loop ------------------------------------------------------------------------
+
+
+class Scripted(ObjectStore):
+    """Runs ``hooks[k]`` right before the k-th manifest create of the thread named "A"
+    (after its guard listing was served), so that another writer wins that race."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hooks: list[object] = []
+        self.creates = 0
+        self.inside = False
+        self.fail_listing = False
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        if (
+            path.startswith("_versions/")
+            and threading.current_thread().name == "A"
+            and not self.inside
+        ):
+            k, self.creates = self.creates, self.creates + 1
+            if k < len(self.hooks) and callable(hook := self.hooks[k]):
+                self.inside = True  # the hook's own commits are not A's creates
+                try:
+                    hook()
+                finally:
+                    self.inside = False
+        super().put_if_absent(path, data)
+
+    def list(self, prefix: str) -> Sequence[str]:
+        if self.fail_listing and prefix == "_versions":
+            raise StorageError("listing refused (test)")
+        return super().list(prefix)
+
+    def compete(self, **props: str) -> None:
+        txn = Transaction(latest_version(self).version, Append([frag()]), properties=props)
+        commit(self, txn, retry_policy=RetryPolicy(offer_after=None))
+
+    def wait_for_offer(self) -> None:
+        deadline = time.monotonic() + 5
+        while not super().list(OFFERS_DIR) and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+
+def run_a(
+    store: Scripted, txn: Transaction, policy: RetryPolicy | None = None, *, use_base: bool = True
+) -> object:
+    """Commit ``txn`` (from a Dataset base at the latest version unless ``use_base`` is
+    False) in a thread named "A"; the result or the error."""
+    base = Dataset.open(store) if use_base else None
+    out: list[object] = []
+
+    def go() -> None:
+        try:
+            out.append(commit(store, txn, base=base, retry_policy=policy))
+        except Exception as exc:
+            out.append(exc)
+
+    th = threading.Thread(target=go, name="A")
+    th.start()
+    th.join()
+    return out[0]
+
+
+def offer_withdrawn(store: ObjectStore) -> bool:
+    deadline = time.monotonic() + 5
+    while store.list(OFFERS_DIR) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return not store.list(OFFERS_DIR)
+
+
+def test_a_retrying_append_carries_a_live_offer_and_the_offer_is_found_once() -> None:
+    store = Scripted()
+    table(store)
+    offered = Transaction(1, Append([frag()]))
+    post(store, offered, 1 + OFFER_WINDOW)
+
+    def lose_and_let_the_scan_finish() -> None:
+        time.sleep(0.05)  # the scan started beside attempt 2 finishes before it loses
+        store.compete()
+
+    store.hooks = [store.compete, lose_and_let_the_scan_finish]
+    mine = Transaction(1, Append([frag()]))
+    r = run_a(store, mine)
+    assert isinstance(r, CommitResult)
+    assert r.attempts == 3
+    assert landed_uuids(store)[r.version] == {mine.uuid, offered.uuid}
+    assert r.transaction == mine  # the caller's own transaction, not the carrier
+    assert not r.already_committed
+    assert not r.carried
+    # the offer's writer, committing it (again), finds it there and lands nothing
+    again = commit(store, offered)
+    assert (again.version, again.already_committed) == (r.version, True)
+    assert sum(offered.uuid in u for u in landed_uuids(store).values()) == 1
+
+
+def test_no_offer_is_carried_before_the_writer_has_lost_a_race() -> None:
+    """A first attempt, or a stale one, does not read offers: an uncontended commit stays
+    one round trip."""
+    store = Scripted()
+    table(store)
+    offered = Transaction(1, Append([frag()]))
+    post(store, offered, 1 + OFFER_WINDOW)
+    r = run_a(store, Transaction(1, Append([frag()])))
+    assert isinstance(r, CommitResult)
+    assert r.attempts == 1
+    assert offered.uuid not in landed_uuids(store)[r.version]
+
+
+def test_the_offering_writer_is_told_its_carrier_version() -> None:
+    """A loses a race and offers itself; the next version is a carrier of A (what a helper
+    writes): A returns that version with ``carried``; exactly one version carries A; the
+    offer is withdrawn."""
+    store = Scripted()
+    table(store)
+    a = Transaction(1, Append([frag()]))
+
+    def carrier() -> None:
+        store.wait_for_offer()
+        store.compete(**{GROUP_MEMBERS_KEY: a.uuid})
+
+    store.hooks = [store.compete, carrier]
+    r = run_a(store, a)
+    assert isinstance(r, CommitResult)
+    assert r.carried
+    assert not r.already_committed
+    assert r.transaction == a
+    landed = landed_uuids(store)
+    assert [v for v, u in landed.items() if a.uuid in u] == [r.version] == [3]
+    assert offer_withdrawn(store)
+
+
+def test_a_writer_with_a_live_offer_does_not_give_up_until_its_window_is_seen() -> None:
+    """max_attempts=1: without an offer the first lost race ends the commit; with one the
+    commit goes on (a helper could still land it) and lands itself."""
+    store = Scripted()
+    table(store)
+    store.hooks = [store.compete, store.compete]
+    r = run_a(store, Transaction(1, Append([frag()])), RetryPolicy(max_attempts=1))
+    assert isinstance(r, CommitResult)
+    assert r.attempts == 3
+    store = Scripted()
+    table(store)
+    store.hooks = [store.compete]
+    alone = RetryPolicy(max_attempts=1, offer_after=None)
+    r = run_a(store, Transaction(1, Append([frag()])), alone)
+    assert type(r).__name__ == "RetriesExhaustedError"
+
+
+def test_the_extension_ends_once_the_window_has_passed() -> None:
+    """Losing every race: the commit gives up (RetriesExhaustedError) only after it has
+    seen the last version its offer could land in, and no version carries it."""
+    store = Scripted()
+    table(store)
+    store.hooks = [store.compete] * (OFFER_WINDOW + 5)
+    a = Transaction(1, Append([frag()]))
+    r = run_a(store, a, RetryPolicy(max_attempts=1))
+    assert type(r).__name__ == "RetriesExhaustedError"
+    assert latest_version(store).version >= 1 + OFFER_WINDOW
+    assert store.creates <= OFFER_WINDOW + 1
+    assert not any(a.uuid in u for u in landed_uuids(store).values())
+
+
+def test_a_storage_error_while_the_offer_is_live_is_an_unknown_outcome() -> None:
+    """After the offer, the listing fails: the offer may still land through a helper, so
+    the error is CommitStateUnknownError (commit again to settle), not a plain failure."""
+
+    def scenario(policy: RetryPolicy) -> object:
+        store = Scripted()
+        table(store)
+
+        def lose_then_break_listing() -> None:
+            store.compete()
+            store.fail_listing = True
+
+        store.hooks = [lose_then_break_listing]
+        slow = RetryPolicy(chases=0, sleep=lambda s: time.sleep(0.05))
+        return run_a(store, Transaction(1, Append([frag()])), policy if policy else slow)
+
+    err = scenario(RetryPolicy(chases=0, sleep=lambda s: time.sleep(0.05)))
+    assert isinstance(err, CommitStateUnknownError), err
+    assert "offered" in str(err)
+    plain = scenario(RetryPolicy(chases=0, offer_after=None, sleep=lambda s: None))
+    assert isinstance(plain, StorageError)
+    assert not isinstance(plain, CommitStateUnknownError)
+
+
+def test_a_conflict_while_the_offer_is_live_is_raised_as_it_is() -> None:
+    """A conflict found by the rules is final: helpers check the offer against the same
+    versions with the same rules, so it cannot land after it."""
+    store = Scripted()
+    table(store)
+
+    def overwrite() -> None:
+        store.wait_for_offer()
+        v = latest_version(store).version
+        commit(store, Transaction(v, Overwrite([frag()], SCHEMA)))
+
+    store.hooks = [store.compete, overwrite]
+    a = Transaction(1, Append([frag()]))
+    err = run_a(store, a)
+    assert isinstance(err, (RetryableConflictError, IncompatibleTransactionError)), err
+    assert not isinstance(err, CommitStateUnknownError)
+    assert not any(a.uuid in u for u in landed_uuids(store).values())
+    # a helper would leave it out for the same reason
+    pbs = {}
+    for entry in list_versions(store):
+        pb, _ = read_transaction_and_manifest(store, entry, None)
+        pbs[entry.version] = pb
+    latest = latest_version(store).version
+    o = Offer(offer_name(1 + OFFER_WINDOW, a.uuid), 1 + OFFER_WINDOW, a.with_read_version(2))
+    assert choose([o], latest, {v: pbs[v] for v in range(3, latest + 1)})[0] == []
+
+
+def test_carriers_are_read_by_the_normal_uuid_search() -> None:
+    offered = Transaction(1, Append([frag()]), uuid="x")
+    pb = transaction_to_proto(carrying(Transaction(2, Append([frag()])), [offered]))
+    assert carries_uuid(pb, "x")
+
+
+# ---- what a contended commit leaves for the next one --------------------------------------
+
+
+def test_the_next_commit_after_a_contended_one_carries_from_its_first_attempt() -> None:
+    """A1 lost two races (it read the offers meanwhile); A2, the next commit of this
+    process on the table, carries a live offer in its first attempt, with no listing of
+    offers before it: what A1 knew (offers, the transactions of the versions it read or
+    landed) is recalled."""
+    store = Scripted()
+    table(store)
+    a1 = Transaction(1, Append([frag()]))
+    # offered on top of the version A1 will land (4): A1 cannot carry it, A2 can
+    y = Transaction(4, Append([frag()]), properties={OFFER_BASE_KEY: a1.uuid})
+    store.put(f"{OFFERS_DIR}/{offer_name(12, y.uuid)}", transaction_to_proto(y).SerializeToString())
+
+    def lose_and_let_the_scan_finish() -> None:
+        time.sleep(0.05)
+        store.compete()
+
+    store.hooks = [store.compete, lose_and_let_the_scan_finish]
+    r1 = run_a(store, a1)
+    assert isinstance(r1, CommitResult)
+    assert r1.version == 4
+    assert y.uuid not in landed_uuids(store)[4]
+    base = Dataset.open(store)
+    rec = RecordingStorage(store)
+    a2 = Transaction(4, Append([frag()]))
+    r2 = commit(rec, a2, base=base)
+    assert r2.attempts == 1
+    assert landed_uuids(store)[r2.version] == {a2.uuid, y.uuid}
+    assert rec.counts["put_if_absent"] == 1
+
+
+def test_recalled_knowledge_that_a_fresh_read_contradicts_is_dropped(
+    monkeypatch: Any,
+) -> None:
+    """What is recalled is used only once a fresh read confirms it is this table's history
+    (same transaction at some version): a table re-created at the same URI differs, and an
+    offer that only the recalled (stale) transactions would let through is not carried."""
+    commit_module = importlib.import_module("txn_engine.commit")
+
+    store = ObjectStore()
+    table(store, appends=2)  # versions 1..3
+    stale = {2: append_pb(2), 3: append_pb(3)}  # not this table's versions 2 and 3
+    y = Transaction(2, Append([frag()]), properties={OFFER_BASE_KEY: stale[2].uuid})
+    o = Offer(offer_name(12, y.uuid), 12, y)
+    recent = Recent(dict(stale), {o.name: o}, set(), time.monotonic() + 10)
+    monkeypatch.setattr(commit_module, "recall", lambda uri: recent)
+    a = Transaction(3, Append([frag()]))
+    r = commit(store, a, base=Dataset.open(store))
+    assert landed_uuids(store)[r.version] == {a.uuid}
+    # an offer on a recalled history that the fresh read of the base (version 4) confirms
+    confirmed = {v: read_transaction(store, v) for v in (2, 3, 4)}
+    z = Transaction(2, Append([frag()]), properties={OFFER_BASE_KEY: confirmed[2].uuid})
+    oz = Offer(offer_name(12, z.uuid), 12, z)
+    recent = Recent(confirmed, {oz.name: oz}, set(), time.monotonic() + 10)
+    monkeypatch.setattr(commit_module, "recall", lambda uri: recent)
+    b = Transaction(r.version, Append([frag()]))
+    r2 = commit(store, b, base=Dataset.open(store))
+    assert landed_uuids(store)[r2.version] == {b.uuid, z.uuid}
+
+
+def test_an_unknown_outcome_keeps_the_offer_and_the_call_made_again_honours_its_window() -> None:
+    """The first call ends with CommitStateUnknownError while its offer is open: the offer
+    stays in the directory. The same transaction committed again (as the error says), with
+    a budget of one attempt and a competitor winning every race, does not report
+    RetriesExhaustedError before the latest version has passed that offer's window (a
+    helper holding it could still land it until then)."""
+    store = Scripted()
+    table(store)
+    a = Transaction(1, Append([frag()]))
+
+    def lose_then_break_listing() -> None:
+        store.compete()
+        store.fail_listing = True
+
+    store.hooks = [lose_then_break_listing]
+    slow = RetryPolicy(chases=0, sleep=lambda s: time.sleep(0.05))
+    err = run_a(store, a, slow)
+    assert isinstance(err, CommitStateUnknownError)
+    time.sleep(0.1)  # a withdrawal would have happened by now
+    (name,) = store.list(OFFERS_DIR)
+    window, uuid_ = parse_offer_name(name) or (0, "")
+    assert uuid_ == a.uuid
+    assert window == 1 + OFFER_WINDOW
+    store.fail_listing = False
+    store.creates = 0
+    store.hooks = [store.compete] * (OFFER_WINDOW + 5)
+    again = run_a(store, a, RetryPolicy(max_attempts=1, offer_after=None), use_base=False)
+    assert type(again).__name__ == "RetriesExhaustedError"
+    assert latest_version(store).version >= window
+    assert store.creates > 1  # it went on past its one attempt
+    assert not any(a.uuid in u for u in landed_uuids(store).values())
+
+
+def test_a_spark_write_carried_by_another_version_is_settled_as_landed() -> None:
+    """The Spark data source settles an unknown outcome by searching the history for its
+    transaction: one carried inside another writer's version is found there (and the
+    carrier's transaction, which names the write's files, is what it keeps files by)."""
+    from txn_engine.spark import _staging
+
+    store = ObjectStore()
+    table(store)
+    offered = Transaction(1, Append([frag()]))
+    commit(store, carrying(Transaction(1, Append([frag()])), [offered]))
+    out = _staging.settle(store, offered.uuid, read_version=1)
+    assert out.known
+    assert out.landed is not None
+    assert out.landed.version == 2
+    kept = _staging.transaction_data_files(out.landed.transaction)
+    assert isinstance(offered.operation, Append)
+    assert offered.operation.fragments[0].files[0].path in {p.rsplit("/", 1)[-1] for p in kept}
+    assert _staging.settle(store, str(uuid.uuid4()), read_version=1).landed is None

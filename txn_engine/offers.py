@@ -1,0 +1,382 @@
+"""Offers: writers that keep losing the race for a version carry each other's Appends.
+
+Uncoordinated writers on one table take versions in an order nobody chooses: with 8
+processes appending as fast as they can, every version is one winner and seven losers, and a
+writer may lose many races in a row while others win twice. Backoff only reorders the
+losers (``docs/performance.md``, *Backoff that fits the store*). An offer lets a loser stop
+depending on winning at all:
+
+1. A commit of a plain Append (new fragments, ids assigned at commit) that has lost a race
+   on an object store writes its transaction to ``_txn_engine_offers/{W}-{uuid}.txn`` (in
+   the background; ``W`` is the last version it may land in, a few versions ahead) and goes
+   on committing as before.
+2. Every Append commit that is retrying lists that directory beside its attempts (in the
+   background too) and puts the live offers it can check into the version it creates next:
+   one Append carrying its own fragments and theirs, the offers' uuids recorded like a
+   group commit's members (:data:`~txn_engine.transaction.GROUP_MEMBERS_KEY`).
+3. The offering writer finds its uuid in a new version and returns that version.
+
+Why nothing lands twice or lands unannounced (the proof in ``docs/architecture.md``,
+*Offers*, and the tests in ``tests/property/test_offers.py``):
+
+* A transaction is put into an attempt at version ``t`` only after every version from its
+  checked read version to ``t - 1`` was read and none of them carries its uuid; versions
+  are created one at a time by create-if-absent, so at most one version carries it.
+* A helper puts an offer only into versions ``t <= W``. The offering writer does not give
+  up (retries exhausted, storage error) while a version ``<= W`` may still be created
+  without it having checked it: its budget is extended until it has seen version ``W``,
+  and any other error on the way is raised as
+  :class:`~txn_engine.errors.CommitStateUnknownError` (committing the same transaction
+  again settles it). A conflict is raised as it is: a helper checks the offer against the
+  same versions with the same rules, so it finds the same conflict.
+* A helper also checks the offer with the conflict rules and validates it against the
+  manifest it builds on; an offer it cannot check (a version it has not read, an unreadable
+  transaction, an expired window) is left out, never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import attrs
+from pyroaring import BitMap
+
+from txn_engine._proto import table_pb2, transaction_pb2
+from txn_engine.codec import transaction_from_proto, transaction_to_proto
+from txn_engine.conflicts.detect import Conflict
+from txn_engine.conflicts.planner import Winner, plan_retry
+from txn_engine.conflicts.rebase import ConflictOptions
+from txn_engine.errors import StorageError
+from txn_engine.format.manifest_file import decode_transaction
+from txn_engine.ops import Append
+from txn_engine.storage.base import Storage, get_bounded, read_concurrency
+from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
+
+__all__ = [
+    "OFFERS_DIR",
+    "OFFER_BASE_KEY",
+    "OFFER_WINDOW",
+    "Offer",
+    "OfferScan",
+    "Posting",
+    "Recent",
+    "can_carry",
+    "carried_in_order",
+    "carried_uuids",
+    "carrying",
+    "may_offer",
+    "members_of",
+    "offer_name",
+    "parse_offer_name",
+    "recall",
+    "remember",
+    "select_offers",
+]
+
+#: Where offers are written, beside ``_versions/`` (Lance ignores the directory).
+OFFERS_DIR = "_txn_engine_offers"
+
+#: Property of an offered transaction: the uuid of the transaction of the version it was
+#: checked up to (its ``read_version``). A helper carries it only into a history where that
+#: version is that transaction (not a table re-created at the same URI).
+OFFER_BASE_KEY = "txn_engine.offer_base"
+
+#: How many versions after the one its writer lost an offer stays valid.
+OFFER_WINDOW = 8
+
+#: At most this many offers go into one version (bounds the manifest's growth per version).
+MAX_OFFERS_PER_VERSION = 32
+
+#: An offer larger than this is not read (a hostile file must not exhaust memory).
+MAX_OFFER_BYTES = 64 << 20
+
+#: At most this many offers are read by one listing (the oldest first).
+MAX_OFFERS_PER_SCAN = 64
+
+#: For how long a commit that saw contention on a table lets the next commit of this process
+#: on that table carry offers from its first attempt (seconds).
+RECENT_SECONDS = 1.0
+
+#: At most this many versions' transactions are kept for the next commit.
+RECENT_VERSIONS = 64
+
+_NAME = re.compile(r"^(\d{20})-([0-9a-f-]{36})\.txn$")
+
+
+def offer_name(valid_through: int, uuid: str) -> str:
+    """``{valid_through:020d}-{uuid}.txn``: the listing alone shows which offers are live."""
+    return f"{valid_through:020d}-{uuid}.txn"
+
+
+def parse_offer_name(name: str) -> tuple[int, str] | None:
+    """``(valid_through, uuid)`` of an offer's file name, or None for any other name."""
+    m = _NAME.match(name)
+    return None if m is None else (int(m.group(1)), m.group(2))
+
+
+def carried_in_order(pb: transaction_pb2.Transaction) -> tuple[str, ...]:
+    """The uuids a landed transaction stands for, its own first, then those of the
+    transactions it carries (a group commit's members, offers) in the order they landed."""
+    members = pb.transaction_properties.get(GROUP_MEMBERS_KEY, "")
+    return (pb.uuid, *(m for m in members.split(",") if m and m != pb.uuid))
+
+
+def carried_uuids(pb: transaction_pb2.Transaction) -> frozenset[str]:
+    """The uuids a landed transaction stands for (:func:`carried_in_order`, as a set)."""
+    return frozenset(carried_in_order(pb))
+
+
+def members_of(txn: Transaction) -> tuple[str, ...]:
+    """The uuids a transaction carries (:data:`GROUP_MEMBERS_KEY`), in order."""
+    value = txn.properties_dict.get(GROUP_MEMBERS_KEY, "")
+    return tuple(m for m in value.split(",") if m)
+
+
+def can_carry(txn: Transaction) -> bool:
+    """Whether ``txn`` can carry offers: an Append of new fragments (ids assigned at commit),
+    a plain one or a group commit's."""
+    op = txn.operation
+    return isinstance(op, Append) and all(f.id == 0 for f in op.fragments)
+
+
+def may_offer(txn: Transaction) -> bool:
+    """Whether ``txn`` may be offered: an Append of new fragments that is not itself a
+    group (its members would be found under their own uuids only)."""
+    return can_carry(txn) and not members_of(txn)
+
+
+def carrying(txn: Transaction, offers: Sequence[Transaction]) -> Transaction:
+    """``txn`` (same uuid, read version and other properties) with the offers' fragments
+    appended and their uuids added to its members."""
+    if not offers:
+        return txn
+    assert isinstance(txn.operation, Append)
+    fragments = list(txn.operation.fragments)
+    for offer in offers:
+        assert isinstance(offer.operation, Append)
+        fragments.extend(offer.operation.fragments)
+    props = txn.properties_dict
+    props[GROUP_MEMBERS_KEY] = ",".join((*members_of(txn), *(o.uuid for o in offers)))
+    return attrs.evolve(txn, operation=Append(tuple(fragments)), properties=props)
+
+
+@attrs.frozen
+class Offer:
+    """A live offer as read: its file name, last version and transaction (whose
+    ``read_version`` is the version its writer had checked it against)."""
+
+    name: str
+    valid_through: int
+    transaction: Transaction
+
+
+class Posting:
+    """An offer being written (in a thread, so it is not a round trip of the commit)."""
+
+    def __init__(
+        self, storage: Storage, txn: Transaction, valid_through: int, base_uuid: str
+    ) -> None:
+        self.valid_through = valid_through
+        self.path = f"{OFFERS_DIR}/{offer_name(valid_through, txn.uuid)}"
+        self._storage = storage
+        props = {**txn.properties_dict, OFFER_BASE_KEY: base_uuid}
+        offered = attrs.evolve(txn, properties=props)
+        self._data = transaction_to_proto(offered).SerializeToString(deterministic=True)
+        self._thread = threading.Thread(target=self._put, name="txn-engine-offer", daemon=True)
+        self._thread.start()
+
+    def _put(self) -> None:
+        try:
+            self._storage.put(self.path, self._data)
+        except Exception:  # no offer: the commit goes on alone (nothing depends on it)
+            return
+
+    def withdraw(self) -> None:
+        """Remove the offer once its writer knows the outcome (in the background, best
+        effort: a helper may still have it in hand; the window keeps that safe, and cleanup
+        removes expired offers)."""
+
+        def remove() -> None:
+            self._thread.join()
+            try:
+                self._storage.delete(self.path)
+            except Exception:
+                return
+
+        threading.Thread(target=remove, name="txn-engine-offer-withdraw", daemon=True).start()
+
+
+class OfferScan:
+    """One listing of ``_txn_engine_offers/`` and reads of the offers not seen before, in a
+    thread. :meth:`take` never waits: an unfinished scan is picked up by a later attempt."""
+
+    def __init__(self, storage: Storage, *, after: int, known: Iterable[str]) -> None:
+        self._storage = storage
+        self._after = after
+        self._known = frozenset(known)
+        self._found: list[Offer] | None = None
+        self._thread = threading.Thread(target=self._run, name="txn-engine-offers", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            names = self._storage.list(OFFERS_DIR)
+        except StorageError:
+            self._found = []
+            return
+        fresh: list[tuple[int, str]] = []
+        for name in names:
+            parsed = parse_offer_name(name)
+            if parsed is None or name in self._known or parsed[0] <= self._after:
+                continue
+            fresh.append((parsed[0], name))
+        fresh.sort()  # the oldest window first: the writers that have waited longest
+        fresh = fresh[:MAX_OFFERS_PER_SCAN]
+        threads = min(read_concurrency(self._storage), len(fresh))
+        if threads <= 1:
+            read = [self._read(name, valid_through) for valid_through, name in fresh]
+        else:  # one round trip for all of them on an object store
+            with ThreadPoolExecutor(threads, thread_name_prefix="txn-engine-offer-read") as pool:
+                read = list(pool.map(lambda vn: self._read(vn[1], vn[0]), fresh))
+        self._found = [offer for offer in read if offer is not None]
+
+    def _read(self, name: str, valid_through: int) -> Offer | None:
+        path = f"{OFFERS_DIR}/{name}"
+        try:
+            data = get_bounded(self._storage, path, MAX_OFFER_BYTES)
+            txn = transaction_from_proto(decode_transaction(data, what=path))
+        except Exception:  # gone (withdrawn), unreadable or hostile: not an offer
+            return None
+        if not may_offer(txn) or offer_name(valid_through, txn.uuid) != name:
+            return None
+        return Offer(name, valid_through, txn)
+
+    def take(self) -> list[Offer] | None:
+        """The offers read, or None while the scan is still running."""
+        if self._thread.is_alive():
+            return None
+        return self._found if self._found is not None else []
+
+
+def select_offers(
+    offers: Iterable[Offer],
+    *,
+    own: frozenset[str],
+    latest: int,
+    transactions: Mapping[int, transaction_pb2.Transaction | None],
+    validate: Callable[[Transaction], object],
+    options: ConflictOptions | None = None,
+) -> tuple[list[Transaction], list[str]]:
+    """The offers an attempt building on version ``latest`` may carry into ``latest + 1``,
+    oldest window first, and the names of offers that can never be carried again (expired,
+    or already landed).
+
+    An offer is carried only when its window reaches ``latest + 1``, its uuid is not one of
+    ``own``, its read version's transaction is the one it names (:data:`OFFER_BASE_KEY`),
+    every version after its read version up to ``latest`` is in ``transactions`` (read,
+    with a readable transaction) and none of them carries it, the conflict rules find no
+    conflict with any of them, and ``validate`` accepts it on the manifest built on.
+    """
+    chosen: list[Transaction] = []
+    dead: list[str] = []
+    for offer in sorted(offers, key=lambda o: (o.valid_through, o.name)):
+        txn = offer.transaction
+        if offer.valid_through < latest + 1:
+            dead.append(offer.name)
+            continue
+        if txn.uuid in own or txn.read_version > latest or len(chosen) >= MAX_OFFERS_PER_VERSION:
+            continue
+        base = transactions.get(txn.read_version)
+        if base is None or base.uuid != txn.properties_dict.get(OFFER_BASE_KEY):
+            continue  # not known to be this table's history (yet)
+        winners: list[Winner] = []
+        landed = unreadable = False
+        for version in range(txn.read_version + 1, latest + 1):
+            pb = transactions.get(version)
+            if pb is None:  # not read, or unreadable
+                unreadable = True
+                break
+            if txn.uuid in carried_uuids(pb):
+                landed = True
+                break
+            winners.append(Winner(version, pb))
+        if landed:
+            dead.append(offer.name)
+            continue
+        if unreadable:
+            continue
+        plan = plan_retry(
+            txn,
+            winners,
+            latest_version=latest,
+            latest_fragments=(),
+            initial_fragments=lambda _fid: None,
+            read_dv=_no_deletion_reads,
+            options=options,
+        )
+        if isinstance(plan, Conflict) or plan.writes:
+            continue  # a conflict (its writer finds the same one), or a rebase to write
+        try:
+            validate(txn)
+        except Exception:
+            continue
+        chosen.append(txn)
+    return chosen, dead
+
+
+def _no_deletion_reads(fragment_id: int, pb: table_pb2.DeletionFile) -> BitMap:
+    raise AssertionError("an Append offer never merges deletion vectors")
+
+
+@attrs.define
+class Recent:
+    """What a commit that saw contention knows, kept for the next commit of this process
+    on the same table: the transactions of the versions it read (or landed), the offers it
+    read and the names of those that can never land."""
+
+    transactions: dict[int, transaction_pb2.Transaction | None]
+    offers: dict[str, Offer]
+    dead: set[str]
+    until: float
+    #: a scan of the offers still running when the commit ended
+    scan: OfferScan | None = None
+
+
+_recent: dict[str, Recent] = {}
+_recent_lock = threading.Lock()
+
+
+def remember(
+    uri: str,
+    transactions: Mapping[int, transaction_pb2.Transaction | None],
+    offers: Mapping[str, Offer],
+    dead: Iterable[str],
+    scan: OfferScan | None = None,
+) -> None:
+    """Keep what a contended commit on table ``uri`` knows for :data:`RECENT_SECONDS`."""
+    newest = sorted(transactions)[-RECENT_VERSIONS:]
+    entry = Recent(
+        {v: transactions[v] for v in newest},
+        dict(offers),
+        set(dead),
+        time.monotonic() + RECENT_SECONDS,
+        scan,
+    )
+    with _recent_lock:
+        _recent[uri] = entry
+        for key in [k for k, r in _recent.items() if r.until < time.monotonic()]:
+            del _recent[key]
+
+
+def recall(uri: str) -> Recent | None:
+    """What the last contended commit of this process on ``uri`` knew, if it was recent
+    (taken: a commit running beside it starts from nothing)."""
+    with _recent_lock:
+        entry = _recent.pop(uri, None)
+    if entry is None or entry.until < time.monotonic():
+        return None
+    return entry

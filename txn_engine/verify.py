@@ -45,6 +45,7 @@ from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import FLAG_BASE_PATHS, FLAG_DELETION_FILES
 from txn_engine.format.io import read_manifest_entry, read_transaction
 from txn_engine.format.naming import list_versions
+from txn_engine.offers import carried_in_order
 from txn_engine.redact import redact_uri
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
@@ -149,15 +150,17 @@ def verify(
             pb = read_transaction(storage, entry, mf)
             txn = transaction_from_proto(pb)
             kind = txn.kind
-            if txn.uuid in seen_uuids:
-                findings.append(
-                    Finding(
-                        v,
-                        "exactly-once",
-                        f"transaction {txn.uuid} also landed as version {seen_uuids[txn.uuid]}",
+            # its own uuid and those it carried (a group commit's members, offers)
+            for u in carried_in_order(pb):
+                if u in seen_uuids:
+                    findings.append(
+                        Finding(
+                            v,
+                            "exactly-once",
+                            f"transaction {u} also landed as version {seen_uuids[u]}",
+                        )
                     )
-                )
-            seen_uuids.setdefault(txn.uuid, v)
+                seen_uuids.setdefault(u, v)
         except TxnEngineError as exc:
             severity = "error" if modern else "warning"
             findings.append(Finding(v, "transaction-present", str(exc), severity))

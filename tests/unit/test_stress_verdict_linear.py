@@ -35,16 +35,22 @@ from txn_engine.transaction import Transaction
 SEED = [(rid, 0) for rid in range(4)]
 
 
-def _history(tmp_path: Path, versions: int) -> tuple[MemoryStorage, Path, str]:
-    """``versions`` versions: a seed, then Appends of 3 rows, every third version a Delete
-    of one row of an older fragment (a new deletion file each time, so deletion files
-    accumulate over the kept fragments, as in a stress run)."""
+def _seeded(tmp_path: Path) -> tuple[MemoryStorage, SyntheticRows, Fragment, Path]:
+    """A table at version 1 holding the seed rows, the rows registry, the seed fragment and
+    the path of writer 0's journal."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     storage = MemoryStorage()
     rows = SyntheticRows()
     seed = rows.fragment(SEED)
     commit(storage, Transaction(0, Overwrite((seed,), SCHEMA)))
-    journal_path = tmp_path / "w0.jsonl"
+    return storage, rows, seed, tmp_path / "w0.jsonl"
+
+
+def _history(tmp_path: Path, versions: int) -> tuple[MemoryStorage, Path, str]:
+    """``versions`` versions: a seed, then Appends of 3 rows, every third version a Delete
+    of one row of an older fragment (a new deletion file each time, so deletion files
+    accumulate over the kept fragments, as in a stress run)."""
+    storage, rows, seed, journal_path = _seeded(tmp_path)
     live: dict[int, list[int]] = {}  # fragment id -> live offsets
     physical: dict[int, tuple[tuple[int, int], ...]] = {}
     next_rid = 100
@@ -188,3 +194,41 @@ def test_the_stress_verdict_shows_progress_on_a_terminal_only(tmp_path: Path) ->
     )
     assert report.ok, report.findings
     assert "verif" not in piped.getvalue()
+
+
+def _carried_history(tmp_path: Path, *, ack_member_at: int | None = None) -> list[str]:
+    """A seed, one Append, then one version carrying two transactions (its own and an
+    offered one, as txn_engine.offers writes them), each journaled with its own rows:
+    the findings of check_history."""
+    from txn_engine.offers import carrying
+
+    storage, rows, seed, journal_path = _seeded(tmp_path)
+    with Journal(journal_path) as journal:
+        first = [(100, 1), (101, 1)]
+        f1 = rows.fragment(first)
+        t1 = Transaction(1, Append((f1,)))
+        journal.intent(t1.uuid, AddRows(first), {f1.files[0].path: first})
+        journal.ack(t1.uuid, commit(storage, t1).version)
+        own, offered = [(200, 2)], [(300, 2), (301, 2)]
+        fo, fx = rows.fragment(own), rows.fragment(offered)
+        mine = Transaction(2, Append((fo,)))
+        other = Transaction(2, Append((fx,)))
+        journal.intent(mine.uuid, AddRows(own), {fo.files[0].path: own})
+        journal.intent(other.uuid, AddRows(offered), {fx.files[0].path: offered})
+        landed = commit(storage, carrying(mine, [other]))
+        journal.ack(mine.uuid, landed.version)
+        journal.ack(other.uuid, ack_member_at or landed.version)
+    summary = read_journals([journal_path])
+    summary.rows.register(seed.files[0].path, SEED)
+    return list(check_history(storage, summary, first_contents=Contents.of(SEED)).findings)
+
+
+def test_a_version_that_carried_other_transactions_is_checked_against_all_of_them(
+    tmp_path: Path,
+) -> None:
+    """A carrier (an offer, or a group commit) holds the rows of every transaction it
+    carried: the fold applies all their intents; each one is acknowledged at that version;
+    a member acknowledged elsewhere is reported."""
+    assert _carried_history(tmp_path / "ok") == []
+    findings = _carried_history(tmp_path / "bad", ack_member_at=7)
+    assert any("was acknowledged at v7" in f for f in findings), findings

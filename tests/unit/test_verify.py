@@ -133,3 +133,22 @@ def test_an_unreadable_manifest_is_a_read_failure_not_damage() -> None:
     report = verify(denied)
     assert [(f.version, f.invariant) for f in report.findings] == [(1, "manifest-reads")]
     assert "permission denied" in report.findings[0].detail
+
+
+def test_a_transaction_carried_by_two_versions_is_an_exactly_once_finding() -> None:
+    """A version that carried other transactions (offers, a group commit's members) stands
+    for each of them: one of them in a second version is reported, as a uuid landing twice
+    is; carried once, nothing is."""
+    from txn_engine.offers import carrying
+
+    storage = MemoryStorage()
+    rows = _synthetic(storage)
+    offered = Transaction(1, Append((rows.fragment([(10, 1)]),)))
+    commit(storage, carrying(Transaction(1, Append((rows.fragment([(11, 1)]),))), [offered]))
+    assert [f for f in verify(storage).findings if f.invariant == "exactly-once"] == []
+    again = attrs.evolve(offered, operation=Append((rows.fragment([(12, 1)]),)))
+    commit(storage, carrying(Transaction(2, Append((rows.fragment([(13, 1)]),))), [again]))
+    found = [f for f in verify(storage).findings if f.invariant == "exactly-once"]
+    assert len(found) == 1
+    assert offered.uuid in found[0].detail
+    assert found[0].version == 3

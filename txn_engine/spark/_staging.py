@@ -74,6 +74,7 @@ from txn_engine.format.naming import (
     parse_manifest_name,
     scan_versions,
 )
+from txn_engine.offers import carried_uuids
 from txn_engine.storage.base import Storage
 
 __all__ = [
@@ -716,7 +717,7 @@ def _matches(
     write_id: str | None,
     write_id_property: str | None,
 ) -> bool:
-    if txn.uuid == uuid:
+    if uuid in carried_uuids(txn):  # its own version, or one that carried it (offers)
         return True
     return (
         write_id is not None

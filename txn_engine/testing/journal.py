@@ -29,6 +29,7 @@ from txn_engine.errors import TxnEngineError
 from txn_engine.format.io import read_manifest_entry, read_transaction
 from txn_engine.format.naming import list_versions
 from txn_engine.model import Fragment
+from txn_engine.offers import carried_in_order
 from txn_engine.ops import UpdateMap
 from txn_engine.storage.base import Storage
 from txn_engine.testing.model import (
@@ -279,33 +280,36 @@ def check_history(
         if progress is not None:
             progress(done, len(entries))
         try:
-            uuid = read_transaction(storage, entry, mf).uuid
+            pb = read_transaction(storage, entry, mf)
             fold.read(mf.manifest, index)
         except (TxnEngineError, KeyError) as exc:
             fold.findings.append(f"v{v}: cannot read: {exc}")
             continue
-        if uuid in seen:
-            fold.findings.append(f"v{v}: transaction {uuid} already landed as v{seen[uuid]}")
-        seen[uuid] = v
+        uuid = pb.uuid
+        # the transactions the version stands for: its own and, for a group commit or a
+        # version that carried other writers' offers, those it carried (in order)
+        uuids = carried_in_order(pb)
+        for u in uuids:
+            if u in seen:
+                fold.findings.append(f"v{v}: transaction {u} already landed as v{seen[u]}")
+            seen[u] = v
+            if u in journal.rejected:
+                fold.findings.append(
+                    f"v{v}: transaction {u} landed but its writer was told it did not"
+                )
+        journaled = [u for u in uuids if u in journal.intents]
         if v == first_version:
             fold.check_first(v)
-        elif uuid in journal.intents:
-            if uuid in journal.rejected:
-                fold.findings.append(
-                    f"v{v}: transaction {uuid} landed but its writer was told it did not"
-                )
-            if uuid not in journal.acked:
-                unacked += 1
-            elif journal.acked[uuid] != v:
-                fold.findings.append(
-                    f"v{v}: transaction {uuid} was acknowledged at v{journal.acked[uuid]}"
-                )
-            fold.land(v, journal.intents[uuid])
+        elif journaled:
+            for u in journaled:
+                if u not in journal.acked:
+                    unacked += 1
+                elif journal.acked[u] != v:
+                    fold.findings.append(
+                        f"v{v}: transaction {u} was acknowledged at v{journal.acked[u]}"
+                    )
+            fold.land(v, [journal.intents[u] for u in journaled])
         else:
-            if uuid in journal.rejected:
-                fold.findings.append(
-                    f"v{v}: transaction {uuid} landed but its writer was told it did not"
-                )
             if foreign is None:
                 fold.findings.append(f"v{v}: transaction {uuid} is in no journal")
                 fold.resync(v)
@@ -406,10 +410,13 @@ class _IntentFold:
             return
         self._commit(v)
 
-    def land(self, v: int, effect: Effect) -> None:
-        """Fold ``effect`` as version ``v`` and compare."""
+    def land(self, v: int, effects: Effect | Sequence[Effect]) -> None:
+        """Fold ``effects`` (one, or those of the transactions one version carried, in
+        order) as version ``v`` and compare."""
         try:
-            touched = self._apply(effect)
+            touched: set[int] = set()
+            for effect in [effects] if not isinstance(effects, Sequence) else effects:
+                touched.update(self._apply(effect))
         except EffectError as exc:
             self.rows.rollback()
             self.findings.append(f"v{v}: intent does not fit the previous version: {exc}")

@@ -42,7 +42,8 @@
  * leases just before the lease was written removed).
  *
  * With -DGUARDED the model is the guarded create of an object-store commit instead (a
- * section of its own at the end of this file).
+ * section of its own at the end of this file); with -DOFFERS it is the offers protocol
+ * (the last section).
  */
 
 #ifndef NW
@@ -57,7 +58,7 @@
 #define MAXV (NW * MAXATT + 2)
 #define SEED (NW + 1)           /* uuid of version 1 when the dataset exists beforehand */
 
-#ifndef GUARDED
+#if !defined(GUARDED) && !defined(OFFERS)
 byte manifest[MAXV + 1];   /* manifest[v] = uuid of the transaction at version v, 0 = none */
 byte acked[NW];            /* version a writer was told its commit landed at, 0 = none */
 bool failed[NW];           /* writer was told its commit did not land */
@@ -626,6 +627,171 @@ init {
     assert(count <= 1);                                     /* exactly once */
     assert(!(failed[w] || unavailable[w]) || count == 0);   /* failure is true */
     assert(ackc[w] != 0 || failed[w] || unavailable[w]);    /* every writer gets an answer */
+  }
+}
+#endif
+
+#ifdef OFFERS
+/*
+ * Offers (-DOFFERS; the builds above are left out): txn_engine/offers.py and the offer rules
+ * of txn_engine/commit.py. NW writers each commit one Append; version 1 exists first and
+ * versions are created one after another by create-if-absent (no cleaner: the guarded
+ * section checks that part). A version records the set of writers it carries (its own
+ * writer's transaction and the offers it carried), and who created it. A writer:
+ *   1. lists the versions; one after the last version it checked that carries it is its
+ *      answer ("landed there": its own create, or another writer's carrier);
+ *   2. if its attempts are spent it gives up ("failed"), unless its offer may still land:
+ *      the window of its offer (the last version it may land in) is above the latest
+ *      version it has checked; then it goes on (-DNO_WAIT: it gives up anyway);
+ *   3. reads the offers directory (each offer there is read or not, at its own moment, and
+ *      what it read stays in hand: a withdrawn offer may still be carried);
+ *   4. carries any offer in hand whose window reaches the version it creates and that no
+ *      version after the offer's read version carries (-DNO_CARRIED_CHECK: without that
+ *      check; -DNO_WINDOW_CHECK: without the window); it may also leave any out;
+ *   5. creates latest + 1 carrying them; the response may be lost: it reads the version
+ *      back (its own create: landed; another's or nothing: lost), and that read may fail
+ *      (CommitStateUnknownError: the caller commits the same transaction again, and the
+ *      offer stays in the directory, so that the new call knows its window);
+ *   6. lost: offers itself once (read version: the version it built on; window: WINDOW
+ *      versions more) and goes to 1.
+ * When it has its answer it withdraws its offer. Checked when all have finished: no writer
+ * is carried by two versions, an acknowledged writer is carried by the version it was
+ * told, a writer told "failed" is carried by none, every writer has an answer.
+ */
+#ifndef WINDOW
+#define WINDOW 2
+#endif
+#define OV (NW + 2)             /* at most one version per writer after version 1 */
+#define SEEDBIT 128             /* version 1's transaction (not a writer) */
+
+byte om[OV + 2];        /* om[v]: bitmask of the writers version v carries; 0 = no version */
+byte ocr[OV + 2];       /* ocr[v]: the writer (+1) that created version v */
+bool posted[NW];        /* writer w's offer is in the offers directory */
+byte oc[NW];            /* its read version (the version it was checked up to) */
+byte ow[NW];            /* its window: the last version it may land in */
+byte acked[NW];         /* version writer w was told it landed in, 0 = none */
+bool failed[NW];        /* writer w was told it did not land */
+byte finished = 0;
+
+inline olatest(r) {
+  r = 1;
+  do
+  :: r < OV && om[r + 1] != 0 -> r++
+  :: else -> break
+  od
+}
+
+proctype OWriter(byte me) {
+  byte mine = 1 << me;
+  byte checked = 1, latest, target, carry, v, w, att = 0, known = 0;
+  byte kc[NW];
+  byte kw[NW];
+  bool landed, offered = false, clean;
+
+retry:
+  olatest(latest);
+  v = checked + 1;                                  /* 1. carried since the last check? */
+  do
+  :: v <= latest && (om[v] & mine) != 0 -> acked[me] = v; goto done
+  :: v <= latest && (om[v] & mine) == 0 -> v++
+  :: v > latest -> break
+  od;
+  checked = latest;
+  if                                                /* 2. give up only when no offer can land */
+  :: att >= MAXATT || latest >= OV ->
+       if
+#ifndef NO_WAIT
+       :: offered && latest < ow[me] && latest < OV -> skip
+#endif
+       :: else -> failed[me] = true; goto done
+       fi
+  :: else -> skip
+  fi;
+  att++;
+  target = latest + 1;
+  for (w : 0 .. NW - 1) {                           /* 3. read the offers directory */
+    if
+    :: w != me && posted[w] -> atomic { known = known | (1 << w); kc[w] = oc[w]; kw[w] = ow[w] }
+    :: true -> skip
+    fi
+  }
+  carry = 0;                                        /* 4. what to carry */
+  for (w : 0 .. NW - 1) {
+    if
+#ifdef NO_WINDOW_CHECK
+    :: (known & (1 << w)) != 0 && kc[w] <= latest ->
+#else
+    :: (known & (1 << w)) != 0 && kw[w] >= target && kc[w] <= latest ->
+#endif
+         clean = true;
+#ifndef NO_CARRIED_CHECK
+         v = kc[w] + 1;
+         do
+         :: v <= latest && (om[v] & (1 << w)) != 0 -> clean = false; break
+         :: v <= latest && (om[v] & (1 << w)) == 0 -> v++
+         :: v > latest -> break
+         od;
+#endif
+         if
+         :: clean -> carry = carry | (1 << w)
+         :: clean -> skip                            /* left out (cap, not read in time) */
+         :: !clean -> known = known & ~(1 << w)      /* landed already: never again */
+         fi
+    :: else -> skip
+    fi
+  }
+  atomic {                                          /* 5. create-if-absent */
+    landed = (om[target] == 0);
+    if
+    :: landed -> om[target] = mine | carry; ocr[target] = me + 1
+    :: else -> skip
+    fi
+  };
+  if
+  :: landed -> acked[me] = target; goto done        /* response arrives */
+  :: !landed -> goto lost                           /* "already exists" */
+  :: landed -> goto settle                          /* response lost after the write */
+  :: !landed -> goto settle                         /* write failed, or "exists" lost */
+  fi;
+settle:
+  if
+  :: ocr[target] == me + 1 -> acked[me] = target; goto done
+  :: ocr[target] != me + 1 -> goto lost
+  :: true -> goto retry                             /* read failed: committed again */
+  fi;
+lost:
+  if                                                /* 6. offer itself, once */
+  :: !offered -> atomic { oc[me] = checked; ow[me] = checked + WINDOW; posted[me] = true };
+                 offered = true
+  :: else -> skip
+  fi;
+  goto retry;
+done:
+  posted[me] = false;                               /* withdrawn */
+  atomic { finished++ }
+}
+
+init {
+  byte i;
+  atomic {
+    om[1] = SEEDBIT;
+    ocr[1] = 255;
+    for (i : 0 .. NW - 1) { run OWriter(i) }
+  }
+  (finished == NW);
+  byte w, v, count;
+  for (w : 0 .. NW - 1) {
+    count = 0;
+    for (v : 1 .. OV) {
+      if
+      :: (om[v] & (1 << w)) != 0 -> count++
+      :: else -> skip
+      fi
+    }
+    assert(count <= 1);                                          /* exactly once */
+    assert(acked[w] == 0 || (om[acked[w]] & (1 << w)) != 0);     /* ack is true */
+    assert(!failed[w] || count == 0);                            /* failure is true */
+    assert(acked[w] != 0 || failed[w]);                          /* every writer an answer */
   }
 }
 #endif

@@ -30,7 +30,8 @@ Per store (medians; ratio = txn_engine / pylance):
    version), all starting at one barrier, one run per cell: commits/s, p50/p99 latency,
    failed commits, attempts per commit, longest single backoff sleep and the share of the
    slowest 1% of commits' latency spent sleeping (txn_engine), and a landed-count check
-   (versions created must equal acknowledged commits);
+   (fragments added must equal acknowledged commits: each commit adds one, in a version of
+   its own, a group commit or carried as another writer's offer);
 4. *threads*: 16 threads of one process x 2 Appends (fresh read version): pylance,
    txn_engine's plain ``commit``, and ``txn_engine.Committer`` (one shared instance).
 
@@ -84,6 +85,8 @@ POLICIES: dict[str, Callable[[], RetryPolicy]] = {
     "lance": RetryPolicy.lance,
     # the default until the ranked chase: a known winner chased 3 times, then backoff
     "unranked": lambda: RetryPolicy(chases=3, chase_ranks=0),
+    # the default without offers (each writer lands its own transaction)
+    "no-offers": lambda: RetryPolicy(offer_after=None),
 }
 REPO = Path(__file__).resolve().parents[1]
 ALL_STORES = ("s3", "azure", "gcs", "local")
@@ -527,6 +530,12 @@ def _latest_version(store: Store, uri: str) -> int:
     return Dataset.open(_storage(store, uri)).version
 
 
+def _fragment_count(store: Store, uri: str) -> int:
+    """Fragments in the latest version: every benchmark commit adds exactly one, whether it
+    landed in a version of its own, in a group commit or carried as an offer."""
+    return len(Dataset.open(_storage(store, uri)).manifest_pb.fragments)
+
+
 def _summarize(engine: str, results: list[dict[str, Any]], landed: int) -> dict[str, Any]:
     elapsed = max(r["last"] for r in results) - min(r["first"] for r in results)
     lat = sorted(x for r in results for x in r["latencies"])
@@ -546,7 +555,8 @@ def _summarize(engine: str, results: list[dict[str, Any]], landed: int) -> dict[
         "commits": ok,
         "failures": sum(r["failures"] for r in results),
         "errors": errors[:3],
-        # versions created minus acknowledged commits: nonzero means a lost (or phantom) commit
+        # fragments added minus acknowledged commits (each commit adds one fragment):
+        # nonzero means a lost, doubled or phantom commit
         "unaccounted": landed - ok,
         "attempts_per_commit": (
             sum(r["attempts"] for r in results) / ok if ok and engine == "txn_engine" else None
@@ -588,13 +598,16 @@ def contention(
                     for r in range(runs):
                         uri = build_table(store, f"c{engine[0]}{n}{int(stale)}r{r}", 10)
                         rv = _latest_version(store, uri)
+                        before = _fragment_count(store, uri)
                         results = pool.map(
                             _process_worker,
                             [(engine, store, uri, per, stale, rv, policy)] * n,
                             chunksize=1,
                         )
-                        landed = _latest_version(store, uri) - rv
-                        samples.append(_summarize(engine, results, landed))
+                        landed = _fragment_count(store, uri) - before
+                        summary = _summarize(engine, results, landed)
+                        summary["versions"] = _latest_version(store, uri) - rv
+                        samples.append(summary)
                         _drop(store, uri)
                     row[engine] = _median_cell(samples)
                 if "pylance" in row:
@@ -614,8 +627,8 @@ def _median_cell(samples: list[dict[str, Any]]) -> dict[str, Any]:
         values = [s[key] for s in samples if s[key] is not None]
         out[key] = statistics.median(values) if values else None
     out["max_ms"] = max(s["max_ms"] for s in samples)
-    for key in ("failures", "unaccounted", "commits", "sleeps"):
-        out[key] = sum(s[key] for s in samples)
+    for key in ("failures", "unaccounted", "commits", "sleeps", "versions"):
+        out[key] = sum(s.get(key, 0) for s in samples)
     out["errors"] = [e for s in samples for e in s["errors"]][:3]
     out["runs"] = [s["commits_per_s"] for s in samples]
     return out
@@ -650,6 +663,7 @@ def threads(store: Store, n_threads: int, per: int) -> dict[str, Any]:
 def _thread_cell(store: Store, engine: str, n_threads: int, per: int) -> dict[str, Any]:
     uri = build_table(store, f"th{engine[0]}{n_threads}", 10)
     rv = _latest_version(store, uri)
+    before = _fragment_count(store, uri)
     barrier = threading.Barrier(n_threads)
     results: list[dict[str, Any]] = [{} for _ in range(n_threads)]
     committer = (
@@ -670,11 +684,10 @@ def _thread_cell(store: Store, engine: str, n_threads: int, per: int) -> dict[st
     if committer is not None:
         with contextlib.suppress(Exception):
             committer.close()
-    landed = _latest_version(store, uri) - rv
+    landed = _fragment_count(store, uri) - before
     cell = _summarize("pylance" if engine == "pylance" else "txn_engine", results, landed)
-    if committer is not None:  # a group commit lands many transactions in one version
-        cell["versions"] = landed
-        cell["unaccounted"] = max(0, landed - cell["commits"])
+    # a group commit (or a carried offer) lands many transactions in one version
+    cell["versions"] = _latest_version(store, uri) - rv
     _drop(store, uri)
     return cell
 
@@ -729,7 +742,9 @@ def describe_contention(store: str, row: dict[str, Any]) -> str:
         f"txn_engine[{row['policy']}] {t['commits_per_s']:6.1f}/s "
         f"({t['p50_ms']:.0f}/{t['p99_ms']:.0f} ms, {t['failures']} failed, "
         f"{t['attempts_per_commit'] or 0:.2f} attempts, longest sleep "
-        f"{t['max_sleep_ms'] or 0:.0f} ms, tail sleep share {t['tail_sleep_share'] or 0:.0%})"
+        f"{t['max_sleep_ms'] or 0:.0f} ms, tail sleep share {t['tail_sleep_share'] or 0:.0%}, "
+        f"{t.get('commits', 0)} commits in {t.get('versions', 0)} versions, "
+        f"{t.get('unaccounted', 0)} unaccounted)"
     )
     if "throughput_ratio" in row:
         text += f"  ratio {row['throughput_ratio']:.2f}"
@@ -777,8 +792,9 @@ def run(
     """Every workload on every store; writes ``object_stores.json`` and the plots.
 
     ``plots_dir``: where the plots go (default ``out_dir``). ``compare_backoff``: on every
-    delayed store, also run the contended cells (4 and 8 processes) with the previous retry
-    schedule (``POLICIES["unranked"]``: no ranked chase), txn_engine only.
+    delayed store, also run the contended cells (4 and 8 processes) without offers
+    (``POLICIES["no-offers"]``) and with the previous retry schedule
+    (``POLICIES["unranked"]``: no ranked chase), txn_engine only.
     """
     sizes = sizes or Sizes.of(quick)
     results: dict[str, Any] = {
@@ -834,15 +850,19 @@ def run(
                 sizes.modes,
             )
             if compare_backoff and store.delay_ms:
-                previous = contention(
-                    store,
-                    [n for n in sizes.procs if n >= 4] or list(sizes.procs),
-                    sizes.per,
-                    sizes.contention_runs,
-                    sizes.modes,
-                    engines=("txn_engine",),
-                    policy="unranked",
-                )
+                previous = [
+                    row
+                    for policy in ("no-offers", "unranked")
+                    for row in contention(
+                        store,
+                        [n for n in sizes.procs if n >= 4] or list(sizes.procs),
+                        sizes.per,
+                        sizes.contention_runs,
+                        sizes.modes,
+                        engines=("txn_engine",),
+                        policy=policy,
+                    )
+                ]
                 compared = {x["processes"] for x in previous}
                 entry["backoff"] = previous + [
                     {k: v for k, v in r.items() if k != "pylance"}

@@ -295,15 +295,16 @@ def render_object_stores(results: dict[str, Any]) -> str:
                 "Backoff schedules (txn_engine only, same store, same run):",
                 "",
                 "| schedule | processes | read version | commits/s (p50/p99; failed) | attempts "
-                "| longest sleep ms |",
-                "|---|---:|---|---|---:|---:|",
+                "| longest sleep ms | commits / versions |",
+                "|---|---:|---|---|---:|---:|---|",
             ]
             for r in entry["backoff"]:
                 t = r["txn_engine"]
                 out.append(
                     f"| {r['policy']} | {r['processes']} | {r['read_version']} | {_cell(t)} | "
                     f"{_num(t.get('attempts_per_commit'), '.2f')} | "
-                    f"{_num(t.get('max_sleep_ms'), '.0f')} |"
+                    f"{_num(t.get('max_sleep_ms'), '.0f')} | "
+                    f"{t.get('commits', '-')} / {t.get('versions', '-')} |"
                 )
         checks = targets(entry)
         missed = [c for c in checks if not c[3]]

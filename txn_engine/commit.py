@@ -264,6 +264,12 @@ class _State:
     #: a create of this call was lost in a race (or two creates were lost): offers are
     #: made and read from then on (a stale first attempt alone does not count)
     contended: bool = False
+    #: a create of this call was lost, in a race or from a stale base (another writer is
+    #: active either way): offers are read and carried from then on, and the next commit of
+    #: this process on the table recalls them; offers are only *made* once ``contended``
+    lost: bool = False
+    #: listings of the offers started by this call
+    scans: int = 0
     #: ``.txn`` copies started beside creates (path -> copy); the landed one is kept
     copies: dict[str, _TransactionCopy] = attrs.field(factory=dict)
     #: also write the ``_transactions/`` copy (``commit(transaction_file=True)``)
@@ -675,7 +681,7 @@ def commit(
                     write_version_hint(state.storage, landed.version)  # local disk only
                 return landed
             _offer(state, budget)
-            if state.prefetched is not None and budget.chase(ranked=state.raced):
+            if state.prefetched is not None and budget.chase(ranked=_ranked(state)):
                 continue  # the winner is known: retry on it at once (after its rank)
             if not budget.wait():
                 if _open_window(state) is not None:
@@ -713,11 +719,21 @@ def commit(
         _withdraw_copies(state, landed)
         if state.posting is not None and not state.keep_offer:
             state.posting.withdraw()
-        if state.carries_offers and (state.contended or state.recalled):
+        if state.carries_offers and (state.lost or state.recalled):
             _take_scan(state)
             remember(
                 state.storage.uri, state.transactions, state.offers, state.dead_offers, state.scan
             )
+
+
+def _ranked(state: _State) -> bool:
+    """Whether the immediate retry on a known winner waits its rank: after a lost race,
+    unless this call holds other writers' offers (its create lands theirs too, so it goes
+    first: measured, docs/performance.md *Offers*)."""
+    if not state.raced:
+        return False
+    _take_scan(state)  # a listing of the offers that has finished counts already
+    return not any(o.transaction.uuid != state.original.uuid for o in state.offers.values())
 
 
 def _offer(state: _State, budget: RetryBudget) -> None:
@@ -781,9 +797,10 @@ def _guards(handler: CommitHandler) -> bool:
 def _withdraw_copies(state: _State, landed: CommitResult | None) -> None:
     """Remove the ``.txn`` copies started beside creates that did not land (best effort:
     a leftover is an orphan that cleanup removes). The landed transaction's copy stays,
-    and so does one at the path of a transaction an earlier call landed."""
+    and so does one at the path of a transaction an earlier call landed. A transaction
+    carried by another writer's version keeps none: that version names the carrier's."""
     keep = None
-    if landed is not None:
+    if landed is not None and not landed.carried:
         keep = transaction_path(
             transaction_file_name(landed.transaction.read_version, landed.transaction.uuid)
         )
@@ -853,7 +870,7 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     restore_source = None
     if isinstance(txn.operation, Restore):
         restore_source = _state_of(state.manifest(txn.operation.version))
-    offers = _offers_to_carry(state, budget, latest.version, current)
+    offers = _offers_to_carry(state, budget, latest.version, current, latest.scheme)
     return _land(
         state, budget, current, latest.version, latest.scheme, timestamp_ns, restore_source, offers
     )
@@ -890,6 +907,9 @@ def _take_scan(state: _State) -> None:
     found = scan.take()
     if found is None:
         return
+    for version, pb in scan.transactions().items():
+        if state.transactions.get(version) is None:
+            state.transactions[version] = pb
     for offer in found:
         if offer.name not in state.dead_offers:
             state.offers.setdefault(offer.name, offer)
@@ -919,24 +939,33 @@ def _forget_recalled(state: _State) -> None:
     state.dead_offers.clear()
 
 
-def _start_scan(state: _State, latest: int) -> None:
-    """List and read the offers not known yet that may still land after ``latest``."""
-    state.scan = OfferScan(state.storage, after=latest, known=(*state.offers, *state.dead_offers))
+def _start_scan(state: _State, latest: int, scheme: NamingScheme) -> None:
+    """List and read the offers not known yet that may still land after ``latest``, and
+    the transactions of the versions up to ``latest`` they were checked against that this
+    call has not read (an offer posted before this call began names an older version)."""
+    state.scans += 1
+    state.scan = OfferScan(
+        state.storage,
+        after=latest,
+        known=(*state.offers, *state.dead_offers),
+        scheme=scheme,
+        have=(v for v, pb in state.transactions.items() if pb is not None),
+    )
 
 
 def _offers_to_carry(
-    state: _State, budget: RetryBudget, latest: int, current: ManifestState
+    state: _State, budget: RetryBudget, latest: int, current: ManifestState, scheme: NamingScheme
 ) -> list[Transaction]:
     """The other writers' offers this attempt carries into ``latest + 1`` (a retrying
     Append only; :func:`txn_engine.offers.select_offers`). The listing of offers runs in the
     background beside the attempts; one that has not finished is picked up later."""
-    if not state.carries_offers or not (state.contended or state.recalled):
+    if not state.carries_offers or not (state.lost or state.recalled):
         return []
     if state.recalled_versions and not state.recall_ok:
         _forget_recalled(state)  # nothing read yet confirms it: do not rely on it
     _take_scan(state)
-    if state.scan is None:
-        _start_scan(state, latest)
+    if state.scan is None and (state.contended or state.recalled or not state.scans):
+        _start_scan(state, latest, scheme)  # a stale base alone is worth one listing
     if not state.offers:
         return []
     chosen, dead = select_offers(
@@ -977,7 +1006,7 @@ def _direct_attempt(
     latest = state.original.read_version
     if state.carries_offers:
         _fresh_transaction(state, latest, base_file.transaction)
-    offers = _offers_to_carry(state, budget, latest, current)
+    offers = _offers_to_carry(state, budget, latest, current, scheme)
     return _land(state, budget, current, latest, scheme, timestamp_ns, None, offers)
 
 
@@ -1044,8 +1073,9 @@ def _land(
             or budget.attempts > 1
             or (listing is not None and (latest_listed is None or latest_listed.version < target))
         )
-        if state.contended and state.carries_offers and state.scan is None:
-            _start_scan(state, target)  # read the offers while the retry is prepared
+        state.lost = True
+        if state.carries_offers and state.scan is None and (state.contended or not state.scans):
+            _start_scan(state, target, scheme)  # read the offers while the retry is prepared
         if latest_listed is not None and latest_listed.version >= target:
             state.prefetched = listing  # it already shows the winner: no need to list again
             # a first attempt may just have had a stale base (k behind: no wait); a

@@ -36,6 +36,7 @@ Why nothing lands twice or lands unannounced (the proof in ``docs/architecture.m
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -51,7 +52,9 @@ from txn_engine.conflicts.detect import Conflict
 from txn_engine.conflicts.planner import Winner, plan_retry
 from txn_engine.conflicts.rebase import ConflictOptions
 from txn_engine.errors import StorageError
+from txn_engine.format.io import read_transaction_and_manifest
 from txn_engine.format.manifest_file import decode_transaction
+from txn_engine.format.naming import NamingScheme, VersionEntry, manifest_name
 from txn_engine.ops import Append
 from txn_engine.storage.base import Storage, get_bounded, read_concurrency
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
@@ -214,11 +217,24 @@ class OfferScan:
     """One listing of ``_txn_engine_offers/`` and reads of the offers not seen before, in a
     thread. :meth:`take` never waits: an unfinished scan is picked up by a later attempt."""
 
-    def __init__(self, storage: Storage, *, after: int, known: Iterable[str]) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        after: int,
+        known: Iterable[str],
+        scheme: NamingScheme | None = None,
+        have: Iterable[int] = (),
+    ) -> None:
         self._storage = storage
         self._after = after
         self._known = frozenset(known)
+        self._scheme = scheme
+        self._have = frozenset(have)
         self._found: list[Offer] | None = None
+        #: transactions of versions up to ``after`` that the offers found were checked
+        #: against and the caller had not read (:meth:`transactions`)
+        self._transactions: dict[int, transaction_pb2.Transaction] = {}
         self._thread = threading.Thread(target=self._run, name="txn-engine-offers", daemon=True)
         self._thread.start()
 
@@ -236,13 +252,40 @@ class OfferScan:
             fresh.append((parsed[0], name))
         fresh.sort()  # the oldest window first: the writers that have waited longest
         fresh = fresh[:MAX_OFFERS_PER_SCAN]
-        threads = min(read_concurrency(self._storage), len(fresh))
+        versions = self._versions_to_read(fresh)
+        jobs: list[Callable[[], object]] = [
+            *(functools.partial(self._read, name, valid_through) for valid_through, name in fresh),
+            *(functools.partial(self._read_version, version) for version in versions),
+        ]
+        threads = min(read_concurrency(self._storage), len(jobs))
         if threads <= 1:
-            read = [self._read(name, valid_through) for valid_through, name in fresh]
+            read = [job() for job in jobs]
         else:  # one round trip for all of them on an object store
             with ThreadPoolExecutor(threads, thread_name_prefix="txn-engine-offer-read") as pool:
-                read = list(pool.map(lambda vn: self._read(vn[1], vn[0]), fresh))
-        self._found = [offer for offer in read if offer is not None]
+                read = list(pool.map(lambda job: job(), jobs))
+        self._found = [offer for offer in read if isinstance(offer, Offer)]
+
+    def _versions_to_read(self, fresh: Sequence[tuple[int, str]]) -> list[int]:
+        """The versions up to ``after`` an offer in ``fresh`` was probably checked against
+        (its read version is its window's last version less :data:`OFFER_WINDOW`, as this
+        module posts them) whose transactions the caller has not read: a helper that
+        started after the offer's writer cannot check the offer without them. A version
+        read here that an offer turns out not to need is merely unused; one it needs and
+        that is not here leaves the offer out, as before."""
+        if self._scheme is None or not fresh:
+            return []
+        first = max(min(w for w, _ in fresh) - OFFER_WINDOW, self._after - OFFER_WINDOW, 0)
+        return [v for v in range(first, self._after + 1) if v not in self._have]
+
+    def _read_version(self, version: int) -> None:
+        assert self._scheme is not None
+        entry = VersionEntry(version, manifest_name(version, self._scheme), self._scheme)
+        try:
+            pb, _ = read_transaction_and_manifest(self._storage, entry)
+        except Exception:  # gone, unreadable or hostile: left out (an offer needing it waits)
+            return None
+        self._transactions[version] = pb
+        return None
 
     def _read(self, name: str, valid_through: int) -> Offer | None:
         path = f"{OFFERS_DIR}/{name}"
@@ -260,6 +303,13 @@ class OfferScan:
         if self._thread.is_alive():
             return None
         return self._found if self._found is not None else []
+
+    def transactions(self) -> dict[int, transaction_pb2.Transaction]:
+        """Once the scan has finished: the transactions of the versions it read for the
+        offers found (versions the caller had not read; see :meth:`_versions_to_read`)."""
+        if self._thread.is_alive():
+            return {}
+        return dict(self._transactions)
 
 
 def select_offers(

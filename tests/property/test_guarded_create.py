@@ -54,6 +54,7 @@ from txn_engine.format.naming import (
 )
 from txn_engine.lease import Lease
 from txn_engine.model import DataFile, Fragment, LanceField
+from txn_engine.offers import carried_uuids
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
@@ -552,16 +553,23 @@ def check(r: Run) -> None:
             )
         else:
             assert here.transaction is not None
-            assert here.transaction.uuid == r.uuid, (
-                f"version {result.version} (acknowledged) holds another manifest"
-            )
+            if result.carried:  # another writer's version carried our offer (docs: Offers)
+                assert here.transaction.uuid != r.uuid
+                assert r.uuid in carried_uuids(here.transaction), (
+                    f"version {result.version} (acknowledged as a carrier) does not carry us"
+                )
+            else:
+                assert here.transaction.uuid == r.uuid, (
+                    f"version {result.version} (acknowledged) holds another manifest"
+                )
         for v, counts in files.items():
             assert (r.ours in counts) == (v >= result.version), (
                 f"our data in version {v}: {r.ours in counts}, acknowledged at {result.version}"
             )
         txn = result.transaction
         wanted = [transaction_file_name(txn.read_version, txn.uuid)]
-        assert copies == (wanted if r.world.schedule.transaction_file else []), copies
+        keeps_copy = r.world.schedule.transaction_file and not result.carried
+        assert copies == (wanted if keeps_copy else []), copies
     else:
         assert not any(
             mf.transaction is not None and mf.transaction.uuid == r.uuid

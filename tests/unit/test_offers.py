@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
+import pytest
 
 from txn_engine._proto import transaction_pb2
 from txn_engine.codec import transaction_to_proto
@@ -28,7 +29,7 @@ from txn_engine.errors import (
     StorageError,
 )
 from txn_engine.format.io import latest_version, read_transaction, read_transaction_and_manifest
-from txn_engine.format.naming import list_versions
+from txn_engine.format.naming import NamingScheme, list_versions
 from txn_engine.offers import (
     MAX_OFFERS_PER_VERSION,
     OFFER_BASE_KEY,
@@ -49,7 +50,7 @@ from txn_engine.retry import RetryPolicy
 from txn_engine.storage import RecordingStorage
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 
-from .test_guarded_create import SCHEMA, ObjectStore, frag, table
+from .test_guarded_create import SCHEMA, ObjectStore, append, frag, table
 
 
 def landed_uuids(store: ObjectStore) -> dict[int, frozenset[str]]:
@@ -254,6 +255,40 @@ def test_the_scan_reads_live_offers_and_skips_junk_expired_and_known_ones() -> N
     assert [o.transaction.uuid for o in found] == [good.uuid]
 
 
+def taken(scan: OfferScan) -> list[Offer]:
+    deadline = time.monotonic() + 5
+    found = scan.take()
+    while found is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        found = scan.take()
+    assert found is not None
+    return found
+
+
+def test_the_scan_reads_the_transactions_an_offer_was_checked_against() -> None:
+    """A helper that began after an offer's writer has not read the offer's read version
+    nor the versions after it: the scan reads their transactions beside the offers (only
+    those the helper does not have, only as far back as a live window reaches)."""
+    store = ObjectStore()
+    table(store, appends=4)  # versions 1..5
+    offered = Transaction(2, Append([frag()]))
+    post(store, offered, 2 + OFFER_WINDOW)
+    scan = OfferScan(store, after=5, known=[], scheme=NamingScheme.V2, have=[5])
+    assert [o.transaction.uuid for o in taken(scan)] == [offered.uuid]
+    got = scan.transactions()
+    assert sorted(got) == [2, 3, 4]
+    assert all(got[v].uuid == read_transaction(store, v).uuid for v in got)
+    # without the naming scheme (or with no offer) nothing but the offers is read
+    plain = OfferScan(store, after=5, known=[])
+    taken(plain)
+    assert plain.transactions() == {}
+    empty = ObjectStore()
+    table(empty, appends=4)
+    none = OfferScan(empty, after=5, known=[], scheme=NamingScheme.V2)
+    assert taken(none) == []
+    assert none.transactions() == {}
+
+
 # ---- the commit loop ------------------------------------------------------------------------
 
 
@@ -351,8 +386,9 @@ def test_a_retrying_append_carries_a_live_offer_and_the_offer_is_found_once() ->
 
 
 def test_no_offer_is_carried_before_the_writer_has_lost_a_race() -> None:
-    """A first attempt, or a stale one, does not read offers: an uncontended commit stays
-    one round trip."""
+    """A first attempt does not read offers: an uncontended commit stays one round trip
+    (a stale base that loses its first create lists them once, beside the retry:
+    ``tests/unit/test_guarded_create.py``)."""
     store = Scripted()
     table(store)
     offered = Transaction(1, Append([frag()]))
@@ -361,6 +397,77 @@ def test_no_offer_is_carried_before_the_writer_has_lost_a_race() -> None:
     assert isinstance(r, CommitResult)
     assert r.attempts == 1
     assert offered.uuid not in landed_uuids(store)[r.version]
+
+
+def test_a_helper_that_began_after_the_offer_carries_it() -> None:
+    """The offer was checked up to version 1; two versions landed since; A opens the table at
+    version 3 (it never read versions 1-3 before), loses two races, and carries the offer:
+    its listing of the offers read the transactions of the versions the offer needs."""
+    store = Scripted()
+    table(store)
+    offered = Transaction(1, Append([frag()]))
+    post(store, offered, 1 + OFFER_WINDOW)
+    store.compete()
+    store.compete()  # versions 2 and 3: neither carries the offer
+
+    def lose_and_let_the_scan_finish() -> None:
+        time.sleep(0.05)
+        store.compete()
+
+    store.hooks = [store.compete, lose_and_let_the_scan_finish]
+    mine = Transaction(3, Append([frag()]))
+    r = run_a(store, mine)
+    assert isinstance(r, CommitResult)
+    assert r.attempts == 3
+    assert landed_uuids(store)[r.version] == {mine.uuid, offered.uuid}
+    assert sum(offered.uuid in u for u in landed_uuids(store).values()) == 1
+
+
+def test_a_stale_first_attempt_lets_the_next_commit_carry_from_its_first_attempt() -> None:
+    """A1's base is one version behind (no race, so A1 makes no offer) but another writer is
+    active: A1 lists the offers once, and A2, the next commit of this process, carries a live
+    offer in its first attempt (if A1's retry did not already carry it): exactly once."""
+    store = ObjectStore()
+    table(store)
+    base = Dataset.open(store)
+    append(store)  # version 2: A1's base (version 1) is stale
+    offered = Transaction(2, Append([frag()]))
+    post(store, offered, 2 + OFFER_WINDOW)
+    rec = RecordingStorage(store)
+    r1 = commit(rec, Transaction(1, Append([frag()])), base=base)
+    assert r1.attempts == 2
+    assert rec.counts.get("put", 0) == 0  # a stale base alone is not offered
+    time.sleep(0.1)  # A1's listing of the offers finishes (it runs in a thread)
+    a2 = Transaction(r1.version, Append([frag()]))
+    r2 = commit(store, a2, base=Dataset.open(store))
+    assert r2.attempts == 1
+    landed = landed_uuids(store)
+    assert [v for v, u in landed.items() if offered.uuid in u] in ([r1.version], [r2.version])
+
+
+@pytest.mark.parametrize("with_offer", [False, True])
+def test_a_retry_holding_offers_skips_its_rank_wait(with_offer: bool) -> None:
+    """The rank wait orders the writers retrying on the same winner; one that holds other
+    writers' offers goes first (its create lands them too). A loses three races; its offer
+    listing finishes by the second at the latest: from then on its retries do not wait."""
+    store = Scripted()
+    table(store)
+    if with_offer:
+        post(store, Transaction(1, Append([frag()])), 1 + OFFER_WINDOW)
+
+    def lose_and_let_the_scan_finish() -> None:
+        time.sleep(0.05)
+        store.compete()
+
+    store.hooks = [store.compete, lose_and_let_the_scan_finish, store.compete]
+    slept: list[float] = []
+    r = run_a(store, Transaction(1, Append([frag()])), RetryPolicy(sleep=slept.append))
+    assert isinstance(r, CommitResult)
+    assert r.attempts == 4
+    if with_offer:  # at most the first retry waits (the listing may already be done then)
+        assert len(slept) <= 1
+    else:
+        assert len(slept) == 3
 
 
 def test_the_offering_writer_is_told_its_carrier_version() -> None:
@@ -384,6 +491,33 @@ def test_the_offering_writer_is_told_its_carrier_version() -> None:
     landed = landed_uuids(store)
     assert [v for v, u in landed.items() if a.uuid in u] == [r.version] == [3]
     assert offer_withdrawn(store)
+
+
+def test_a_carried_transaction_keeps_no_transaction_file_of_its_own() -> None:
+    """With ``transaction_file=True`` each attempt writes a ``.txn`` copy beside its create;
+    carried, none of them landed (the carrier's version names the carrier's copy): all of
+    A's copies are withdrawn. Found by tests/property/test_guarded_create.py."""
+    store = Scripted()
+    table(store)
+    a = Transaction(1, Append([frag()]))
+
+    def carrier() -> None:
+        store.wait_for_offer()
+        store.compete(**{GROUP_MEMBERS_KEY: a.uuid})
+
+    store.hooks = [store.compete, carrier]
+    base = Dataset.open(store)
+    out: list[CommitResult] = []
+    th = threading.Thread(
+        target=lambda: out.append(commit(store, a, base=base, transaction_file=True)), name="A"
+    )
+    th.start()
+    th.join()
+    assert out[0].carried
+    deadline = time.monotonic() + 5
+    while any(a.uuid in n for n in store.list("_transactions")) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not any(a.uuid in n for n in store.list("_transactions"))
 
 
 def test_a_writer_with_a_live_offer_does_not_give_up_until_its_window_is_seen() -> None:

@@ -12,7 +12,7 @@ import importlib
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -332,6 +332,22 @@ class Scripted(ObjectStore):
         while not super().list(OFFERS_DIR) and time.monotonic() < deadline:
             time.sleep(0.005)
 
+    def compete_after_the_scan(self) -> None:
+        """Let A's listing of the offers (started when it lost its last race) finish, then
+        win this race too."""
+        time.sleep(0.05)
+        self.compete()
+
+    def carrier_of(self, uuid: str) -> Callable[[], None]:
+        """A hook: once A's offer is written, the next version carries ``uuid`` (what a
+        helper writes)."""
+
+        def carrier() -> None:
+            self.wait_for_offer()
+            self.compete(**{GROUP_MEMBERS_KEY: uuid})
+
+        return carrier
+
 
 def run_a(
     store: Scripted, txn: Transaction, policy: RetryPolicy | None = None, *, use_base: bool = True
@@ -366,11 +382,7 @@ def test_a_retrying_append_carries_a_live_offer_and_the_offer_is_found_once() ->
     offered = Transaction(1, Append([frag()]))
     post(store, offered, 1 + OFFER_WINDOW)
 
-    def lose_and_let_the_scan_finish() -> None:
-        time.sleep(0.05)  # the scan started beside attempt 2 finishes before it loses
-        store.compete()
-
-    store.hooks = [store.compete, lose_and_let_the_scan_finish]
+    store.hooks = [store.compete, store.compete_after_the_scan]
     mine = Transaction(1, Append([frag()]))
     r = run_a(store, mine)
     assert isinstance(r, CommitResult)
@@ -410,11 +422,7 @@ def test_a_helper_that_began_after_the_offer_carries_it() -> None:
     store.compete()
     store.compete()  # versions 2 and 3: neither carries the offer
 
-    def lose_and_let_the_scan_finish() -> None:
-        time.sleep(0.05)
-        store.compete()
-
-    store.hooks = [store.compete, lose_and_let_the_scan_finish]
+    store.hooks = [store.compete, store.compete_after_the_scan]
     mine = Transaction(3, Append([frag()]))
     r = run_a(store, mine)
     assert isinstance(r, CommitResult)
@@ -455,11 +463,7 @@ def test_a_retry_holding_offers_skips_its_rank_wait(with_offer: bool) -> None:
     if with_offer:
         post(store, Transaction(1, Append([frag()])), 1 + OFFER_WINDOW)
 
-    def lose_and_let_the_scan_finish() -> None:
-        time.sleep(0.05)
-        store.compete()
-
-    store.hooks = [store.compete, lose_and_let_the_scan_finish, store.compete]
+    store.hooks = [store.compete, store.compete_after_the_scan, store.compete]
     slept: list[float] = []
     r = run_a(store, Transaction(1, Append([frag()])), RetryPolicy(sleep=slept.append))
     assert isinstance(r, CommitResult)
@@ -478,11 +482,7 @@ def test_the_offering_writer_is_told_its_carrier_version() -> None:
     table(store)
     a = Transaction(1, Append([frag()]))
 
-    def carrier() -> None:
-        store.wait_for_offer()
-        store.compete(**{GROUP_MEMBERS_KEY: a.uuid})
-
-    store.hooks = [store.compete, carrier]
+    store.hooks = [store.compete, store.carrier_of(a.uuid)]
     r = run_a(store, a)
     assert isinstance(r, CommitResult)
     assert r.carried
@@ -501,11 +501,7 @@ def test_a_carried_transaction_keeps_no_transaction_file_of_its_own() -> None:
     table(store)
     a = Transaction(1, Append([frag()]))
 
-    def carrier() -> None:
-        store.wait_for_offer()
-        store.compete(**{GROUP_MEMBERS_KEY: a.uuid})
-
-    store.hooks = [store.compete, carrier]
+    store.hooks = [store.compete, store.carrier_of(a.uuid)]
     base = Dataset.open(store)
     out: list[CommitResult] = []
     th = threading.Thread(
@@ -623,11 +619,7 @@ def test_the_next_commit_after_a_contended_one_carries_from_its_first_attempt() 
     y = Transaction(4, Append([frag()]), properties={OFFER_BASE_KEY: a1.uuid})
     store.put(f"{OFFERS_DIR}/{offer_name(12, y.uuid)}", transaction_to_proto(y).SerializeToString())
 
-    def lose_and_let_the_scan_finish() -> None:
-        time.sleep(0.05)
-        store.compete()
-
-    store.hooks = [store.compete, lose_and_let_the_scan_finish]
+    store.hooks = [store.compete, store.compete_after_the_scan]
     r1 = run_a(store, a1)
     assert isinstance(r1, CommitResult)
     assert r1.version == 4

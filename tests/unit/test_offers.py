@@ -228,6 +228,17 @@ def test_own_uuids_invalid_offers_and_the_cap_are_respected() -> None:
 # ---- the scan of the offers directory -------------------------------------------------------
 
 
+def taken(scan: OfferScan) -> list[Offer]:
+    """The offers a scan read, once it has finished (at most 5 s)."""
+    deadline = time.monotonic() + 5
+    found = scan.take()
+    while found is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        found = scan.take()
+    assert found is not None
+    return found
+
+
 def test_the_scan_reads_live_offers_and_skips_junk_expired_and_known_ones() -> None:
     store = ObjectStore()
     good = Transaction(3, Append([frag()]))
@@ -245,24 +256,8 @@ def test_the_scan_reads_live_offers_and_skips_junk_expired_and_known_ones() -> N
     store.put(f"{OFFERS_DIR}/notes.txt", b"hello")
     delete = Transaction(3, Delete([], [], "id > 0"))
     post(store, delete, 10)  # not an Append: never carried
-    scan = OfferScan(store, after=5, known=[known_name])
-    deadline = time.monotonic() + 5
-    found = scan.take()
-    while found is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-        found = scan.take()
-    assert found is not None
+    found = taken(OfferScan(store, after=5, known=[known_name]))
     assert [o.transaction.uuid for o in found] == [good.uuid]
-
-
-def taken(scan: OfferScan) -> list[Offer]:
-    deadline = time.monotonic() + 5
-    found = scan.take()
-    while found is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-        found = scan.take()
-    assert found is not None
-    return found
 
 
 def test_the_scan_reads_the_transactions_an_offer_was_checked_against() -> None:

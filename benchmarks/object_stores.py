@@ -87,6 +87,8 @@ POLICIES: dict[str, Callable[[], RetryPolicy]] = {
     "unranked": lambda: RetryPolicy(chases=3, chase_ranks=0),
     # the default without offers (each writer lands its own transaction)
     "no-offers": lambda: RetryPolicy(offer_after=None),
+    # offers only after a lost race (the default until early offers)
+    "late-offers": lambda: RetryPolicy(offer_early=False),
 }
 REPO = Path(__file__).resolve().parents[1]
 ALL_STORES = ("s3", "azure", "gcs", "local")
@@ -793,7 +795,8 @@ def run(
 
     ``plots_dir``: where the plots go (default ``out_dir``). ``compare_backoff``: on every
     delayed store, also run the contended cells (4 and 8 processes) without offers
-    (``POLICIES["no-offers"]``) and with the previous retry schedule
+    (``POLICIES["no-offers"]``), with offers made only after a lost race
+    (``POLICIES["late-offers"]``) and with the previous retry schedule
     (``POLICIES["unranked"]``: no ranked chase), txn_engine only.
     """
     sizes = sizes or Sizes.of(quick)
@@ -852,7 +855,7 @@ def run(
             if compare_backoff and store.delay_ms:
                 previous = [
                     row
-                    for policy in ("no-offers", "unranked")
+                    for policy in ("no-offers", "late-offers", "unranked")
                     for row in contention(
                         store,
                         [n for n in sizes.procs if n >= 4] or list(sizes.procs),

@@ -638,6 +638,9 @@ init {
  * versions are created one after another by create-if-absent (no cleaner: the guarded
  * section checks that part). A version records the set of writers it carries (its own
  * writer's transaction and the offers it carried), and who created it. A writer:
+ *   0. with -DEARLY (writer 0 only, to keep the state space small), may offer itself
+ *      before its first attempt (read version 1, window WINDOW versions more): an early
+ *      offer, made by a process that saw contention on the table recently;
  *   1. lists the versions; one after the last version it checked that carries it is its
  *      answer ("landed there": its own create, or another writer's carrier);
  *   2. if its attempts are spent it gives up ("failed"), unless its offer may still land:
@@ -688,6 +691,13 @@ proctype OWriter(byte me) {
   byte kw[NW];
   bool landed, offered = false, clean;
 
+#ifdef EARLY
+  if                                                /* 0. an early offer (writer 0), or none */
+  :: me == 0 -> atomic { oc[me] = checked; ow[me] = checked + WINDOW; posted[me] = true };
+                offered = true
+  :: skip
+  fi;
+#endif
 retry:
   olatest(latest);
   v = checked + 1;                                  /* 1. carried since the last check? */

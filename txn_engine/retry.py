@@ -103,6 +103,10 @@ class RetryPolicy:
       many races offers itself to the other writers (:mod:`txn_engine.offers`: whichever
       retrying Append commits next carries it); an Append commit that is retrying carries
       the live offers it can check. ``None``: neither (Lance).
+    * ``offer_early``: such an Append whose process saw contention on the table within the
+      last second (a commit of it lost a race there) offers itself beside its first
+      attempt instead of after its first lost race, unless its read version is older than
+      the versions that commit saw (default True; ``docs/architecture.md``, *Offers*).
     * ``clock`` (monotonic seconds), ``sleep`` and ``randbelow`` (``n -> int in [0, n)``)
       are injectable for tests; they do not take part in equality.
     """
@@ -122,6 +126,7 @@ class RetryPolicy:
     chase_ranks: int = 6
     chase_step: float = 0.1
     offer_after: int | None = 1
+    offer_early: bool = True
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
     sleep: Callable[[float], None] = attrs.field(default=time.sleep, eq=False, repr=False)
     randbelow: Callable[[int], int] = attrs.field(

@@ -40,8 +40,10 @@ def _stored(out: str) -> int:
         ("-DMAXATT=2",),
         # one attempt: a writer that lost goes on only while its offer is open
         ("-DMAXATT=1",),
+        # and writer 0 may offer itself before its first attempt (an early offer)
+        ("-DMAXATT=1", "-DEARLY"),
     ],
-    ids=["two-attempts", "one-attempt-window-wait"],
+    ids=["two-attempts", "one-attempt-window-wait", "early-offer"],
 )
 def test_offers_land_exactly_once_and_answers_are_true(
     tmp_path: Path, defines: tuple[str, ...]
@@ -63,11 +65,13 @@ def test_offers_land_exactly_once_and_answers_are_true(
         (("-DWINDOW=3", "-DNO_CARRIED_CHECK"), TWICE),
         # a writer that gives up while its offer is open is carried after its "failed"
         (("-DMAXATT=1", "-DNO_WAIT"), FAILED_BUT_LANDED),
+        # the same with an early offer (one made before any race was lost)
+        (("-DMAXATT=1", "-DEARLY", "-DNO_WAIT"), FAILED_BUT_LANDED),
         # a helper that ignores the window carries an offer whose writer gave up once the
         # window had passed
         (("-DMAXATT=1", "-DWINDOW=1", "-DNO_WINDOW_CHECK"), FAILED_BUT_LANDED),
     ],
-    ids=["no-carried-check", "no-window-wait", "no-window-check"],
+    ids=["no-carried-check", "no-window-wait", "early-no-window-wait", "no-window-check"],
 )
 def test_each_rule_is_needed(tmp_path: Path, defines: tuple[str, ...], violation: str) -> None:
     out = _check(tmp_path, *defines)

@@ -708,3 +708,108 @@ def test_a_spark_write_carried_by_another_version_is_settled_as_landed() -> None
     assert isinstance(offered.operation, Append)
     assert offered.operation.fragments[0].files[0].path in {p.rsplit("/", 1)[-1] for p in kept}
     assert _staging.settle(store, str(uuid.uuid4()), read_version=1).landed is None
+
+
+# ---- early offers: a commit right after a contended one offers itself at once ----------------
+
+
+def contended_then(store: Scripted, second: Callable[[], None] | None) -> CommitResult:
+    """A1 loses two races (a contended commit: the next commit of this process recalls it);
+    ``second`` runs right before the first create of A's next commit."""
+    store.hooks = [store.compete, store.compete_after_the_scan, None, second]
+    r1 = run_a(store, Transaction(1, Append([frag()])))
+    assert isinstance(r1, CommitResult)
+    assert r1.attempts == 3
+    return r1
+
+
+def test_a_commit_right_after_a_contended_one_offers_itself_before_its_first_attempt() -> None:
+    """A2 follows a contended A1 within a second: its offer is posted beside its first
+    attempt (not after a lost race), checked up to its read version, and a carrier that
+    lands first is A2's answer after that one attempt."""
+    store = Scripted()
+    table(store)
+    seen: list[list[str]] = []
+    box: list[Transaction] = []
+
+    def carrier() -> None:
+        store.wait_for_offer()
+        seen.append(list(store.list(OFFERS_DIR)))
+        store.compete(**{GROUP_MEMBERS_KEY: box[0].uuid})
+
+    r1 = contended_then(store, carrier)
+    a2 = Transaction(r1.version, Append([frag()]))
+    box.append(a2)
+    r2 = run_a(store, a2)
+    assert isinstance(r2, CommitResult)
+    assert seen == [[offer_name(r1.version + OFFER_WINDOW, a2.uuid)]]
+    assert (r2.carried, r2.attempts, r2.version) == (True, 1, r1.version + 1)
+    assert sum(a2.uuid in u for u in landed_uuids(store).values()) == 1
+    assert offer_withdrawn(store)
+
+
+@pytest.mark.parametrize("case", ["policy-off", "stale-read-version", "no-recent-contention"])
+def test_no_early_offer_when_off_stale_or_without_recent_contention(case: str) -> None:
+    """No offer before the first attempt with ``RetryPolicy(offer_early=False)``, for a
+    read version older than the versions the contended commit saw (the window would be
+    spent already), or when no recent commit of this process saw contention."""
+    store = Scripted()
+    table(store)
+    listed: list[list[str]] = []
+
+    def look() -> None:
+        time.sleep(0.05)  # an offer posted beside the attempt would be written by now
+        listed.append(list(store.list(OFFERS_DIR)))
+
+    if case == "no-recent-contention":
+        store.hooks = [look]
+        r = run_a(store, Transaction(1, Append([frag()])))
+    else:
+        r1 = contended_then(store, look)
+        read = r1.version if case == "policy-off" else r1.version - 1
+        base = Dataset.open(store, version=read)
+        policy = RetryPolicy(offer_early=case != "policy-off")
+        out: list[object] = []
+        th = threading.Thread(
+            target=lambda: out.append(
+                commit(store, Transaction(read, Append([frag()])), base=base, retry_policy=policy)
+            ),
+            name="A",
+        )
+        th.start()
+        th.join()
+        r = out[0]
+    assert isinstance(r, CommitResult)
+    assert listed == [[]]
+
+
+def test_an_early_offer_whose_own_attempt_lands_is_withdrawn_and_never_carried() -> None:
+    """A2 offers itself early and then wins its own first create: the offer is withdrawn,
+    and a helper that read it before the withdrawal finds A2's version and drops it."""
+    store = Scripted()
+    table(store)
+    held: list[Offer] = []
+
+    def grab() -> None:
+        store.wait_for_offer()
+        scan = OfferScan(store, after=0, known=())
+        held.extend(taken(scan))
+
+    r1 = contended_then(store, grab)
+    a2 = Transaction(r1.version, Append([frag()]))
+    r2 = run_a(store, a2)
+    assert isinstance(r2, CommitResult)
+    assert (r2.carried, r2.attempts, r2.version) == (False, 1, r1.version + 1)
+    assert [o.transaction.uuid for o in held] == [a2.uuid]
+    assert offer_withdrawn(store)
+    transactions = {v: read_transaction(store, v) for v in range(1, r2.version + 1)}
+    chosen, dead = choose_from(held, r2.version, transactions)
+    assert (chosen, dead) == ([], [held[0].name])
+
+
+def choose_from(
+    offers: list[Offer], latest: int, transactions: dict[int, transaction_pb2.Transaction]
+) -> tuple[list[Transaction], list[str]]:
+    return select_offers(
+        offers, own=frozenset(), latest=latest, transactions=transactions, validate=lambda _t: None
+    )

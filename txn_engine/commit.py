@@ -668,13 +668,7 @@ def commit(
             direct = base.naming_scheme
     budget = policy.budget()
     landed: CommitResult | None = None
-    # a commit right after a contended one on this table offers itself beside its first
-    # attempt (an early offer): it is carried sooner, by whichever writer lands next
-    if (
-        policy.offer_early
-        and state.recalled
-        and transaction.read_version >= max(state.recalled_versions, default=0)
-    ):
+    if policy.offer_early:
         _offer(state, budget, early=True)
     try:
         while True:
@@ -746,12 +740,18 @@ def _ranked(state: _State) -> bool:
 
 def _offer(state: _State, budget: RetryBudget, *, early: bool = False) -> None:
     """After a lost race: offer the transaction to the other writers once it has lost
-    ``RetryPolicy.offer_after`` races (:mod:`txn_engine.offers`); ``early``: before the
-    first attempt (``RetryPolicy.offer_early``). It is offered as checked up to the version
+    ``RetryPolicy.offer_after`` races (:mod:`txn_engine.offers`). ``early``, before the
+    first attempt (``RetryPolicy.offer_early``): only right after a contended commit of this
+    process on the table (recalled), and not from a read version older than what that
+    commit saw (the window would be spent). It is offered as checked up to the version
     built on, valid for :data:`~txn_engine.offers.OFFER_WINDOW` versions."""
     if state.offer_after is None or state.posting is not None:
         return
-    if not early and (not state.contended or budget.attempts < state.offer_after):
+    if early:
+        newest_recalled = max(state.recalled_versions, default=0)
+        if not state.recalled or state.original.read_version < newest_recalled:
+            return
+    elif not state.contended or budget.attempts < state.offer_after:
         return
     checked = state.checked_up_to
     base = state.transactions.get(checked)

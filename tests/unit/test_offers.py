@@ -345,11 +345,17 @@ class Scripted(ObjectStore):
 
 
 def run_a(
-    store: Scripted, txn: Transaction, policy: RetryPolicy | None = None, *, use_base: bool = True
+    store: Scripted,
+    txn: Transaction,
+    policy: RetryPolicy | None = None,
+    *,
+    use_base: bool = True,
+    base: Dataset | None = None,
 ) -> object:
-    """Commit ``txn`` (from a Dataset base at the latest version unless ``use_base`` is
-    False) in a thread named "A"; the result or the error."""
-    base = Dataset.open(store) if use_base else None
+    """Commit ``txn`` (from ``base``, else from a Dataset base at the latest version unless
+    ``use_base`` is False) in a thread named "A"; the result or the error."""
+    if base is None and use_base:
+        base = Dataset.open(store)
     out: list[object] = []
 
     def go() -> None:
@@ -767,18 +773,12 @@ def test_no_early_offer_when_off_stale_or_without_recent_contention(case: str) -
     else:
         r1 = contended_then(store, look)
         read = r1.version if case == "policy-off" else r1.version - 1
-        base = Dataset.open(store, version=read)
-        policy = RetryPolicy(offer_early=case != "policy-off")
-        out: list[object] = []
-        th = threading.Thread(
-            target=lambda: out.append(
-                commit(store, Transaction(read, Append([frag()])), base=base, retry_policy=policy)
-            ),
-            name="A",
+        r = run_a(
+            store,
+            Transaction(read, Append([frag()])),
+            RetryPolicy(offer_early=case != "policy-off"),
+            base=Dataset.open(store, version=read),
         )
-        th.start()
-        th.join()
-        r = out[0]
     assert isinstance(r, CommitResult)
     assert listed == [[]]
 
@@ -803,13 +803,4 @@ def test_an_early_offer_whose_own_attempt_lands_is_withdrawn_and_never_carried()
     assert [o.transaction.uuid for o in held] == [a2.uuid]
     assert offer_withdrawn(store)
     transactions = {v: read_transaction(store, v) for v in range(1, r2.version + 1)}
-    chosen, dead = choose_from(held, r2.version, transactions)
-    assert (chosen, dead) == ([], [held[0].name])
-
-
-def choose_from(
-    offers: list[Offer], latest: int, transactions: dict[int, transaction_pb2.Transaction]
-) -> tuple[list[Transaction], list[str]]:
-    return select_offers(
-        offers, own=frozenset(), latest=latest, transactions=transactions, validate=lambda _t: None
-    )
+    assert choose(held, r2.version, transactions) == ([], [held[0].name])

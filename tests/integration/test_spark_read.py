@@ -19,9 +19,12 @@ import pyarrow as pa
 import pytest
 
 from txn_engine.errors import InvalidOperationError, VersionNotFoundError
+from txn_engine.format.io import read_manifest_entry
+from txn_engine.format.naming import list_versions
 from txn_engine.spark._filters import translate, translate_one
 from txn_engine.spark._options import ReadOptions, parse_read_options
 from txn_engine.spark._read import (
+    _manifest_nanos,
     group_fragments,
     parse_timestamp,
     plan_read,
@@ -143,8 +146,6 @@ def test_time_travel_by_timestamp_matches_pylance_asof(spark: Any, tmp_path: Pat
         (stamps[0] + (stamps[1] - stamps[0]) / 2, 1),
         (middle, 2),
         (stamps[2] + dt.timedelta(hours=1), 3),
-        # at the version's own time (rounded up to the microsecond): that version
-        (stamps[1] + dt.timedelta(microseconds=1), 2),
     ]
     for moment, expected in cases:
         # pylance's asof keeps versions strictly before the cutoff
@@ -154,6 +155,18 @@ def test_time_travel_by_timestamp_matches_pylance_asof(spark: Any, tmp_path: Pat
         assert resolve_version(storage, ReadOptions(timestamp=moment.isoformat())) == expected
         ours = spark_rows(read(spark, uri, timestamp=moment.isoformat()))
         assert checksum(ours) == checksum(pylance_rows(uri, version=expected)), moment
+    # At a version's own commit time. pylance's versions() timestamps pass through a float
+    # and can be off by about a microsecond either way, so its asof is not the oracle
+    # here: the manifest's nanoseconds are. At the microsecond at or after version 2's
+    # nanoseconds, that version; a microsecond before, the one before it.
+    storage = open_storage(uri)
+    entry = next(e for e in list_versions(storage) if e.version == 2)
+    nanos = _manifest_nanos(read_manifest_entry(storage, entry).manifest)
+    assert nanos is not None
+    at = -(-nanos // 1000)  # microseconds, rounded up
+    for micros, expected in ((at, 2), (at - 1, 1)):
+        moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
+        assert resolve_version(storage, ReadOptions(timestamp=moment.isoformat())) == expected
     epoch = str(middle.timestamp())
     assert resolve_version(open_storage(uri), ReadOptions(timestamp=epoch)) == 2
     assert len(spark_rows(read(spark, uri, timestamp=middle.isoformat()))) == 30

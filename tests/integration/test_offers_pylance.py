@@ -127,3 +127,33 @@ def test_stress_on_s3_verifies_runs_with_carried_versions(moto_server: Any) -> N
         if report.versions < 41:
             break
     assert report.versions < 41, "no version carried another writer's commit in 3 runs"
+
+
+def test_an_offer_travels_in_its_name_on_s3(moto_server: Any) -> None:
+    """On S3 (obstore) a small offer's name carries it: a helper's scan is one LIST and
+    the offer it finds is the transaction posted, byte for byte."""
+    import uuid
+
+    from txn_engine.offers import OfferScan, Posting, inline_offer
+    from txn_engine.storage import RecordingStorage
+
+    opts = moto_server.lance_options()
+    uri = moto_server.uri(emu.unique_name("inline-offer"))
+    lance.write_dataset(_rows(0, 1), uri, storage_options=opts)
+    storage = open_storage(uri, opts)
+    (meta,) = write_fragments(_rows(10, 3), uri, storage_options=opts)
+    txn = Transaction(1, Append([writers.as_fragment(meta)]))
+    posting = Posting(storage, txn, 9, str(uuid.uuid4()))
+    posting._thread.join()
+    name = posting.path.rsplit("/", 1)[-1]
+    assert storage.list(OFFERS_DIR) == [name]
+    assert inline_offer(name) == storage.get(posting.path)
+    recording = RecordingStorage(storage)
+    scan = OfferScan(recording, after=1, known=[])
+    scan._thread.join()
+    found = scan.take()
+    assert found is not None
+    assert [o.transaction.uuid for o in found] == [txn.uuid]
+    assert found[0].transaction.operation == txn.operation
+    assert [method for method, _ in recording.calls] == ["list"]
+    posting.withdraw()

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +33,7 @@ from txn_engine.errors import CommitStateUnknownError, StorageError
 from txn_engine.format.io import latest_version, read_manifest_entry, read_transaction_and_manifest
 from txn_engine.format.naming import list_versions
 from txn_engine.model import DataFile, Fragment, LanceField
-from txn_engine.offers import OFFERS_DIR, carried_uuids
+from txn_engine.offers import OFFERS_DIR, carried_uuids, inline_offer
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
@@ -50,13 +51,22 @@ class SlowObjectStore(MemoryStorage):
 
     read_concurrency = 8
 
-    def __init__(self, seed: int, lost: float, list_fail: float) -> None:
+    def __init__(self, seed: int, lost: float, list_fail: float, inline: bool = False) -> None:
         super().__init__()
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
         self.lost = lost
         self.list_fail = list_fail
         self.armed = False
+        #: long keys, as object stores have: offers travel in their names (no GET)
+        self.max_path_bytes = 1024 if inline else 0
+        self.offers_posted: list[str] = []
+
+    def put(self, path: str, data: bytes) -> None:
+        if path.startswith(f"{OFFERS_DIR}/"):
+            with self._rng_lock:
+                self.offers_posted.append(path.rsplit("/", 1)[-1])
+        super().put(path, data)
 
     def _draw(self) -> float:
         with self._rng_lock:
@@ -162,28 +172,38 @@ def check(store: SlowObjectStore, outcomes: dict[str, tuple[Transaction, object]
     lost=st.sampled_from([0.0, 0.1, 0.3]),
     list_fail=st.sampled_from([0.0, 0.05, 0.2]),
     with_base=st.booleans(),
+    inline=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_offers_land_exactly_once_and_every_caller_is_told_the_truth(
-    writers: int, commits: int, lost: float, list_fail: float, with_base: bool, seed: int
+    writers: int,
+    commits: int,
+    lost: float,
+    list_fail: float,
+    with_base: bool,
+    inline: bool,
+    seed: int,
 ) -> None:
-    store = SlowObjectStore(seed, lost, list_fail)
+    store = SlowObjectStore(seed, lost, list_fail, inline)
     commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
     store.armed = True
     outcomes = run_writers(store, writers, commits, with_base)
     check(store, outcomes)
 
 
-def test_contended_writers_do_carry_each_other() -> None:
+@pytest.mark.parametrize("inline", [False, True])
+def test_contended_writers_do_carry_each_other(inline: bool) -> None:
     """Without faults, 6 writers appending 6 times each: some versions carry other
     writers' offers (the mechanism is exercised, not only allowed), and every commit
-    lands exactly once."""
+    lands exactly once; with long keys every offer travels in its name."""
     carried = 0
     for seed in range(3):
-        store = SlowObjectStore(seed, 0.0, 0.0)
+        store = SlowObjectStore(seed, 0.0, 0.0, inline)
         commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
         store.armed = True
         outcomes = run_writers(store, 6, 6, with_base=True, policy=RetryPolicy())
         assert all(isinstance(out, CommitResult) for _t, out in outcomes.values())
         carried += check(store, outcomes)
+        assert store.offers_posted
+        assert all((inline_offer(n) is not None) == inline for n in store.offers_posted)
     assert carried > 0

@@ -595,8 +595,13 @@ def test_offers_whose_window_has_passed_are_removed_live_ones_kept() -> None:
 
     store = MemoryStorage()
     _history(store)  # latest is 5
-    dead = [f"{OFFERS_DIR}/{offer_name(v, str(uuid.uuid4()))}" for v in (2, 5)]
-    live = [f"{OFFERS_DIR}/{offer_name(v, str(uuid.uuid4()))}" for v in (6, 13)]
+    # plain names and names carrying the offer itself (base64url, as on object stores)
+    dead = [
+        f"{OFFERS_DIR}/{offer_name(v, str(uuid.uuid4()), i)}" for v, i in ((2, None), (5, b"t"))
+    ]
+    live = [
+        f"{OFFERS_DIR}/{offer_name(v, str(uuid.uuid4()), i)}" for v, i in ((6, b"t"), (13, None))
+    ]
     other = f"{OFFERS_DIR}/notes.txt"
     for path in (*dead, *live, other):
         store.put(path, b"x")

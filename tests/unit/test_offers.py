@@ -31,15 +31,18 @@ from txn_engine.errors import (
 from txn_engine.format.io import latest_version, read_transaction, read_transaction_and_manifest
 from txn_engine.format.naming import NamingScheme, list_versions
 from txn_engine.offers import (
+    MAX_INLINE_OFFER_BYTES,
     MAX_OFFERS_PER_VERSION,
     OFFER_BASE_KEY,
     OFFER_WINDOW,
     OFFERS_DIR,
     Offer,
     OfferScan,
+    Posting,
     Recent,
     carried_uuids,
     carrying,
+    inline_offer,
     may_offer,
     offer_name,
     parse_offer_name,
@@ -104,6 +107,75 @@ def test_offer_names_carry_the_window_and_the_uuid() -> None:
     assert parse_offer_name(offer_name(42, u)) == (42, u)
     for junk in ("x.txn", f"{42:020d}-{u}.bin", f"42-{u}.txn", f"{42:020d}-not-a-uuid.txn"):
         assert parse_offer_name(junk) is None
+
+
+def test_an_offer_name_may_carry_the_offer_itself() -> None:
+    u = str(uuid.uuid4())
+    data = transaction_to_proto(Transaction(3, Append([frag()]), uuid=u)).SerializeToString()
+    name = offer_name(42, u, data)
+    assert parse_offer_name(name) == (42, u)
+    assert inline_offer(name) == data
+    assert inline_offer(offer_name(42, u)) is None  # a plain name carries nothing
+    assert inline_offer(f"{42:020d}-{u}.A.txn") is None  # not base64 (one char left over)
+    for junk in (f"{42:020d}-{u}.a+b.txn", f"{42:020d}-{u}..txn", f"{42:020d}-{u}.x/y.txn"):
+        assert parse_offer_name(junk) is None
+        assert inline_offer(junk) is None
+
+
+class LongKeys(ObjectStore):
+    """An object store whose keys may be ``max_path_bytes`` long (S3, GCS, Azure: 1,024
+    less the dataset's prefix)."""
+
+    def __init__(self, max_path_bytes: int) -> None:
+        super().__init__()
+        self.max_path_bytes = max_path_bytes
+
+
+def posted(store: ObjectStore, txn: Transaction) -> str:
+    """Post ``txn`` as an offer (as a losing writer does) and wait for the put."""
+    posting = Posting(store, txn, 10, str(uuid.uuid4()))
+    posting._thread.join()
+    (name,) = store.list(OFFERS_DIR)
+    assert posting.path == f"{OFFERS_DIR}/{name}"
+    return name
+
+
+def test_an_offer_travels_in_its_name_where_the_keys_are_long_enough() -> None:
+    txn = Transaction(3, Append([frag()]))
+    store = LongKeys(1024)
+    name = posted(store, txn)
+    data = inline_offer(name)
+    assert data is not None
+    assert store.get(f"{OFFERS_DIR}/{name}") == data  # the body holds the same bytes
+    # too short for it (a local store declares 0; a long dataset prefix leaves little)
+    assert inline_offer(posted(LongKeys(0), txn)) is None
+    assert inline_offer(posted(LongKeys(len(f"{OFFERS_DIR}/{name}") - 1), txn)) is None
+    # a large offer is read, not named
+    many = Transaction(3, Append([frag() for _ in range(40)]))
+    assert len(transaction_to_proto(many).SerializeToString()) > MAX_INLINE_OFFER_BYTES
+    assert inline_offer(posted(LongKeys(1024), many)) is None
+
+
+def test_the_scan_takes_named_offers_from_the_listing_without_reading_them() -> None:
+    store = LongKeys(1024)
+    good = Transaction(3, Append([frag()]))
+    good_name = posted(store, good)
+    store.put(f"{OFFERS_DIR}/{good_name}", b"")  # the body is not read at all
+    # hostile or wrong names are not offers: another uuid, junk bytes, not an Append
+    other = Transaction(3, Append([frag()]))
+    wrong = offer_name(10, str(uuid.uuid4()), transaction_to_proto(other).SerializeToString())
+    junk = offer_name(10, str(uuid.uuid4()), b"\xff not a transaction")
+    delete = Transaction(3, Delete([], [], "id > 0"))
+    not_append = offer_name(10, delete.uuid, transaction_to_proto(delete).SerializeToString())
+    for name in (wrong, junk, not_append):
+        store.put(f"{OFFERS_DIR}/{name}", b"")
+    recording = RecordingStorage(store)
+    found = taken(OfferScan(recording, after=5, known=[]))
+    assert [o.transaction.uuid for o in found] == [good.uuid]
+    assert found[0].transaction == attrs.evolve(
+        good, properties=found[0].transaction.properties_dict
+    )
+    assert [method for method, _ in recording.calls] == ["list"]
 
 
 def test_only_plain_appends_of_new_fragments_are_offered() -> None:

@@ -42,10 +42,12 @@ from txn_engine.errors import LimitExceededError
 
 __all__ = [
     "DEFAULT_OBJECT_STORE_READ_CONCURRENCY",
+    "OBJECT_KEY_BYTES",
     "ForwardingStorage",
     "Storage",
     "get_bounded",
     "is_storage",
+    "max_path_bytes",
     "read_concurrency",
 ]
 
@@ -164,6 +166,24 @@ def read_concurrency(storage: Storage) -> int:
     return max(1, min(value, 64))
 
 
+#: The longest object key (UTF-8 bytes) S3, Google Cloud Storage and Azure Blob Storage
+#: accept.
+OBJECT_KEY_BYTES = 1024
+
+
+def max_path_bytes(storage: Storage) -> int:
+    """The longest path (UTF-8 bytes) an object under ``storage``'s root may have, when a
+    caller wants to put information in a name (0: not declared; use short names only).
+
+    A backend declares it with a ``max_path_bytes`` attribute: object stores, whose keys
+    may be 1,024 bytes long, declare what is left of that after the dataset's own prefix;
+    local and memory stores, and anything that does not say, get 0."""
+    value = getattr(storage, "max_path_bytes", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return max(0, min(value, OBJECT_KEY_BYTES))
+
+
 class ForwardingStorage:
     """A Storage that passes every call to ``inner``: subclass it to change a few calls of a
     wrapped storage (stamp writes, refuse some paths) and inherit the rest unchanged,
@@ -181,6 +201,11 @@ class ForwardingStorage:
     def read_concurrency(self) -> int:
         """The wrapped storage's (see :func:`read_concurrency`)."""
         return read_concurrency(self.inner)
+
+    @property
+    def max_path_bytes(self) -> int:
+        """The wrapped storage's (see :func:`max_path_bytes`)."""
+        return max_path_bytes(self.inner)
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Pass-through."""

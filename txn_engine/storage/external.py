@@ -65,7 +65,7 @@ from txn_engine.errors import (
     TxnEngineError,
 )
 from txn_engine.storage._paths import check_path, check_prefix
-from txn_engine.storage.base import Storage, read_concurrency
+from txn_engine.storage.base import Storage, max_path_bytes, read_concurrency
 from txn_engine.storage.fsspec_store import FsspecStorage, _is_ambiguous
 
 __all__ = [
@@ -591,6 +591,11 @@ class ExternalManifestStorage:
     def read_concurrency(self) -> int:
         """The blob store's (see :func:`~txn_engine.storage.base.read_concurrency`)."""
         return read_concurrency(self.inner)
+
+    @property
+    def max_path_bytes(self) -> int:
+        """The blob store's (see :func:`~txn_engine.storage.base.max_path_bytes`)."""
+        return max_path_bytes(self.inner)
 
     def _completed(self, path: str) -> bool:
         """A manifest missing from the blob store: complete pending commits; is it there now?"""

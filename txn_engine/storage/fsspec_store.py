@@ -45,7 +45,7 @@ from txn_engine.errors import (
 from txn_engine.storage._files import create_exclusive, is_staging_name, replace_atomic
 from txn_engine.storage._paths import check_path, check_prefix, check_range
 from txn_engine.storage._probe import ensure_conditional_create
-from txn_engine.storage.base import DEFAULT_OBJECT_STORE_READ_CONCURRENCY
+from txn_engine.storage.base import DEFAULT_OBJECT_STORE_READ_CONCURRENCY, OBJECT_KEY_BYTES
 
 __all__ = [
     "FSSPEC_CAPABILITIES",
@@ -262,6 +262,14 @@ class FsspecStorage:
         if self._atomicity is Atomicity.CONDITIONAL_PUT:
             return DEFAULT_OBJECT_STORE_READ_CONCURRENCY
         return 1
+
+    @property
+    def max_path_bytes(self) -> int:
+        """Object stores (conditional put): what is left of their 1,024-byte keys after the
+        root (bucket included, so never more than there is); anything else: 0."""
+        if self._atomicity is Atomicity.CONDITIONAL_PUT:
+            return max(0, OBJECT_KEY_BYTES - len(self._root.encode()) - 1)
+        return 0
 
     @property
     def uri(self) -> str:

@@ -41,7 +41,7 @@ from txn_engine.errors import (
 )
 from txn_engine.storage._paths import check_path, check_prefix, check_range
 from txn_engine.storage._probe import ensure_conditional_create
-from txn_engine.storage.base import DEFAULT_OBJECT_STORE_READ_CONCURRENCY
+from txn_engine.storage.base import DEFAULT_OBJECT_STORE_READ_CONCURRENCY, OBJECT_KEY_BYTES
 from txn_engine.storage.options import StorageOptions, resolve_options, store_kind
 
 __all__ = ["ObstoreStorage", "obstore_available"]
@@ -198,6 +198,13 @@ class ObstoreStorage:
 
     #: reads are network round trips: a commit reads the versions it is behind concurrently
     read_concurrency = DEFAULT_OBJECT_STORE_READ_CONCURRENCY
+
+    @property
+    def max_path_bytes(self) -> int:
+        """What is left of the store's 1,024-byte keys after the dataset root's prefix."""
+        prefix = self.prefix
+        used = len(prefix.encode()) + 1 if prefix else 0
+        return max(0, OBJECT_KEY_BYTES - used)
 
     @property
     def uri(self) -> str:

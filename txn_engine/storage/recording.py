@@ -10,7 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 
-from txn_engine.storage.base import Storage, read_concurrency
+from txn_engine.storage.base import Storage, max_path_bytes, read_concurrency
 
 __all__ = ["RecordingStorage"]
 
@@ -77,6 +77,11 @@ class RecordingStorage:
     def read_concurrency(self) -> int:
         """The wrapped storage's (see :func:`~txn_engine.storage.base.read_concurrency`)."""
         return read_concurrency(self.inner)
+
+    @property
+    def max_path_bytes(self) -> int:
+        """The wrapped storage's (see :func:`~txn_engine.storage.base.max_path_bytes`)."""
+        return max_path_bytes(self.inner)
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Delegate and record."""

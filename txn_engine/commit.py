@@ -285,8 +285,6 @@ class _State:
     dead_offers: set[str] = attrs.field(factory=set)
     scan: OfferScan | None = None
     posting: Posting | None = None
-    #: the newest version known to exist (listed, or taken by a lost create)
-    seen_latest: int = 0
     #: an Append that can be offered, on a store with offers (whatever the policy: an
     #: earlier call may have offered it); the windows of earlier calls' offers of it, once
     #: listed; keep this call's offer (the outcome is unknown: a call made again reads it)
@@ -634,7 +632,6 @@ def commit(
         members=frozenset(members_of(transaction)),
         guarded=_guards(handler),
         transaction_file=transaction_file,
-        seen_latest=transaction.read_version,
     )
     state.offerable = state.guarded and may_offer(transaction)
     if state.guarded and policy.offer_after is not None and can_carry(transaction):
@@ -770,9 +767,10 @@ _UNKNOWN_WINDOW = 1 << 64
 
 def _open_window(state: _State) -> int | None:
     """The last version an offer of this transaction may still land in, when a version up to
-    it can still be created unseen (this call's offer, or one an earlier call with an
-    unknown outcome left in the offers directory); None when no offer is open. Raises
-    StorageError when the directory cannot be listed."""
+    it has not been checked for this transaction's uuid (this call's offer, or one an
+    earlier call with an unknown outcome left in the offers directory); None when no offer
+    is open. A version known only to exist (a create lost to it) is not checked: it may be
+    the carrier. Raises StorageError when the directory cannot be listed."""
     if not state.offerable:
         return None
     windows = [state.posting.valid_through] if state.posting is not None else []
@@ -785,7 +783,7 @@ def _open_window(state: _State) -> int | None:
         ]
     windows.extend(state.earlier_windows)
     window = max(windows, default=0)
-    return window if window > state.seen_latest else None
+    return window if window > state.checked_up_to else None
 
 
 def _decided_by_rules(exc: BaseException) -> bool:
@@ -829,7 +827,6 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
     if latest is None:
         raise DatasetNotFoundError(f"no Lance dataset at {storage.uri}")
     state.listing = listing
-    state.seen_latest = max(state.seen_latest, latest.version)
     if latest.version < state.original.read_version:
         raise VersionNotFoundError(
             f"{storage.uri}: read version {state.original.read_version} does not exist "
@@ -1072,7 +1069,6 @@ def _land(
         raise
     listing = guard.result() if guard is not None else None
     if not _landed(found, data):
-        state.seen_latest = max(state.seen_latest, target)
         if found:
             state.raw[target] = found  # the winner's manifest: the next attempt needs it
         latest_listed = None if listing is None else listing.latest

@@ -620,6 +620,23 @@ def test_the_extension_ends_once_the_window_has_passed() -> None:
     assert not any(a.uuid in u for u in landed_uuids(store).values())
 
 
+def test_a_writer_whose_last_lost_race_is_to_its_carrier_is_told_carried() -> None:
+    """The race for the last version of the window is lost to a version that carries the
+    offer: losing the create says that version exists, not what it holds, so the writer
+    reads it before it gives up, and is told the version that carries it (found by a
+    generated run of the concurrent property, where the writer was told
+    RetriesExhaustedError while its transaction had landed)."""
+    store = Scripted()
+    table(store)
+    a = Transaction(1, Append([frag()]))
+    store.hooks = [store.compete] * (OFFER_WINDOW - 1) + [store.carrier_of(a.uuid)]
+    r = run_a(store, a, RetryPolicy(max_attempts=1))
+    assert isinstance(r, CommitResult), r
+    assert r.carried
+    assert r.version == 1 + OFFER_WINDOW
+    assert landed_uuids(store)[r.version] >= {a.uuid}
+
+
 def test_a_storage_error_while_the_offer_is_live_is_an_unknown_outcome() -> None:
     """After the offer, the listing fails: the offer may still land through a helper, so
     the error is CommitStateUnknownError (commit again to settle), not a plain failure."""

@@ -218,9 +218,10 @@ class Posting:
         offered = attrs.evolve(txn, properties=props)
         self._data = transaction_to_proto(offered).SerializeToString(deterministic=True)
         self.path = f"{OFFERS_DIR}/{offer_name(valid_through, txn.uuid)}"
-        if len(self._data) <= MAX_INLINE_OFFER_BYTES:  # in the name too, where it fits
+        limit = max_path_bytes(storage)
+        if limit and len(self._data) <= MAX_INLINE_OFFER_BYTES:  # in the name too, if it fits
             inline = f"{OFFERS_DIR}/{offer_name(valid_through, txn.uuid, self._data)}"
-            if len(inline.encode()) <= max_path_bytes(storage):
+            if len(inline.encode()) <= limit:
                 self.path = inline
         self._thread = threading.Thread(target=self._put, name="txn-engine-offer", daemon=True)
         self._thread.start()
@@ -286,10 +287,10 @@ class OfferScan:
         fresh.sort()  # the oldest window first: the writers that have waited longest
         fresh = fresh[:MAX_OFFERS_PER_SCAN]
         versions = self._versions_to_read(fresh)
-        inline = [(w, name, inline_offer(name)) for w, name in fresh]
-        named = [_offer_of(name, w, data, what=name) for w, name, data in inline if data]
+        inline = [(name, inline_offer(name)) for _, name in fresh]
+        named = [_offer_of(name, data, what=name) for name, data in inline if data]
         jobs: list[Callable[[], object]] = [
-            *(functools.partial(self._read, name, w) for w, name, data in inline if not data),
+            *(functools.partial(self._read, name) for name, data in inline if not data),
             *(functools.partial(self._read_version, version) for version in versions),
         ]
         threads = min(read_concurrency(self._storage), len(jobs))
@@ -323,13 +324,13 @@ class OfferScan:
         self._transactions[version] = pb
         return None
 
-    def _read(self, name: str, valid_through: int) -> Offer | None:
+    def _read(self, name: str) -> Offer | None:
         path = f"{OFFERS_DIR}/{name}"
         try:
             data = get_bounded(self._storage, path, MAX_OFFER_BYTES)
         except Exception:  # gone (withdrawn) or unreadable: not an offer
             return None
-        return _offer_of(name, valid_through, data, what=path)
+        return _offer_of(name, data, what=path)
 
     def take(self) -> list[Offer] | None:
         """The offers read, or None while the scan is still running."""
@@ -345,16 +346,19 @@ class OfferScan:
         return dict(self._transactions)
 
 
-def _offer_of(name: str, valid_through: int, data: bytes, *, what: str) -> Offer | None:
+def _offer_of(name: str, data: bytes, *, what: str) -> Offer | None:
     """The offer ``name`` holds (``data``: its encoded transaction, read or from the name),
-    or None when it is not one: undecodable or hostile, not an Append that may be offered,
-    or a transaction other than the one its name says."""
+    or None when it is not one: not an offer's name, undecodable or hostile, not an Append
+    that may be offered, or a transaction other than the one its name says."""
+    parsed = parse_offer_name(name)
+    if parsed is None:
+        return None
     try:
         txn = transaction_from_proto(decode_transaction(data, what=what))
     except Exception:
         return None
-    parsed = parse_offer_name(name)
-    if not may_offer(txn) or parsed is None or parsed != (valid_through, txn.uuid):
+    valid_through, uuid = parsed
+    if not may_offer(txn) or txn.uuid != uuid:
         return None
     return Offer(name, valid_through, txn)
 

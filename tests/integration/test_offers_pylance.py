@@ -139,14 +139,13 @@ def test_an_offer_travels_in_its_name_on_s3(moto_server: Any) -> None:
     from txn_engine.storage.base import OBJECT_KEY_BYTES, max_path_bytes
 
     opts = moto_server.lance_options()
-    uri = moto_server.uri(emu.unique_name("inline-offer"))
+    name = emu.unique_name("inline-offer")
+    uri = moto_server.uri(name)
     lance.write_dataset(_rows(0, 1), uri, storage_options=opts)
     storage = open_storage(uri, opts)
-    prefix = uri.split("://", 1)[1].split("/", 1)[1]  # the key prefix below the bucket
-    assert max_path_bytes(storage) == OBJECT_KEY_BYTES - len(prefix.encode()) - 1
-    bucket_root = open_storage(
-        uri.split("://", 1)[0] + "://" + uri.split("://")[1].split("/")[0], opts
-    )
+    # the dataset's key prefix (``name/``) is what the 1,024-byte keys lose
+    assert max_path_bytes(storage) == OBJECT_KEY_BYTES - len(f"{name}/".encode())
+    bucket_root = open_storage(f"s3://{moto_server.bucket}", opts)
     assert max_path_bytes(bucket_root) == OBJECT_KEY_BYTES
     (meta,) = write_fragments(_rows(10, 3), uri, storage_options=opts)
     txn = Transaction(1, Append([writers.as_fragment(meta)]))

@@ -69,3 +69,18 @@ def test_quick_object_store_benchmark_through_benchmarks_run(tmp_path: Path) -> 
     assert "#### s3+25ms" in table
     assert "| 10 | warm |" in table
     assert targets(direct)  # each cell is checked against a stated target
+
+
+def test_rendezvous_lab_accounts_for_every_commit(tmp_path: Path) -> None:
+    from benchmarks.rendezvous_lab import main as lab_main
+
+    args = ["--store", "s3", "--delay-ms", "5", "--writers", "2", "--commits", "2"]
+    assert lab_main([*args, "--runs", "1", "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "rendezvous_lab.json").read_text())
+    assert row["store"] == "s3+5ms"
+    assert row["commits"] == 4
+    assert row["unaccounted"] == 0  # fragments added = writers' commits + the carrier's own
+    # every version after the start was made by the carrier or by a writer's fallback
+    assert row["carrier_versions"] <= row["versions"] <= row["carrier_versions"] + 4
+    assert 0 <= row["fallbacks"] <= 4
+    assert row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]

@@ -25,6 +25,7 @@ from txn_engine import writers as writers
 from txn_engine._version import __version__ as __version__
 from txn_engine.api import Table as Table
 from txn_engine.api import open as open
+from txn_engine.carrier import Carrier as Carrier
 from txn_engine.codec import transaction_from_proto as transaction_from_proto
 from txn_engine.codec import transaction_to_proto as transaction_to_proto
 from txn_engine.commit import CommitResult as CommitResult
@@ -83,6 +84,7 @@ __all__ = [
     "BasePath",
     "Clone",
     "CommitResult",
+    "Carrier",
     "Committer",
     "ConflictOptions",
     "CreateIndex",

@@ -121,6 +121,7 @@ from txn_engine.format.naming import (
 from txn_engine.interop import as_transaction
 from txn_engine.model import Fragment
 from txn_engine.offers import (
+    CARRIER_KEY,
     OFFER_WINDOW,
     OFFERS_DIR,
     Offer,
@@ -186,6 +187,15 @@ class CommitResult:
     manifest_path: str
     already_committed: bool = False
     carried: bool = False
+
+
+class NothingToCarry(Exception):
+    """A carrier's commit found no offer to carry (:mod:`txn_engine.carrier`): nothing was
+    created. ``latest``: the newest version it had checked."""
+
+    def __init__(self, latest: int) -> None:
+        super().__init__(f"no offer to carry after version {latest}")
+        self.latest = latest
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -298,6 +308,13 @@ class _State:
     #: fresh read (``recall_ok``); a mismatch (a table re-created at the URI) drops them
     recalled_versions: dict[int, str] = attrs.field(factory=dict)
     recall_ok: bool = False
+    #: when a carrier's version (:mod:`txn_engine.carrier`) was last read by this call
+    #: (monotonic seconds): while recent, a writer told to wait for the carrier waits on
+    carrier_seen_at: float | None = None
+    #: a carrier's own empty transaction (never created without offers to carry)
+    carrier: bool = False
+    #: when this call began to wait for a carrier (monotonic seconds)
+    wait_started: float | None = None
 
     @property
     def storage(self) -> Storage:
@@ -634,6 +651,7 @@ def commit(
         transaction_file=transaction_file,
     )
     state.offerable = state.guarded and may_offer(transaction)
+    state.carrier = CARRIER_KEY in transaction.properties_dict
     if state.guarded and policy.offer_after is not None and can_carry(transaction):
         state.carries_offers = True
         if may_offer(transaction):
@@ -667,8 +685,15 @@ def commit(
     landed: CommitResult | None = None
     if policy.offer_early:
         _offer(state, budget, early=True)
+    if direct is not None and _defers(state, budget, first=True):
+        direct = None  # the carrier's next version carries this one
     try:
         while True:
+            if direct is None and _defers(state, budget):
+                landed = _poll(state, budget)
+                if landed is not None:
+                    return landed
+                continue
             budget.start_attempt()
             if direct is not None:  # first attempt: create read_version + 1 straight away
                 landed = _direct_attempt(state, budget, timestamp_ns, direct)
@@ -721,7 +746,11 @@ def commit(
         if state.carries_offers and (state.lost or state.recalled):
             _take_scan(state)
             remember(
-                state.storage.uri, state.transactions, state.offers, state.dead_offers, state.scan
+                state.storage.uri,
+                state.transactions,
+                state.offers,
+                state.dead_offers,
+                state.scan,
             )
 
 
@@ -735,16 +764,21 @@ def _ranked(state: _State) -> bool:
     return not any(o.transaction.uuid != state.original.uuid for o in state.offers.values())
 
 
-def _offer(state: _State, budget: RetryBudget, *, early: bool = False) -> None:
+def _offer(
+    state: _State, budget: RetryBudget, *, early: bool = False, carrier: bool = False
+) -> None:
     """After a lost race: offer the transaction to the other writers once it has lost
     ``RetryPolicy.offer_after`` races (:mod:`txn_engine.offers`). ``early``, before the
     first attempt (``RetryPolicy.offer_early``): only right after a contended commit of this
     process on the table (recalled), and not from a read version older than what that
-    commit saw (the window would be spent). It is offered as checked up to the version
-    built on, valid for :data:`~txn_engine.offers.OFFER_WINDOW` versions."""
+    commit saw (the window would be spent). ``carrier``: before the first attempt, because
+    a carrier is at work (:mod:`txn_engine.carrier`). It is offered as checked up to the
+    version built on, valid for :data:`~txn_engine.offers.OFFER_WINDOW` versions."""
     if state.offer_after is None or state.posting is not None:
         return
-    if early:
+    if carrier:
+        pass
+    elif early:
         newest_recalled = max(state.recalled_versions, default=0)
         if not state.recalled or state.original.read_version < newest_recalled:
             return
@@ -759,6 +793,69 @@ def _offer(state: _State, budget: RetryBudget, *, early: bool = False) -> None:
     state.posting = Posting(
         state.storage, state.txn.with_read_version(checked), checked + OFFER_WINDOW, base.uuid
     )
+
+
+#: A writer waiting for a carrier races again when no carrier version has appeared for this
+#: many of its shortest attempts (no carrier runs, or it cannot carry the offer) ...
+PATIENCE_ATTEMPTS = 4
+
+#: ... and at least this long (seconds).
+MIN_PATIENCE = 0.3
+
+#: How long a writer that waits for a carrier from its first attempt on waits for its offer
+#: to be written before it races instead (seconds).
+_POST_WAIT_SECONDS = 1.0
+
+
+#: A waiting writer's pause between two reads that found nothing new (seconds).
+_POLL_PAUSE = 0.005
+
+
+def _patience(budget: RetryBudget) -> float:
+    shortest = budget.shortest_attempt_seconds or 0.0
+    return max(MIN_PATIENCE, PATIENCE_ATTEMPTS * shortest)
+
+
+def _defers(state: _State, budget: RetryBudget, *, first: bool = False) -> bool:
+    """Whether the next attempt waits for the table's carrier (``RetryPolicy.
+    wait_for_carrier``, :mod:`txn_engine.carrier`) instead of racing it: this call's offer
+    is written and may still land in the next version, and a carrier's version was read, or
+    the wait began, within the patience. ``first``: before the first attempt, where the offer
+    is posted now (and its write waited for)."""
+    if not budget.policy.wait_for_carrier or state.offer_after is None:
+        return False
+    now = time.monotonic()
+    if state.wait_started is None:
+        state.wait_started = now
+    seen = max(state.carrier_seen_at or 0.0, state.wait_started)
+    if now - seen >= _patience(budget):
+        return False  # no carrier at work: race as without one
+    if first and state.posting is None:
+        _offer(state, budget, carrier=True)
+    posting = state.posting
+    if posting is None:
+        return False
+    if first:
+        posting.wait_written(_POST_WAIT_SECONDS)
+    return posting.written and posting.valid_through > state.checked_up_to
+
+
+def _is_carrier(pb: transaction_pb2.Transaction | None) -> bool:
+    """Whether a landed transaction is a carrier's (:data:`~txn_engine.offers.CARRIER_KEY`)."""
+    return pb is not None and CARRIER_KEY in pb.transaction_properties
+
+
+def _poll(state: _State, budget: RetryBudget) -> CommitResult | None:
+    """While deferring to a carrier: read the new versions for this transaction (the
+    checks of an attempt, without a create); the result once it is found. Waits a little
+    when nothing new appeared (the listing itself is the round trip on an object store)."""
+    before = state.checked_up_to
+    found = _attempt(state, budget, None, create=False)
+    if found is not None:  # no create was made for it here: the attempts are the earlier ones
+        return attrs.evolve(found, attempts=budget.attempts)
+    if state.checked_up_to == before:
+        time.sleep(_POLL_PAUSE)  # the listing itself paces the polls on an object store
+    return None
 
 
 #: The window of an offer that could not be looked up (the offers directory did not list).
@@ -816,8 +913,12 @@ def _withdraw_copies(state: _State, landed: CommitResult | None) -> None:
             copy.withdraw()
 
 
-def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> CommitResult | None:
-    """One attempt. Returns the result, or None when the race for the version was lost."""
+def _attempt(
+    state: _State, budget: RetryBudget, timestamp_ns: int | None, *, create: bool = True
+) -> CommitResult | None:
+    """One attempt. Returns the result, or None when the race for the version was lost.
+    Without ``create`` (a writer deferring to a carrier) it stops after the checks: the
+    result when this transaction is found landed, else None."""
     storage = state.storage
     listing, state.prefetched = state.prefetched, None
     if listing is None:
@@ -868,7 +969,11 @@ def _attempt(state: _State, budget: RetryBudget, timestamp_ns: int | None) -> Co
         base_file = state.manifest(latest.version)
     check_writer_flags(base_file.manifest)
     txn = state.txn = plan.transaction
+    if any(_is_carrier(w.transaction) for w in winners):
+        state.carrier_seen_at = time.monotonic()  # a carrier is at work
     state.checked_up_to = latest.version
+    if not create:
+        return None
     current = _state_of(base_file)
     validate(current, txn)
     for pending in plan.writes:  # merged deletion vectors, before the manifest naming them
@@ -1038,6 +1143,8 @@ def _land(
     Elsewhere (local disk) the copy is written after the create and its existence check
     (:func:`_check_lineage`). The copy is redundant (pylance 14 reads the inline
     transaction): a failed copy fails nothing."""
+    if state.carrier and not carried:
+        raise NothingToCarry(latest)
     storage = state.storage
     guard = _Guard(storage, since=latest) if state.guarded else None
     txn = state.txn

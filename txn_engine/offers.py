@@ -64,6 +64,7 @@ from txn_engine.storage.base import Storage, get_bounded, max_path_bytes, read_c
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 
 __all__ = [
+    "CARRIER_KEY",
     "OFFERS_DIR",
     "OFFER_BASE_KEY",
     "OFFER_WINDOW",
@@ -80,6 +81,7 @@ __all__ = [
     "members_of",
     "offer_name",
     "parse_offer_name",
+    "private_memory",
     "recall",
     "remember",
     "select_offers",
@@ -120,6 +122,9 @@ RECENT_VERSIONS = 64
 
 _NAME = re.compile(r"^(\d{20})-([0-9a-f-]{36})(?:\.([A-Za-z0-9_-]{1,1000}))?\.txn$")
 
+#: Property of a carrier's own transaction (:mod:`txn_engine.carrier`): an empty Append
+#: that exists only to carry offers; it is never offered itself.
+CARRIER_KEY = "txn_engine.carrier"
 
 def offer_name(valid_through: int, uuid: str, inline: bytes | None = None) -> str:
     """``{valid_through:020d}-{uuid}.txn``: the listing alone shows which offers are live;
@@ -177,8 +182,8 @@ def can_carry(txn: Transaction) -> bool:
 
 def may_offer(txn: Transaction) -> bool:
     """Whether ``txn`` may be offered: an Append of new fragments that is not itself a
-    group (its members would be found under their own uuids only)."""
-    return can_carry(txn) and not members_of(txn)
+    group (its members would be found under their own uuids only), nor a carrier's."""
+    return can_carry(txn) and not members_of(txn) and CARRIER_KEY not in txn.properties_dict
 
 
 def carrying(txn: Transaction, offers: Sequence[Transaction]) -> Transaction:
@@ -213,6 +218,9 @@ class Posting:
         self, storage: Storage, txn: Transaction, valid_through: int, base_uuid: str
     ) -> None:
         self.valid_through = valid_through
+        #: the offer is in the store (helpers can find it)
+        self.written = False
+        self._done = threading.Event()
         self._storage = storage
         props = {**txn.properties_dict, OFFER_BASE_KEY: base_uuid}
         offered = attrs.evolve(txn, properties=props)
@@ -229,8 +237,16 @@ class Posting:
     def _put(self) -> None:
         try:
             self._storage.put(self.path, self._data)
+            self.written = True
         except Exception:  # no offer: the commit goes on alone (nothing depends on it)
             return
+        finally:
+            self._done.set()
+
+    def wait_written(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the offer's write; whether it is written."""
+        self._done.wait(timeout)
+        return self.written
 
     def withdraw(self) -> None:
         """Remove the offer once its writer knows the outcome (in the background, best
@@ -337,6 +353,11 @@ class OfferScan:
         if self._thread.is_alive():
             return None
         return self._found if self._found is not None else []
+
+    def wait(self, timeout: float | None = None) -> list[Offer] | None:
+        """:meth:`take`, after waiting up to ``timeout`` seconds for the scan to finish."""
+        self._thread.join(timeout)
+        return self.take()
 
     def transactions(self) -> dict[int, transaction_pb2.Transaction]:
         """Once the scan has finished: the transactions of the versions it read for the
@@ -449,6 +470,15 @@ class Recent:
 
 _recent: dict[str, Recent] = {}
 _recent_lock = threading.Lock()
+#: a thread's own memory (a carrier's: :func:`private_memory`), apart from the process's
+_private = threading.local()
+
+
+def private_memory() -> None:
+    """Give the calling thread a memory of its own: :func:`remember` and :func:`recall`
+    in this thread no longer share the process's (a carrier thread keeps what it knows
+    between its commits without taking what the writers of its process remember)."""
+    _private.memory = {}
 
 
 def remember(
@@ -467,6 +497,10 @@ def remember(
         time.monotonic() + RECENT_SECONDS,
         scan,
     )
+    own: dict[str, Recent] | None = getattr(_private, "memory", None)
+    if own is not None:
+        own[uri] = entry
+        return
     with _recent_lock:
         _recent[uri] = entry
         for key in [k for k, r in _recent.items() if r.until < time.monotonic()]:
@@ -476,8 +510,12 @@ def remember(
 def recall(uri: str) -> Recent | None:
     """What the last contended commit of this process on ``uri`` knew, if it was recent
     (taken: a commit running beside it starts from nothing)."""
-    with _recent_lock:
-        entry = _recent.pop(uri, None)
+    own: dict[str, Recent] | None = getattr(_private, "memory", None)
+    if own is not None:
+        entry = own.pop(uri, None)
+    else:
+        with _recent_lock:
+            entry = _recent.pop(uri, None)
     if entry is None or entry.until < time.monotonic():
         return None
     return entry

@@ -107,6 +107,12 @@ class RetryPolicy:
       last second (a commit of it lost a race there) offers itself beside its first
       attempt instead of after its first lost race, unless its read version is older than
       the versions that commit saw (default True; ``docs/architecture.md``, *Offers*).
+    * ``wait_for_carrier``: a :class:`txn_engine.Carrier` runs for the table (a deployment
+      decision: :mod:`txn_engine.carrier`). On an object store an Append then posts its
+      offer at once and waits for the carrier's version that carries it instead of racing;
+      it races as without a carrier when no carrier version appears within its patience
+      (``txn_engine.commit.PATIENCE_ATTEMPTS`` x its shortest attempt, at least
+      ``MIN_PATIENCE`` seconds). Default False.
     * ``clock`` (monotonic seconds), ``sleep`` and ``randbelow`` (``n -> int in [0, n)``)
       are injectable for tests; they do not take part in equality.
     """
@@ -127,6 +133,7 @@ class RetryPolicy:
     chase_step: float = 0.1
     offer_after: int | None = 1
     offer_early: bool = True
+    wait_for_carrier: bool = False
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
     sleep: Callable[[float], None] = attrs.field(default=time.sleep, eq=False, repr=False)
     randbelow: Callable[[int], int] = attrs.field(

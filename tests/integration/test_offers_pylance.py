@@ -12,18 +12,28 @@ import pyarrow as pa
 import pytest
 from lance.fragment import write_fragments
 
-from txn_engine import writers
+from txn_engine import Carrier, writers
 from txn_engine.commit import CommitResult, commit
 from txn_engine.dataset import Dataset
 from txn_engine.format.io import read_transaction
-from txn_engine.offers import OFFERS_DIR, carried_uuids
+from txn_engine.offers import CARRIER_KEY, OFFERS_DIR, carried_uuids
 from txn_engine.ops import Append
+from txn_engine.retry import RetryPolicy
 from txn_engine.storage import open_storage
 from txn_engine.transaction import Transaction
 
 from . import emulators as emu
 
 pytestmark = pytest.mark.pylance
+
+
+def _run_threads(work: Any, chunks: list[Any]) -> None:
+    """``work(chunk)`` in one thread per chunk; returns when all are done."""
+    threads = [threading.Thread(target=work, args=(c,)) for c in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _rows(start: int, n: int) -> pa.Table:
@@ -64,11 +74,7 @@ def test_carried_versions_are_lance_versions(moto_server: Any) -> None:
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=work, args=(c,)) for c in pending]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _run_threads(work, pending)
         assert errors == []
         ds = lance.dataset(uri, storage_options=opts)
         carriers = sum(
@@ -163,3 +169,57 @@ def test_an_offer_travels_in_its_name_on_s3(moto_server: Any) -> None:
     assert found[0].transaction.operation == txn.operation
     assert [method for method, _ in recording.calls] == ["list"]
     posting.withdraw()
+
+
+def test_a_carriers_versions_are_lance_versions(moto_server: Any) -> None:
+    """Writers told of a txn_engine.Carrier on S3: the carrier lands their commits in
+    versions of its own (an empty Append carrying theirs) that pylance reads and appends on."""
+    opts = moto_server.lance_options()
+    uri = moto_server.uri(emu.unique_name("carrier"))
+    lance.write_dataset(_rows(0, 1), uri, storage_options=opts)
+    storage = open_storage(uri, opts)
+    expected = [0]
+    pending = []
+    for w in range(4):
+        chunk = []
+        for i in range(3):
+            start = 1000 * (10 * w + i + 1)
+            expected.extend(range(start, start + 3))
+            frags = write_fragments(_rows(start, 3), uri, storage_options=opts)
+            chunk.append([writers.as_fragment(f) for f in frags])
+        pending.append(chunk)
+    results: list[CommitResult] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(len(pending))
+    told = RetryPolicy(wait_for_carrier=True)
+
+    def work(chunk: list[list[Any]]) -> None:
+        try:
+            barrier.wait()
+            for frags in chunk:
+                base = Dataset.open(storage)
+                txn = Transaction(base.version, Append(frags))
+                r = commit(storage, txn, base=base, retry_policy=told)
+                with lock:
+                    results.append(r)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with Carrier(storage) as carrier:
+        _run_threads(work, pending)
+    assert errors == []
+    assert carrier.error is None
+    assert carrier.versions, "the carrier created no version"
+    ds = lance.dataset(uri, storage_options=opts)
+    assert sorted(ds.to_table()["a"].to_pylist()) == sorted(expected)
+    for version in carrier.versions:  # pylance opens each and sees an Append's rows
+        pb = read_transaction(storage, version)
+        assert CARRIER_KEY in pb.transaction_properties
+        assert len(carried_uuids(pb)) >= 2  # its own (empty) and at least one writer's
+        assert lance.dataset(uri, version=version, storage_options=opts).count_rows() >= 4
+    for r in results:
+        if r.version in carrier.versions:
+            assert r.carried
+    lance.write_dataset(_rows(-5, 5), uri, mode="append", storage_options=opts)
+    assert lance.dataset(uri, storage_options=opts).count_rows() == len(expected) + 5

@@ -27,13 +27,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from txn_engine.carrier import Carrier
 from txn_engine.commit import CommitResult, commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import CommitStateUnknownError, StorageError
 from txn_engine.format.io import latest_version, read_manifest_entry, read_transaction_and_manifest
 from txn_engine.format.naming import list_versions
 from txn_engine.model import DataFile, Fragment, LanceField
-from txn_engine.offers import OFFERS_DIR, carried_uuids, inline_offer
+from txn_engine.offers import CARRIER_KEY, OFFERS_DIR, carried_uuids, inline_offer
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
@@ -154,6 +155,10 @@ def check(store: SlowObjectStore, outcomes: dict[str, tuple[Transaction, object]
             assert where == [out.version], (u, out, where)
         elif not isinstance(out, CommitStateUnknownError):
             assert where == [], f"{u} raised {out!r} but landed in {where}"
+    for entry in list_versions(store):  # a carrier's version always carries somebody
+        pb, _ = read_transaction_and_manifest(store, entry, None)
+        if CARRIER_KEY in pb.transaction_properties:
+            assert carried_uuids(pb) - {pb.uuid}, f"version {entry.version}: carried nothing"
     latest = read_manifest_entry(store, list_versions(store)[-1])
     files = sorted(f.files[0].path for f in latest.manifest.fragments)
     landed = sorted(f"{u}.lance" for u in carriers if u in outcomes)
@@ -173,6 +178,7 @@ def check(store: SlowObjectStore, outcomes: dict[str, tuple[Transaction, object]
     list_fail=st.sampled_from([0.0, 0.05, 0.2]),
     with_base=st.booleans(),
     inline=st.booleans(),
+    carrier=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_offers_land_exactly_once_and_every_caller_is_told_the_truth(
@@ -182,12 +188,21 @@ def test_offers_land_exactly_once_and_every_caller_is_told_the_truth(
     list_fail: float,
     with_base: bool,
     inline: bool,
+    carrier: bool,
     seed: int,
 ) -> None:
+    """``carrier``: a txn_engine.Carrier runs beside the writers, who are told to wait for
+    it (it may die of a generated fault: they race after their patience)."""
     store = SlowObjectStore(seed, lost, list_fail, inline)
     commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
     store.armed = True
-    outcomes = run_writers(store, writers, commits, with_base)
+    policy = RetryPolicy(max_attempts=8, wait_for_carrier=carrier)
+    running = Carrier(store).start() if carrier else None
+    try:
+        outcomes = run_writers(store, writers, commits, with_base, policy)
+    finally:
+        if running is not None:
+            running.close()
     check(store, outcomes)
 
 

@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     # the engine: commit loop, group commit, cleanup, history checks
     "commit": 6,
     "committer": 6,
+    "carrier": 6,
     "offers": 6,
     "cleanup": 6,
     "verify": 6,

@@ -1,0 +1,136 @@
+"""The carrier (txn_engine.carrier): it lands the offers of writers told to wait for it, never
+creates a version with nothing to carry, and a writer told of a carrier that is not there
+races after its patience."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from txn_engine import Carrier
+from txn_engine.commit import MIN_PATIENCE, CommitResult, commit
+from txn_engine.dataset import Dataset
+from txn_engine.format.io import read_transaction_and_manifest
+from txn_engine.format.naming import list_versions
+from txn_engine.model import DataFile, Fragment, LanceField
+from txn_engine.offers import CARRIER_KEY, carried_uuids, may_offer
+from txn_engine.ops import Append, Overwrite
+from txn_engine.retry import RetryPolicy
+from txn_engine.storage import MemoryStorage
+from txn_engine.transaction import Transaction
+
+SCHEMA = (LanceField(0, -1, "id", "int64"),)
+TOLD = RetryPolicy(wait_for_carrier=True)
+
+
+def frag(tag: str) -> Fragment:
+    return Fragment(0, (DataFile(f"{tag}.lance", (0,), (0,), 2, 2, 100),), 10)
+
+
+class ObjectStore(MemoryStorage):
+    """In memory, but served concurrently as an object store is (guarded creates, offers),
+    each request taking a moment."""
+
+    read_concurrency = 8
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        time.sleep(0.002)
+        super().put_if_absent(path, data)
+
+    def list(self, prefix: str) -> list[str]:
+        time.sleep(0.002)
+        return list(super().list(prefix))
+
+
+def table() -> ObjectStore:
+    store = ObjectStore()
+    commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
+    return store
+
+
+def append(store: ObjectStore, policy: RetryPolicy = TOLD) -> tuple[str, CommitResult]:
+    base = Dataset.open(store)
+    u = str(uuid.uuid4())
+    return u, commit(
+        store, Transaction(base.version, Append([frag(u)]), uuid=u), base=base, retry_policy=policy
+    )
+
+
+def test_a_carrier_lands_the_commits_of_writers_told_to_wait_for_it() -> None:
+    store = table()
+    results: list[tuple[str, CommitResult]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(4)
+
+    def writer() -> None:
+        start.wait()
+        for _ in range(3):
+            got = append(store)
+            with lock:
+                results.append(got)
+
+    with Carrier(store) as carrier:
+        threads = [threading.Thread(target=writer) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert carrier.error is None
+    assert len(results) == 12
+    landed: dict[str, list[int]] = {}
+    carrier_versions = []
+    for entry in list_versions(store):
+        pb, _ = read_transaction_and_manifest(store, entry, None)
+        if CARRIER_KEY in pb.transaction_properties:
+            carrier_versions.append(entry.version)
+            assert carried_uuids(pb) - {pb.uuid}, "a carrier version with nothing carried"
+        for u in carried_uuids(pb):
+            landed.setdefault(u, []).append(entry.version)
+    assert carrier_versions == carrier.versions != []
+    for u, result in results:
+        assert landed[u] == [result.version]  # exactly once, where the caller was told
+        if result.version in carrier_versions:
+            assert result.carried
+    # writers waited instead of racing (a writer whose patience ran out would have raced)
+    assert any(result.attempts == 0 for _, result in results)
+    latest = Dataset.open(store).manifest
+    files = sorted(f.files[0].path for f in latest.fragments)
+    assert files == sorted(["seed.lance", *(f"{u}.lance" for u, _ in results)])
+
+
+def test_a_carrier_creates_no_version_without_offers() -> None:
+    store = table()
+    before = Dataset.open(store).version
+    with Carrier(store) as carrier:
+        time.sleep(0.3)
+        assert "running" in repr(carrier)
+    assert carrier.error is None
+    assert carrier.versions == []
+    assert Dataset.open(store).version == before
+    assert "stopped" in repr(carrier)
+
+
+def test_a_writer_told_of_a_carrier_that_is_not_there_races_after_its_patience() -> None:
+    store = table()
+    started = time.monotonic()
+    u, result = append(store)
+    assert time.monotonic() - started >= MIN_PATIENCE
+    assert not result.carried
+    assert result.attempts >= 1
+    (pb, _) = read_transaction_and_manifest(store, list_versions(store)[-1], None)
+    assert pb.uuid == u
+
+
+def test_a_writer_not_told_races_at_once() -> None:
+    store = table()
+    started = time.monotonic()
+    _, result = append(store, RetryPolicy())
+    assert time.monotonic() - started < MIN_PATIENCE
+    assert result.attempts == 1
+
+
+def test_a_carriers_transaction_is_never_offered() -> None:
+    mine = Transaction(3, Append([]), properties={CARRIER_KEY: "1"})
+    assert not may_offer(mine)
+    assert may_offer(Transaction(3, Append([frag("x")])))

@@ -89,6 +89,8 @@ POLICIES: dict[str, Callable[[], RetryPolicy]] = {
     "no-offers": lambda: RetryPolicy(offer_after=None),
     # offers only after a lost race (the default until early offers)
     "late-offers": lambda: RetryPolicy(offer_early=False),
+    # writers told that a txn_engine.Carrier runs for the table (benchmarks.rendezvous_lab)
+    "wait-for-carrier": lambda: RetryPolicy(wait_for_carrier=True),
 }
 REPO = Path(__file__).resolve().parents[1]
 ALL_STORES = ("s3", "azure", "gcs", "local")

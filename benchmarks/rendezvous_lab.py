@@ -1,16 +1,16 @@
 """A carrier against uncoordinated writers: the contention tail (issue 14, item 4).
 
     python -m benchmarks.rendezvous_lab [--store gcs] [--delay-ms 25] [--writers 8]
-                                        [--commits 8] [--runs 2]
+                                        [--commits 8] [--runs 2] [--stale]
 
 Each run pair, on one delayed store: ``--writers`` processes make ``--commits`` Appends each
 as in the contention cell of :mod:`benchmarks.object_stores` (open the latest version, then
-commit), all starting at one barrier, first with a :class:`txn_engine.Carrier` running in one
-more process (started before the clock) and the writers told of it
-(``RetryPolicy(wait_for_carrier=True)``), then with the default policy and no carrier.
-Reported per run: p50/p99 of the commits, versions created (by the carrier), manifest creates
-per commit, failures, and a landed check (fragments added = acknowledged commits: the
-carrier adds none of its own).
+commit; ``--stale``: every commit planned at the starting version), all starting at one
+barrier, first with a :class:`txn_engine.Carrier` running in one more process (started
+before the clock) and the writers told of it (``RetryPolicy(wait_for_carrier=True)``), then
+with the default policy and no carrier. Reported per run: p50/p99 of the commits, versions
+created (by the carrier), manifest creates per commit, failures, and a landed check
+(fragments added = acknowledged commits: the carrier adds none of its own).
 """
 
 from __future__ import annotations
@@ -47,13 +47,16 @@ def _carrier(args: tuple[ob.Store, str]) -> int:
     return len(carrier.versions)
 
 
-def _writer(args: tuple[ob.Store, str, int, int, str]) -> dict[str, Any]:
-    """``n`` Appends as in the contention cell (open the latest, commit from it)."""
-    store, uri, n, read_version, policy = args
-    return ob._writer("txn_engine", store, uri, n, False, read_version, _START.wait, policy)
+def _writer(args: tuple[ob.Store, str, int, int, str, bool]) -> dict[str, Any]:
+    """``n`` Appends as in the contention cell (fresh: open the latest, commit from it;
+    stale: every commit planned at the starting version)."""
+    store, uri, n, read_version, policy, stale = args
+    return ob._writer("txn_engine", store, uri, n, stale, read_version, _START.wait, policy)
 
 
-def run_lab(store: ob.Store, writers: int, commits: int, runs: int) -> list[dict[str, Any]]:
+def run_lab(
+    store: ob.Store, writers: int, commits: int, runs: int, stale: bool = False
+) -> list[dict[str, Any]]:
     """``runs`` pairs of runs: writers told of a carrier running beside them, then the
     default (no carrier, writers race)."""
     ctx = mp.get_context("spawn")
@@ -69,7 +72,7 @@ def run_lab(store: ob.Store, writers: int, commits: int, runs: int) -> list[dict
             with ctx.Pool(writers + 1, initializer=_init, initargs=(start, done)) as pool:
                 carrier = pool.apply_async(_carrier, ((store, uri),)) if carried else None
                 results = pool.map(
-                    _writer, [(store, uri, commits, rv, policy)] * writers, chunksize=1
+                    _writer, [(store, uri, commits, rv, policy, stale)] * writers, chunksize=1
                 )
                 done.set()
                 carrier_versions = carrier.get() if carrier is not None else 0
@@ -78,6 +81,7 @@ def run_lab(store: ob.Store, writers: int, commits: int, runs: int) -> list[dict
             row: dict[str, Any] = {
                 "store": store.name,
                 "mode": mode,
+                "read_version": "stale" if stale else "fresh",
                 "writers": writers,
                 "commits": len(lat),
                 "failures": sum(res["failures"] for res in results),
@@ -91,7 +95,8 @@ def run_lab(store: ob.Store, writers: int, commits: int, runs: int) -> list[dict
             }
             out.append(row)
             print(
-                f"{store.name} {mode:8s} run {r}: p50 {row['p50_ms']:.0f} ms, p99 "
+                f"{store.name} {mode:8s} {row['read_version']} x{writers} run {r}: "
+                f"p50 {row['p50_ms']:.0f} ms, p99 "
                 f"{row['p99_ms']:.0f} ms (p99 - p50 {row['p99_ms'] - row['p50_ms']:.0f}), "
                 f"{row['versions']} versions ({carrier_versions} by the carrier), "
                 f"{row['creates_per_commit']:.2f} creates per commit, {row['failures']} failed, "
@@ -109,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--commits", type=int, default=8)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--stale", action="store_true", help="plan every commit at the start")
     parser.add_argument("--out", type=Path, default=ob.REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     with (
@@ -116,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         ob.started_stores([args.store], args.delay_ms, Path(work)) as stores,
     ):
         store = stores[-1]  # the delayed one
-        rows = run_lab(store, args.writers, args.commits, args.runs)
+        rows = run_lab(store, args.writers, args.commits, args.runs, args.stale)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rendezvous_lab.json").write_text(json.dumps(rows, indent=2))
     return 0 if all(r["unaccounted"] == 0 and r["failures"] == 0 for r in rows) else 1

@@ -685,7 +685,7 @@ def commit(
     landed: CommitResult | None = None
     if policy.offer_early:
         _offer(state, budget, early=True)
-    if direct is not None and _defers(state, budget, first=True):
+    if direct is not None and _defers(state, budget):
         direct = None  # the carrier's next version carries this one
     try:
         while True:
@@ -816,12 +816,14 @@ def _patience(budget: RetryBudget) -> float:
     return max(MIN_PATIENCE, PATIENCE_ATTEMPTS * shortest)
 
 
-def _defers(state: _State, budget: RetryBudget, *, first: bool = False) -> bool:
+def _defers(state: _State, budget: RetryBudget) -> bool:
     """Whether the next attempt waits for the table's carrier (``RetryPolicy.
     wait_for_carrier``, :mod:`txn_engine.carrier`) instead of racing it: this call's offer
     is written and may still land in the next version, and a carrier's version was read, or
-    the wait began, within the patience. ``first``: before the first attempt, where the offer
-    is posted now (and its write waited for)."""
+    the wait began, within the patience. The offer is posted here (and its write waited
+    for) once the transaction of the version it is checked up to is known (until then the
+    wait is a read of the versions), and posted again from the latest version checked once
+    its window is spent."""
     if not budget.policy.wait_for_carrier or state.offer_after is None:
         return False
     now = time.monotonic()
@@ -830,13 +832,19 @@ def _defers(state: _State, budget: RetryBudget, *, first: bool = False) -> bool:
     seen = max(state.carrier_seen_at or 0.0, state.wait_started)
     if now - seen >= _patience(budget):
         return False  # no carrier at work: race as without one
-    if first and state.posting is None:
-        _offer(state, budget, carrier=True)
     posting = state.posting
-    if posting is None:
-        return False
-    if first:
-        posting.wait_written(_POST_WAIT_SECONDS)
+    if posting is not None and posting.valid_through <= state.checked_up_to:
+        # its window is spent (a stale read version, or versions that could not carry it):
+        # every version up to it has been checked, so a new offer from here on is safe
+        posting.withdraw()
+        state.posting = None
+    if state.posting is None:
+        _offer(state, budget, carrier=True)
+        if state.posting is None:  # the base's transaction is not known yet: read it first
+            checked = state.checked_up_to
+            return checked not in state.manifests and state.transactions.get(checked) is None
+        state.posting.wait_written(_POST_WAIT_SECONDS)
+    posting = state.posting
     return posting.written and posting.valid_through > state.checked_up_to
 
 

@@ -134,3 +134,25 @@ def test_a_carriers_transaction_is_never_offered() -> None:
     mine = Transaction(3, Append([]), properties={CARRIER_KEY: "1"})
     assert not may_offer(mine)
     assert may_offer(Transaction(3, Append([frag("x")])))
+
+
+def test_a_stale_writer_told_of_a_carrier_offers_again_once_its_window_is_spent() -> None:
+    store = table()
+    for _ in range(10):  # the table moves 10 versions past the writer's read version
+        append(store, RetryPolicy())
+    u = str(uuid.uuid4())
+    txn = Transaction(1, Append([frag(u)]), uuid=u)
+    with Carrier(store) as carrier:
+        result = commit(store, txn, retry_policy=TOLD)
+    assert carrier.error is None
+    # its first offer (valid through version 9) was spent before it was read: offered again
+    # at the latest version, the carrier carried it (it never raced)
+    assert result.carried
+    assert result.attempts == 0
+    assert result.version in carrier.versions
+    landed = [
+        e.version
+        for e in list_versions(store)
+        if u in carried_uuids(read_transaction_and_manifest(store, e, None)[0])
+    ]
+    assert landed == [result.version]

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from txn_engine.errors import TxnEngineError
 from txn_engine.format.io import read_manifest_entry
 from txn_engine.format.naming import NamingScheme, VersionEntry, manifest_name, scan_versions
-from txn_engine.offers import CARRIER_KEY, private_memory, recall, remember
+from txn_engine.offers import CARRIER_KEY, peek, private_memory, remember
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 
@@ -111,9 +111,11 @@ class Carrier:
         uri = self.storage.uri
         base = Dataset.open(self.storage)
         while not self._stop.is_set():
-            memory = recall(uri)  # what the last commit knew (versions read, offers)
+            # what the last commit knew (versions read, offers), with the base as read: the
+            # commit recalls it, and the base confirms it
+            memory = peek(uri)
             known = {} if memory is None else dict(memory.transactions)
-            known[base.version] = base.manifest_file.transaction  # confirms what is recalled
+            known[base.version] = base.manifest_file.transaction
             if memory is None:
                 remember(uri, known, {}, ())
             else:
@@ -134,7 +136,6 @@ class Carrier:
         """Nothing to carry: wait for the running listing of the offers, and meanwhile list
         the versions (other writers may have moved the table on: offers checked against
         newer versions need a newer base)."""
-        uri = self.storage.uri
         listed: list[int] = []
 
         def latest() -> None:
@@ -145,11 +146,9 @@ class Carrier:
 
         lister = threading.Thread(target=latest, name="txn-engine-carrier-list", daemon=True)
         lister.start()
-        memory = recall(uri)
-        if memory is not None:
-            if memory.scan is not None:
-                memory.scan.wait(_SCAN_WAIT_SECONDS)
-            remember(uri, memory.transactions, memory.offers, memory.dead, memory.scan)
+        memory = peek(self.storage.uri)
+        if memory is not None and memory.scan is not None:
+            memory.scan.wait(_SCAN_WAIT_SECONDS)
         lister.join()
         newest = max([checked, *listed])
         if newest == base.version:

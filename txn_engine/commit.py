@@ -309,11 +309,11 @@ class _State:
     recalled_versions: dict[int, str] = attrs.field(factory=dict)
     recall_ok: bool = False
     #: when a carrier's version (:mod:`txn_engine.carrier`) was last read by this call
-    #: (monotonic seconds): while recent, a writer told to wait for the carrier waits on
+    #: (``RetryPolicy.clock``): while recent, a writer told to wait for the carrier waits on
     carrier_seen_at: float | None = None
     #: a carrier's own empty transaction (never created without offers to carry)
     carrier: bool = False
-    #: when this call began to wait for a carrier (monotonic seconds)
+    #: when this call began to wait for a carrier (``RetryPolicy.clock``)
     wait_started: float | None = None
 
     @property
@@ -746,11 +746,7 @@ def commit(
         if state.carries_offers and (state.lost or state.recalled):
             _take_scan(state)
             remember(
-                state.storage.uri,
-                state.transactions,
-                state.offers,
-                state.dead_offers,
-                state.scan,
+                state.storage.uri, state.transactions, state.offers, state.dead_offers, state.scan
             )
 
 
@@ -776,13 +772,11 @@ def _offer(
     version built on, valid for :data:`~txn_engine.offers.OFFER_WINDOW` versions."""
     if state.offer_after is None or state.posting is not None:
         return
-    if carrier:
-        pass
-    elif early:
+    if early:
         newest_recalled = max(state.recalled_versions, default=0)
         if not state.recalled or state.original.read_version < newest_recalled:
             return
-    elif not state.contended or budget.attempts < state.offer_after:
+    elif not carrier and (not state.contended or budget.attempts < state.offer_after):
         return
     checked = state.checked_up_to
     base = state.transactions.get(checked)
@@ -826,7 +820,7 @@ def _defers(state: _State, budget: RetryBudget) -> bool:
     its window is spent."""
     if not budget.policy.wait_for_carrier or state.offer_after is None:
         return False
-    now = time.monotonic()
+    now = budget.policy.clock()
     if state.wait_started is None:
         state.wait_started = now
     seen = max(state.carrier_seen_at or 0.0, state.wait_started)
@@ -862,7 +856,7 @@ def _poll(state: _State, budget: RetryBudget) -> CommitResult | None:
     if found is not None:  # no create was made for it here: the attempts are the earlier ones
         return attrs.evolve(found, attempts=budget.attempts)
     if state.checked_up_to == before:
-        time.sleep(_POLL_PAUSE)  # the listing itself paces the polls on an object store
+        budget.policy.sleep(_POLL_PAUSE)  # the listing paces the polls on an object store
     return None
 
 
@@ -978,7 +972,7 @@ def _attempt(
     check_writer_flags(base_file.manifest)
     txn = state.txn = plan.transaction
     if any(_is_carrier(w.transaction) for w in winners):
-        state.carrier_seen_at = time.monotonic()  # a carrier is at work
+        state.carrier_seen_at = budget.policy.clock()  # a carrier is at work
     state.checked_up_to = latest.version
     if not create:
         return None

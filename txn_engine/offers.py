@@ -81,6 +81,7 @@ __all__ = [
     "members_of",
     "offer_name",
     "parse_offer_name",
+    "peek",
     "private_memory",
     "recall",
     "remember",
@@ -125,6 +126,7 @@ _NAME = re.compile(r"^(\d{20})-([0-9a-f-]{36})(?:\.([A-Za-z0-9_-]{1,1000}))?\.tx
 #: Property of a carrier's own transaction (:mod:`txn_engine.carrier`): an empty Append
 #: that exists only to carry offers; it is never offered itself.
 CARRIER_KEY = "txn_engine.carrier"
+
 
 def offer_name(valid_through: int, uuid: str, inline: bytes | None = None) -> str:
     """``{valid_through:020d}-{uuid}.txn``: the listing alone shows which offers are live;
@@ -505,6 +507,20 @@ def remember(
         _recent[uri] = entry
         for key in [k for k, r in _recent.items() if r.until < time.monotonic()]:
             del _recent[key]
+
+
+def peek(uri: str) -> Recent | None:
+    """What :func:`recall` would give, left in place (the calling thread's own memory when
+    it has one: :func:`private_memory`)."""
+    own: dict[str, Recent] | None = getattr(_private, "memory", None)
+    if own is not None:
+        entry = own.get(uri)
+    else:
+        with _recent_lock:
+            entry = _recent.get(uri)
+    if entry is None or entry.until < time.monotonic():
+        return None
+    return entry
 
 
 def recall(uri: str) -> Recent | None:

@@ -14,7 +14,15 @@ from txn_engine.dataset import Dataset
 from txn_engine.format.io import read_transaction_and_manifest
 from txn_engine.format.naming import list_versions
 from txn_engine.model import DataFile, Fragment, LanceField
-from txn_engine.offers import CARRIER_KEY, carried_uuids, may_offer
+from txn_engine.offers import (
+    CARRIER_KEY,
+    carried_uuids,
+    may_offer,
+    peek,
+    private_memory,
+    recall,
+    remember,
+)
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
@@ -156,3 +164,26 @@ def test_a_stale_writer_told_of_a_carrier_offers_again_once_its_window_is_spent(
         if u in carried_uuids(read_transaction_and_manifest(store, e, None)[0])
     ]
     assert landed == [result.version]
+
+
+def test_peek_leaves_the_memory_and_a_private_memory_is_the_threads_own() -> None:
+    uri = f"memory://peek-{uuid.uuid4()}"
+    remember(uri, {3: None}, {}, ())
+    assert peek(uri) is not None
+    assert peek(uri) is not None  # still there
+    seen: list[object] = []
+
+    def carrier_thread() -> None:
+        private_memory()
+        seen.append(peek(uri))  # the process's memory is not this thread's
+        remember(uri, {4: None}, {}, ())
+        seen.append(sorted(peek(uri).transactions))  # type: ignore[union-attr]
+
+    t = threading.Thread(target=carrier_thread)
+    t.start()
+    t.join()
+    assert seen == [None, [4]]
+    taken = recall(uri)
+    assert taken is not None
+    assert sorted(taken.transactions) == [3]  # the thread's remember left it alone
+    assert peek(uri) is None  # recall took it

@@ -2,15 +2,18 @@
 
     python -m benchmarks.rendezvous_lab [--store gcs] [--delay-ms 25] [--writers 8]
                                         [--commits 8] [--runs 2] [--stale]
+                                        [--modes carrier,seen,default]
 
-Each run pair, on one delayed store: ``--writers`` processes make ``--commits`` Appends each
+Each round, on one delayed store: ``--writers`` processes make ``--commits`` Appends each
 as in the contention cell of :mod:`benchmarks.object_stores` (open the latest version, then
 commit; ``--stale``: every commit planned at the starting version), all starting at one
-barrier, first with a :class:`txn_engine.Carrier` running in one more process (started
-before the clock) and the writers told of it (``RetryPolicy(wait_for_carrier=True)``), then
-with the default policy and no carrier. Reported per run: p50/p99 of the commits, versions
-created (by the carrier), manifest creates per commit, failures, and a landed check
-(fragments added = acknowledged commits: the carrier adds none of its own).
+barrier, in three modes (``--modes``): with a :class:`txn_engine.Carrier` running in one more
+process (started before the clock) and the writers told of it
+(``RetryPolicy(wait_for_carrier=True)``); with the carrier and the default policy (writers
+wait for it once they have read one of its versions or its beacon); with the default policy
+and no carrier. Reported per run: p50/p99 of the commits (and each writer's latencies),
+versions created (by the carrier), manifest creates per commit, failures, and a landed
+check (fragments added = acknowledged commits: the carrier adds none of its own).
 """
 
 from __future__ import annotations
@@ -54,21 +57,32 @@ def _writer(args: tuple[ob.Store, str, int, int, str, bool]) -> dict[str, Any]:
     return ob._writer("txn_engine", store, uri, n, stale, read_version, _START.wait, policy)
 
 
+#: The lab's modes: (a carrier runs, the writers' policy in ``object_stores.POLICIES``).
+MODES = {
+    "carrier": (True, "wait-for-carrier"),  # writers told of it: none races it
+    "seen": (True, "default"),  # writers not told: they wait once they read its versions
+    "default": (False, "default"),  # no carrier: writers race
+}
+
+
 def run_lab(
-    store: ob.Store, writers: int, commits: int, runs: int, stale: bool = False
+    store: ob.Store,
+    writers: int,
+    commits: int,
+    runs: int,
+    stale: bool = False,
+    modes: tuple[str, ...] = tuple(MODES),
 ) -> list[dict[str, Any]]:
-    """``runs`` pairs of runs: writers told of a carrier running beside them, then the
-    default (no carrier, writers race)."""
+    """``runs`` rounds of ``modes`` (:data:`MODES`), interleaved."""
     ctx = mp.get_context("spawn")
     out = []
     for r in range(runs):
-        for mode in ("carrier", "default"):
+        for mode in modes:
             uri = ob.build_table(store, f"lab{mode[0]}{r}", 10)
             rv = ob._latest_version(store, uri)
             before = ob._fragment_count(store, uri)
-            carried = mode == "carrier"
+            carried, policy = MODES[mode]
             start, done = ctx.Barrier(writers + int(carried)), ctx.Event()
-            policy = "wait-for-carrier" if carried else "default"
             with ctx.Pool(writers + 1, initializer=_init, initargs=(start, done)) as pool:
                 carrier = pool.apply_async(_carrier, ((store, uri),)) if carried else None
                 results = pool.map(
@@ -92,6 +106,8 @@ def run_lab(
                 "versions": ob._latest_version(store, uri) - rv,
                 "carrier_versions": carrier_versions,
                 "unaccounted": landed - len(lat),
+                # each writer's commit latencies in order (ms): where in a run the tail is
+                "latencies_ms": [[round(1000 * x, 1) for x in res["latencies"]] for res in results],
             }
             out.append(row)
             print(
@@ -115,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", type=int, default=8)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--stale", action="store_true", help="plan every commit at the start")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
+    )
     parser.add_argument("--out", type=Path, default=ob.REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     with (
@@ -122,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         ob.started_stores([args.store], args.delay_ms, Path(work)) as stores,
     ):
         store = stores[-1]  # the delayed one
-        rows = run_lab(store, args.writers, args.commits, args.runs, args.stale)
+        modes = tuple(m for m in args.modes.split(",") if m)
+        rows = run_lab(store, args.writers, args.commits, args.runs, args.stale, modes)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rendezvous_lab.json").write_text(json.dumps(rows, indent=2))
     return 0 if all(r["unaccounted"] == 0 and r["failures"] == 0 for r in rows) else 1

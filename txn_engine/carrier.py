@@ -30,12 +30,21 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from txn_engine.errors import TxnEngineError
 from txn_engine.format.io import read_manifest_entry
-from txn_engine.format.naming import NamingScheme, VersionEntry, manifest_name, scan_versions
+from txn_engine.format.naming import (
+    VERSIONS_DIR,
+    NamingScheme,
+    VersionEntry,
+    beacon_name,
+    manifest_name,
+    scan_versions,
+)
 from txn_engine.offers import CARRIER_KEY, peek, private_memory, remember
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
@@ -51,6 +60,9 @@ _REOPEN_TRIES = 3
 
 #: How long the carrier waits for one listing of the offers (seconds) before listing again.
 _SCAN_WAIT_SECONDS = 10.0
+
+#: How long a carrier's beacon says it runs (seconds); a new one every third of it.
+BEACON_SECONDS = 10.0
 
 
 class Carrier:
@@ -73,27 +85,63 @@ class Carrier:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txn-engine-carrier", daemon=True)
+        self._beacon = threading.Thread(
+            target=self._shine, name="txn-engine-carrier-beacon", daemon=True
+        )
 
     def __repr__(self) -> str:
-        state = "running" if self._thread.is_alive() else "stopped"
+        state = "running" if self.running else "stopped"
         return f"Carrier({self.storage.uri!r}, {state}, {len(self.versions)} versions)"
+
+    @property
+    def running(self) -> bool:
+        """Whether the carrier's thread is alive (it ends on :meth:`close` or an error)."""
+        return self._thread.is_alive()
 
     def start(self) -> Carrier:
         """Start carrying (returns ``self``)."""
         self._thread.start()
+        self._beacon.start()
         return self
 
     def close(self, timeout: float | None = 30.0) -> None:
-        """Stop after the commit in flight, if any."""
+        """Stop after the commit in flight, if any (the beacon is taken down first)."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        for thread in (self._beacon, self._thread):
+            if thread.is_alive():
+                thread.join(timeout)
 
     def __enter__(self) -> Carrier:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _shine(self) -> None:
+        """Keep a beacon in ``_versions/`` while carrying (:func:`txn_engine.format.naming.
+        beacon_name`): every listing of the versions shows it (opening the table, a commit's
+        listings), so writers wait for the carrier from their next commit on without being
+        told. A new beacon every third of its life; removed on close (an expired one left
+        behind by a crash means nothing, and cleanup removes it)."""
+        token = uuid.uuid4().hex
+        current: str | None = None
+        while self._thread.is_alive():
+            expires_ms = int((time.time() + BEACON_SECONDS) * 1000)
+            name = f"{VERSIONS_DIR}/{beacon_name(expires_ms, token)}"
+            try:
+                self.storage.put(name, b"")
+            except TxnEngineError:
+                pass  # writers that see no beacon still wait once they read a carrier version
+            else:
+                if current is not None:
+                    with contextlib.suppress(TxnEngineError):
+                        self.storage.delete(current)
+                current = name
+            if self._stop.wait(BEACON_SECONDS / 3):
+                break
+        if current is not None:
+            with contextlib.suppress(TxnEngineError):
+                self.storage.delete(current)
 
     def _run(self) -> None:
         try:

@@ -65,7 +65,13 @@ from txn_engine.errors import (
 )
 from txn_engine.format.deletion import DELETIONS_DIR
 from txn_engine.format.io import read_manifest_entry
-from txn_engine.format.naming import TRANSACTIONS_DIR, VersionEntry, scan_versions
+from txn_engine.format.naming import (
+    TRANSACTIONS_DIR,
+    VERSIONS_DIR,
+    VersionEntry,
+    beacon_expiry,
+    scan_versions,
+)
 from txn_engine.lease import CLEANING_DIR, LeaseInfo, read_leases
 from txn_engine.offers import OFFERS_DIR, parse_offer_name
 from txn_engine.storage import open_storage
@@ -568,8 +574,9 @@ def referenced_files(
 class PlannedDelete:
     """One object cleanup deletes, and why: ``"manifest"`` (a removed version),
     ``"old-version"`` (referenced only by removed versions), ``"orphan"`` (referenced by no
-    manifest, older than the retention), ``"lease"`` (an expired lease object) or
-    ``"offer"`` (an offer whose window has passed)."""
+    manifest, older than the retention), ``"lease"`` (an expired lease object),
+    ``"offer"`` (an offer whose window has passed) or ``"beacon"`` (an expired carrier's
+    beacon in ``_versions/``, :func:`txn_engine.format.naming.beacon_name`)."""
 
     path: str
     reason: str
@@ -593,7 +600,14 @@ class CleanupPlan:
     @property
     def counts(self) -> dict[str, int]:
         """Number of objects to delete per reason."""
-        out = {"manifest": 0, "old-version": 0, "orphan": 0, "lease": 0, "offer": 0}
+        out = {
+            "manifest": 0,
+            "old-version": 0,
+            "orphan": 0,
+            "lease": 0,
+            "offer": 0,
+            "beacon": 0,
+        }
         for d in self.deletes:
             out[d.reason] = out.get(d.reason, 0) + 1
         return out
@@ -627,8 +641,9 @@ class CleanupPlan:
             f"({len(self.removed_versions)}), keeping {len(kept)}"
             + (f" ({kept[0]}..{kept[-1]})" if kept else ""),
             f"files to delete: {c['old-version']} of removed versions, {c['orphan']} orphans, "
-            f"{c['lease']} expired leases, {c['offer']} expired offers, {c['manifest']} "
-            f"manifests; {self.bytes} bytes",
+            f"{c['lease']} expired leases, {c['offer']} expired offers, "
+            + (f"{c['beacon']} expired carrier beacons, " if c["beacon"] else "")
+            + f"{c['manifest']} manifests; {self.bytes} bytes",
         ]
         if self.oldest_lease_version is not None:
             lines.append(f"oldest live lease pins version {self.oldest_lease_version}")
@@ -843,6 +858,8 @@ class _State:
     branch_dirs: set[str]
     listing: list[ObjectInfo]
     offers: list[ObjectInfo] = attrs.field(factory=list)
+    #: carrier beacons in ``_versions/`` (names; :func:`txn_engine.format.naming.beacon_name`)
+    beacons: tuple[str, ...] = ()
 
 
 def _read_state(storage: Storage, aliases: set[str]) -> _State:
@@ -874,7 +891,16 @@ def _read_state(storage: Storage, aliases: set[str]) -> _State:
                     listing.append(obj)
     offers = list_objects(storage, OFFERS_DIR)
     return _State(
-        entries, refs, timestamps, sizes, pinned, branch_files, branch_dirs, listing, offers
+        entries,
+        refs,
+        timestamps,
+        sizes,
+        pinned,
+        branch_files,
+        branch_dirs,
+        listing,
+        offers,
+        listing_versions.beacons,
     )
 
 
@@ -947,6 +973,10 @@ def _build_plan(
         parsed = parse_offer_name(obj.path.rsplit("/", 1)[-1])
         if parsed is not None and parsed[0] <= latest:
             add(PlannedDelete(obj.path, "offer", obj.size, obj.mtime_ns))
+    for name in state.beacons:  # a carrier's beacon is a hint to wait, and only while live
+        expires_ms = beacon_expiry(name)
+        if expires_ms is not None and expires_ms * 1_000_000 <= now_ns:
+            add(PlannedDelete(f"{VERSIONS_DIR}/{name}", "beacon"))
     return CleanupPlan(
         uri=storage.uri,
         latest_version=latest,

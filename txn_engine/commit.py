@@ -129,12 +129,15 @@ from txn_engine.offers import (
     Posting,
     can_carry,
     carried_uuids,
+    carrier_lately,
     carrying,
+    forget_carrier,
     may_offer,
     members_of,
     parse_offer_name,
     recall,
     remember,
+    saw_carrier,
     select_offers,
 )
 from txn_engine.ops import Clone, Restore
@@ -309,11 +312,12 @@ class _State:
     recalled_versions: dict[int, str] = attrs.field(factory=dict)
     recall_ok: bool = False
     #: when a carrier's version (:mod:`txn_engine.carrier`) was last read by this call
-    #: (``RetryPolicy.clock``): while recent, a writer told to wait for the carrier waits on
+    #: (its base, or a version it lost a race to; ``RetryPolicy.clock``): while recent, a
+    #: writer that may wait for the carrier (``RetryPolicy.wait_for_carrier``) waits on
     carrier_seen_at: float | None = None
     #: a carrier's own empty transaction (never created without offers to carry)
     carrier: bool = False
-    #: when this call began to wait for a carrier (``RetryPolicy.clock``)
+    #: when a writer told of a carrier (``wait_for_carrier=True``) began to wait for it
     wait_started: float | None = None
 
     @property
@@ -675,12 +679,16 @@ def commit(
                 f"{transaction.read_version}"
             )
         state.manifests[transaction.read_version] = mf
+        if _is_carrier(mf.transaction):
+            _saw_carrier(state, policy)  # a carrier is at work (or was lately)
         if (
             (assume_latest or state.guarded)
             and isinstance(base, Dataset)
             and not isinstance(transaction.operation, Restore)
         ):
             direct = base.naming_scheme
+    if state.carrier_seen_at is None and carrier_lately(state.storage.uri):
+        state.carrier_seen_at = policy.clock()  # this process read a carrier's version lately
     budget = policy.budget()
     landed: CommitResult | None = None
     if policy.offer_early:
@@ -818,13 +826,18 @@ def _defers(state: _State, budget: RetryBudget) -> bool:
     for) once the transaction of the version it is checked up to is known (until then the
     wait is a read of the versions), and posted again from the latest version checked once
     its window is spent."""
-    if not budget.policy.wait_for_carrier or state.offer_after is None:
+    told = budget.policy.wait_for_carrier
+    if told is False or state.offer_after is None:
         return False
     now = budget.policy.clock()
-    if state.wait_started is None:
-        state.wait_started = now
-    seen = max(state.carrier_seen_at or 0.0, state.wait_started)
-    if now - seen >= _patience(budget):
+    if told and state.wait_started is None:
+        state.wait_started = now  # told: the wait counts as a sighting
+    sightings = [t for t in (state.carrier_seen_at, state.wait_started) if t is not None]
+    if not sightings:
+        return False  # no carrier seen: race as without one
+    if now - max(sightings) >= _patience(budget):
+        if state.carrier_seen_at is not None:
+            forget_carrier(state.storage.uri)  # waited in vain: the next commits race at once
         return False  # no carrier at work: race as without one
     posting = state.posting
     if posting is not None and posting.valid_through <= state.checked_up_to:
@@ -837,14 +850,26 @@ def _defers(state: _State, budget: RetryBudget) -> bool:
         if state.posting is None:  # the base's transaction is not known yet: read it first
             checked = state.checked_up_to
             return checked not in state.manifests and state.transactions.get(checked) is None
-        state.posting.wait_written(_POST_WAIT_SECONDS)
     posting = state.posting
+    posting.wait_written(_POST_WAIT_SECONDS)  # an early offer's write may be in flight too
     return posting.written and posting.valid_through > state.checked_up_to
 
 
 def _is_carrier(pb: transaction_pb2.Transaction | None) -> bool:
     """Whether a landed transaction is a carrier's (:data:`~txn_engine.offers.CARRIER_KEY`)."""
     return pb is not None and CARRIER_KEY in pb.transaction_properties
+
+
+def _saw_carrier(state: _State, policy: RetryPolicy) -> None:
+    """This call read a carrier's version or beacon: the next commits of this process on
+    the table may wait for the carrier for a while (``RetryPolicy.wait_for_carrier``), and
+    so may this one, unless it has already raced without knowing of it. Such a commit has
+    offered itself and races on (whoever wins may carry it): switching it to waiting
+    midway made the slowest commits slower (docs/performance.md, *A carrier*)."""
+    saw_carrier(state.storage.uri)
+    if state.carrier_seen_at is None and not policy.wait_for_carrier and state.contended:
+        return
+    state.carrier_seen_at = policy.clock()
 
 
 def _poll(state: _State, budget: RetryBudget) -> CommitResult | None:
@@ -944,6 +969,8 @@ def _attempt(
             if not state.members.isdisjoint(carried) and state.original.uuid not in carried:
                 raise _conflict_error(state.txn, _member_landed(state, pb, entry.version))
         if pb is not None and carries_uuid(pb, state.original.uuid):
+            if _is_carrier(pb):
+                _saw_carrier(state, budget.policy)  # carried by it: the next commits wait
             return _found(state, budget, pb, entry)
         winners.append(Winner(entry.version, pb, error))
     # only now (the uuid check above may have found this transaction already landed):
@@ -972,7 +999,7 @@ def _attempt(
     check_writer_flags(base_file.manifest)
     txn = state.txn = plan.transaction
     if any(_is_carrier(w.transaction) for w in winners):
-        state.carrier_seen_at = budget.policy.clock()  # a carrier is at work
+        _saw_carrier(state, budget.policy)  # a carrier is at work
     state.checked_up_to = latest.version
     if not create:
         return None
@@ -1029,9 +1056,7 @@ def _take_scan(state: _State) -> None:
     state.scan = None
 
 
-def _fresh_transaction(
-    state: _State, version: int, pb: transaction_pb2.Transaction | None
-) -> None:
+def _fresh_transaction(state: _State, version: int, pb: transaction_pb2.Transaction | None) -> None:
     """Record the transaction of ``version`` as just read; it confirms (or, differing,
     drops) what was recalled from an earlier commit of this process."""
     recalled = state.recalled_versions.get(version)

@@ -58,13 +58,20 @@ from txn_engine.conflicts.rebase import ConflictOptions
 from txn_engine.errors import StorageError
 from txn_engine.format.io import read_transaction_and_manifest
 from txn_engine.format.manifest_file import decode_transaction
-from txn_engine.format.naming import NamingScheme, VersionEntry, manifest_name
+from txn_engine.format.naming import (
+    NamingScheme,
+    VersionEntry,
+    carrier_beacon,
+    forget_beacon,
+    manifest_name,
+)
 from txn_engine.ops import Append
 from txn_engine.storage.base import Storage, get_bounded, max_path_bytes, read_concurrency
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 
 __all__ = [
     "CARRIER_KEY",
+    "CARRIER_SECONDS",
     "OFFERS_DIR",
     "OFFER_BASE_KEY",
     "OFFER_WINDOW",
@@ -75,7 +82,9 @@ __all__ = [
     "can_carry",
     "carried_in_order",
     "carried_uuids",
+    "carrier_lately",
     "carrying",
+    "forget_carrier",
     "inline_offer",
     "may_offer",
     "members_of",
@@ -85,6 +94,7 @@ __all__ = [
     "private_memory",
     "recall",
     "remember",
+    "saw_carrier",
     "select_offers",
 ]
 
@@ -470,8 +480,13 @@ class Recent:
     scan: OfferScan | None = None
 
 
+#: How long a process goes on waiting for a table's carrier (:mod:`txn_engine.carrier`)
+#: after it last read one of its versions (seconds; a wait that finds no carrier ends it).
+CARRIER_SECONDS = 10.0
+
 _recent: dict[str, Recent] = {}
 _recent_lock = threading.Lock()
+_carriers: dict[str, float] = {}
 #: a thread's own memory (a carrier's: :func:`private_memory`), apart from the process's
 _private = threading.local()
 
@@ -535,3 +550,29 @@ def recall(uri: str) -> Recent | None:
     if entry is None or entry.until < time.monotonic():
         return None
     return entry
+
+
+def saw_carrier(uri: str) -> None:
+    """A commit of this process read a version of the carrier of table ``uri``."""
+    with _recent_lock:
+        _carriers[uri] = time.monotonic() + CARRIER_SECONDS
+
+
+def carrier_lately(uri: str) -> bool:
+    """Whether this process read a version of the carrier of ``uri`` within
+    :data:`CARRIER_SECONDS`, or its last listing of the versions showed the carrier's live
+    beacon (:func:`txn_engine.format.naming.beacon_name`), and no commit since waited for
+    it in vain."""
+    with _recent_lock:
+        until = _carriers.get(uri)
+        if until is not None and until < time.monotonic():
+            del _carriers[uri]
+            until = None
+    return until is not None or carrier_beacon(uri)
+
+
+def forget_carrier(uri: str) -> None:
+    """A commit of this process waited for the carrier of ``uri`` and none came."""
+    with _recent_lock:
+        _carriers.pop(uri, None)
+    forget_beacon(uri)

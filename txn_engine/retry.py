@@ -107,12 +107,16 @@ class RetryPolicy:
       last second (a commit of it lost a race there) offers itself beside its first
       attempt instead of after its first lost race, unless its read version is older than
       the versions that commit saw (default True; ``docs/architecture.md``, *Offers*).
-    * ``wait_for_carrier``: a :class:`txn_engine.Carrier` runs for the table (a deployment
-      decision: :mod:`txn_engine.carrier`). On an object store an Append then posts its
-      offer at once and waits for the carrier's version that carries it instead of racing;
-      it races as without a carrier when no carrier version appears within its patience
-      (``txn_engine.commit.PATIENCE_ATTEMPTS`` x its shortest attempt, at least
-      ``MIN_PATIENCE`` seconds). Default False.
+    * ``wait_for_carrier``: whether an Append waits for the table's
+      :class:`txn_engine.Carrier` (:mod:`txn_engine.carrier`) instead of racing it. On an
+      object store a waiting Append posts its offer and reads the versions until the
+      carrier's version that carries it; it races as without a carrier when no carrier
+      version appears within its patience (``txn_engine.commit.PATIENCE_ATTEMPTS`` x its
+      shortest attempt, at least ``MIN_PATIENCE`` seconds). ``None`` (default): once the
+      commit has read a carrier's version (its base is one, or a version it lost a race
+      to), so that writers need no configuration when a carrier runs and nothing changes
+      when none does. True: from the first attempt on (the writer is told a carrier runs:
+      its first commit does not race either). False: never.
     * ``clock`` (monotonic seconds), ``sleep`` and ``randbelow`` (``n -> int in [0, n)``)
       are injectable for tests; they do not take part in equality.
     """
@@ -133,7 +137,7 @@ class RetryPolicy:
     chase_step: float = 0.1
     offer_after: int | None = 1
     offer_early: bool = True
-    wait_for_carrier: bool = False
+    wait_for_carrier: bool | None = None
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
     sleep: Callable[[float], None] = attrs.field(default=time.sleep, eq=False, repr=False)
     randbelow: Callable[[int], int] = attrs.field(

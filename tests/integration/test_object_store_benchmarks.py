@@ -76,9 +76,9 @@ def test_rendezvous_lab_accounts_for_every_commit(tmp_path: Path) -> None:
 
     args = ["--store", "s3", "--delay-ms", "5", "--writers", "2", "--commits", "2"]
     assert lab_main([*args, "--runs", "1", "--out", str(tmp_path)]) == 0
-    carried, default = json.loads((tmp_path / "rendezvous_lab.json").read_text())
-    assert (carried["mode"], default["mode"]) == ("carrier", "default")
-    for row in (carried, default):
+    carried, seen, default = json.loads((tmp_path / "rendezvous_lab.json").read_text())
+    assert (carried["mode"], seen["mode"], default["mode"]) == ("carrier", "seen", "default")
+    for row in (carried, seen, default):
         assert row["store"] == "s3+5ms"
         assert row["commits"] == 4
         assert row["failures"] == 0

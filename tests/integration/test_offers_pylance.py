@@ -4,7 +4,9 @@ every caller is there exactly once, and pylance appends on top."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from typing import Any
 
 import lance
@@ -16,6 +18,7 @@ from txn_engine import Carrier, writers
 from txn_engine.commit import CommitResult, commit
 from txn_engine.dataset import Dataset
 from txn_engine.format.io import read_transaction
+from txn_engine.format.naming import BEACON_PREFIX
 from txn_engine.offers import CARRIER_KEY, OFFERS_DIR, carried_uuids
 from txn_engine.ops import Append
 from txn_engine.retry import RetryPolicy
@@ -223,3 +226,67 @@ def test_a_carriers_versions_are_lance_versions(moto_server: Any) -> None:
             assert r.carried
     lance.write_dataset(_rows(-5, 5), uri, mode="append", storage_options=opts)
     assert lance.dataset(uri, storage_options=opts).count_rows() == len(expected) + 5
+
+
+def test_txn_engine_carry_lands_the_offers_of_writers_on_s3(
+    moto_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``txn-engine carry URI -o ... --for 4s --json`` beside 4 writers in the default
+    policy (they list its beacon when they open the table, and wait for it): every commit
+    lands once, it reports exactly the versions it created, and pylance 14.0.2 lists, reads
+    and appends with its beacon in ``_versions/``."""
+    from txn_engine.apps.cli import main
+
+    opts = moto_server.lance_options()
+    uri = moto_server.uri(emu.unique_name("carry"))
+    lance.write_dataset(_rows(0, 1), uri, storage_options=opts)
+    storage = open_storage(uri, opts)
+    pending = [
+        [
+            [
+                writers.as_fragment(f)
+                for f in write_fragments(_rows(s, 2), uri, storage_options=opts)
+            ]
+            for s in range(100 * w, 100 * w + 8, 2)
+        ]
+        for w in range(1, 5)
+    ]
+    cli_args = ["carry", uri, "--for", "4s", "--json"]
+    for key, value in opts.items():
+        cli_args += ["-o", f"{key}={value}"]
+    codes: list[int] = []
+    cli = threading.Thread(target=lambda: codes.append(main(cli_args)))
+    cli.start()
+    deadline = time.monotonic() + 3
+    while not any(n.startswith(BEACON_PREFIX) for n in storage.list("_versions")):
+        assert time.monotonic() < deadline, "the carrier wrote no beacon"
+        time.sleep(0.05)
+    results: list[CommitResult] = []
+    lock = threading.Lock()
+
+    def work(chunk: list[list[Any]]) -> None:
+        for frags in chunk:
+            base = Dataset.open(storage)
+            r = commit(storage, Transaction(base.version, Append(frags)), base=base)
+            with lock:
+                results.append(r)
+
+    _run_threads(work, pending)
+    # the beacon in _versions/ is not a version to pylance: it lists, reads and appends
+    assert any(n.startswith(BEACON_PREFIX) for n in storage.list("_versions"))
+    ds = lance.dataset(uri, storage_options=opts)
+    assert [v["version"] for v in ds.versions()] == list(range(1, ds.version + 1))
+    lance.write_dataset(_rows(-3, 3), uri, mode="append", storage_options=opts)
+    cli.join(30)
+    assert codes == [0]
+    reported = json.loads(capsys.readouterr().out)["versions"]
+    created = [
+        v
+        for v in range(1, Dataset.open(storage).version + 1)
+        if CARRIER_KEY in read_transaction(storage, v).transaction_properties
+    ]
+    assert reported == created
+    assert len(results) == 16
+    assert any(r.carried and r.attempts == 0 for r in results)  # some never raced
+    assert lance.dataset(uri, storage_options=opts).count_rows() == 1 + 16 * 2 + 3
+    assert not any(n.startswith(BEACON_PREFIX) for n in storage.list("_versions"))  # taken down

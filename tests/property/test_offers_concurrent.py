@@ -179,6 +179,7 @@ def check(store: SlowObjectStore, outcomes: dict[str, tuple[Transaction, object]
     with_base=st.booleans(),
     inline=st.booleans(),
     carrier=st.booleans(),
+    told=st.sampled_from([True, None]),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_offers_land_exactly_once_and_every_caller_is_told_the_truth(
@@ -189,14 +190,16 @@ def test_offers_land_exactly_once_and_every_caller_is_told_the_truth(
     with_base: bool,
     inline: bool,
     carrier: bool,
+    told: bool | None,
     seed: int,
 ) -> None:
-    """``carrier``: a txn_engine.Carrier runs beside the writers, who are told to wait for
-    it (it may die of a generated fault: they race after their patience)."""
+    """``carrier``: a txn_engine.Carrier runs beside the writers (it may die of a generated
+    fault: they race after their patience). ``told``: the writers wait for it from their
+    first attempt (True) or once they have read one of its versions (None, the default)."""
     store = SlowObjectStore(seed, lost, list_fail, inline)
     commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
     store.armed = True
-    policy = RetryPolicy(max_attempts=8, wait_for_carrier=carrier)
+    policy = RetryPolicy(max_attempts=8, wait_for_carrier=told if carrier else None)
     running = Carrier(store).start() if carrier else None
     try:
         outcomes = run_writers(store, writers, commits, with_base, policy)

@@ -9,14 +9,25 @@ import time
 import uuid
 
 from txn_engine import Carrier
-from txn_engine.commit import MIN_PATIENCE, CommitResult, commit
+from txn_engine.carrier import BEACON_SECONDS
+from txn_engine.commit import MIN_PATIENCE, CommitResult, _saw_carrier, _State, commit
+from txn_engine.conflicts.rebase import ConflictOptions
 from txn_engine.dataset import Dataset
 from txn_engine.format.io import read_transaction_and_manifest
-from txn_engine.format.naming import list_versions
+from txn_engine.format.naming import (
+    U64_MAX,
+    VERSIONS_DIR,
+    beacon_expiry,
+    beacon_name,
+    carrier_beacon,
+    list_versions,
+    scan_versions,
+)
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.offers import (
     CARRIER_KEY,
     carried_uuids,
+    carrier_lately,
     may_offer,
     peek,
     private_memory,
@@ -26,6 +37,7 @@ from txn_engine.offers import (
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
+from txn_engine.storage.handler import commit_handler_for
 from txn_engine.transaction import Transaction
 
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
@@ -136,6 +148,130 @@ def test_a_writer_not_told_races_at_once() -> None:
     _, result = append(store, RetryPolicy())
     assert time.monotonic() - started < MIN_PATIENCE
     assert result.attempts == 1
+
+
+def carried_version(store: ObjectStore) -> int:
+    """A carrier version at the head of ``store``: one told writer's commit, carried."""
+    with Carrier(store) as carrier:
+        _, result = append(store)
+    assert carrier.error is None
+    assert result.carried
+    return result.version
+
+
+def test_a_writer_not_told_waits_once_its_base_is_a_carriers_version() -> None:
+    store = table()
+    carried_version(store)
+    with Carrier(store) as carrier:
+        _u, result = append(store, RetryPolicy())  # the default: wait once a carrier is seen
+    assert carrier.error is None
+    assert result.carried  # it never raced: the carrier landed it
+    assert result.attempts == 0
+    assert result.version in carrier.versions
+
+
+def test_a_writer_whose_base_is_a_stopped_carriers_version_races_after_its_patience() -> None:
+    store = table()
+    carried_version(store)
+    started = time.monotonic()
+    _u, result = append(store, RetryPolicy())
+    assert time.monotonic() - started >= MIN_PATIENCE
+    assert not result.carried
+    assert result.attempts == 1
+    # told never to wait, it races at once
+    started = time.monotonic()
+    _, result = append(store, RetryPolicy(wait_for_carrier=False))
+    assert time.monotonic() - started < MIN_PATIENCE
+    assert result.attempts == 1
+
+
+def test_a_process_that_read_a_carriers_version_waits_for_it_until_it_waits_in_vain() -> None:
+    store = table()
+    with Carrier(store) as carrier:
+        _, told = append(store)  # carried: this process has read a carrier's version
+        _, racer = append(store, RetryPolicy(wait_for_carrier=False))
+        assert told.carried
+        assert not racer.carried
+        _, lately = append(store, RetryPolicy())
+    assert carrier.error is None
+    assert lately.carried
+    assert lately.attempts == 0
+    started = time.monotonic()
+    _, vain = append(store, RetryPolicy())  # base: the carrier's version; no carrier runs
+    assert time.monotonic() - started >= MIN_PATIENCE
+    assert not vain.carried
+    assert vain.attempts == 1
+    started = time.monotonic()
+    _, after = append(store, RetryPolicy())  # the vain wait ended the process's belief
+    assert time.monotonic() - started < MIN_PATIENCE
+    assert after.attempts == 1
+
+
+def beacons(store: ObjectStore) -> list[int]:
+    """The expiries (Unix ms) of the carrier beacons in ``_versions/``."""
+    return [e for e in map(beacon_expiry, store.list(VERSIONS_DIR)) if e is not None]
+
+
+def wait_for_beacon(store: ObjectStore) -> None:
+    deadline = time.monotonic() + 2
+    while not beacons(store):
+        assert time.monotonic() < deadline, "no beacon"
+        time.sleep(0.01)
+
+
+def test_a_running_carrier_keeps_a_live_beacon_and_takes_it_down() -> None:
+    store = table()
+    with Carrier(store):
+        wait_for_beacon(store)
+        (expires,) = beacons(store)
+        assert expires > time.time() * 1000 + 0.5 * BEACON_SECONDS * 1000
+        listing = scan_versions(store, since=U64_MAX)  # one page: the beacon sorts first
+        assert listing.latest is not None
+        assert listing.latest.version == 1  # not a version
+        assert len(listing.beacons) == 1
+        assert carrier_beacon(store.uri)
+    assert beacons(store) == []
+    scan_versions(store, since=U64_MAX)
+    assert not carrier_beacon(store.uri)  # a listing without it forgets it
+    # an expired beacon is not a live one
+    store.put(f"{VERSIONS_DIR}/{beacon_name(int(time.time() * 1000) - 1, uuid.uuid4().hex)}", b"")
+    assert len(scan_versions(store, since=U64_MAX).beacons) == 1
+    assert not carrier_beacon(store.uri)
+
+
+def test_a_writer_that_opened_the_table_beside_a_running_carrier_never_races() -> None:
+    """No carrier version in the table, nothing in the process's memory: opening the table
+    lists the carrier's beacon, so the first commit (default policy) waits for it."""
+    store = table()
+    with Carrier(store) as carrier:
+        wait_for_beacon(store)
+        _, result = append(store, RetryPolicy())
+    assert carrier.error is None
+    assert result.carried
+    assert result.attempts == 0
+    assert result.version in carrier.versions
+
+
+def test_a_commit_that_raced_before_it_saw_a_carrier_races_on_the_next_ones_wait() -> None:
+    """The rule of ``_saw_carrier``: a sighting midway through a commit that has already
+    raced tells the process, and that commit only if it was told of a carrier."""
+    for told, contended, waits in (
+        (None, False, True),
+        (None, True, False),
+        (True, True, True),
+    ):
+        store = ObjectStore()
+        state = _State(
+            handler=commit_handler_for(store),
+            original=Transaction(1, Append([frag("x")])),
+            txn=Transaction(1, Append([frag("x")])),
+            options=ConflictOptions(),
+            checked_up_to=1,
+            contended=contended,
+        )
+        _saw_carrier(state, RetryPolicy(wait_for_carrier=told))
+        assert carrier_lately(store.uri)
+        assert (state.carrier_seen_at is not None) is waits
 
 
 def test_a_carriers_transaction_is_never_offered() -> None:

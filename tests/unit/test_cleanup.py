@@ -613,3 +613,28 @@ def test_offers_whose_window_has_passed_are_removed_live_ones_kept() -> None:
     cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
     left = sorted(f"{OFFERS_DIR}/{n}" for n in store.list(OFFERS_DIR))
     assert left == sorted([*live, other])
+
+
+def test_expired_carrier_beacons_are_removed_live_ones_kept() -> None:
+    """A carrier's beacon (``_versions/.txn-engine-carrier-{expiry ms}-{token}``) is
+    removed once it has expired; a live one is kept, and so is every version."""
+    from txn_engine.format.naming import beacon_name
+
+    store = MemoryStorage()
+    _history(store)
+    now_ns = time.time_ns()
+    now_ms = now_ns // 1_000_000
+    expired = f"_versions/{beacon_name(now_ms - 1, uuid.uuid4().hex)}"
+    live = f"_versions/{beacon_name(now_ms + 60_000, uuid.uuid4().hex)}"
+    for path in (expired, live):
+        store.put(path, b"")
+    versions = sorted(store.list("_versions"))
+    plan = cleanup(
+        store, older_than=ZERO, keep_versions=100, dry_run=True, progress=False, now_ns=now_ns
+    )
+    assert isinstance(plan, CleanupPlan)
+    assert [d.path for d in plan.deletes] == [expired]
+    assert plan.counts["beacon"] == 1
+    assert "1 expired carrier beacons" in plan.summary()
+    cleanup(store, older_than=ZERO, keep_versions=100, progress=False, now_ns=now_ns)
+    assert sorted(store.list("_versions")) == sorted(set(versions) - {expired.split("/")[1]})

@@ -719,6 +719,79 @@ register(
 )
 
 
+def _configure_carry(p: argparse.ArgumentParser) -> None:
+    p.add_argument("uri", help="dataset URI (an object store: offers exist only there)")
+    p.add_argument(
+        "--for",
+        dest="duration",
+        type=_parse_duration,
+        default=None,
+        help="stop after this long (30s, 10m, 2h); default: until interrupted (Ctrl-C, SIGTERM)",
+    )
+    _storage_option_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the versions created as JSON")
+
+
+def _run_carry(args: argparse.Namespace, out: TextIO) -> int:
+    import signal
+    import threading
+    import time
+
+    from txn_engine.carrier import Carrier
+    from txn_engine.storage.base import read_concurrency
+
+    carrier = Carrier(args.uri, storage_options=_parse_options(args.storage_option))
+    stop = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # SIGTERM stops it like Ctrl-C
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    deadline = None if args.duration is None else time.monotonic() + args.duration.total_seconds()
+    shown = 0
+    if not args.json:
+        out.write(f"carrying the offers of {carrier.storage.uri} (Ctrl-C to stop)\n")
+        if read_concurrency(carrier.storage) <= 1:
+            out.write("note: not an object store: its writers make no offers to carry\n")
+        out.flush()
+    carrier.start()
+    try:
+        while not stop.is_set() and carrier.error is None and carrier.running:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            stop.wait(0.5 if left is None else min(0.5, left))
+            if not args.json:
+                for version in carrier.versions[shown:]:
+                    out.write(f"version {version}\n")
+                shown = len(carrier.versions)
+                out.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        carrier.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if args.json:
+        json.dump({"uri": carrier.storage.uri, "versions": carrier.versions}, out, indent=2)
+        out.write("\n")
+    else:
+        for version in carrier.versions[shown:]:
+            out.write(f"version {version}\n")
+        out.write(f"stopped: {len(carrier.versions)} versions created\n")
+    if carrier.error is not None:
+        raise carrier.error
+    return 0
+
+
+register(
+    Command(
+        "carry",
+        "run a carrier: land the offers of contending writers on an object store",
+        _configure_carry,
+        _run_carry,
+    )
+)
+
+
 # --------------------------------------------------------------------------- main
 
 

@@ -22,6 +22,8 @@ import bisect
 import contextlib
 import enum
 import re
+import threading
+import time
 from collections.abc import Iterator, Sequence
 
 import attrs
@@ -31,6 +33,7 @@ from txn_engine.storage.base import Storage, get_bounded
 from txn_engine.storage.local import LocalStorage
 
 __all__ = [
+    "BEACON_PREFIX",
     "VERSIONS_DIR",
     "TRANSACTIONS_DIR",
     "U64_MAX",
@@ -38,8 +41,12 @@ __all__ = [
     "NamingScheme",
     "VersionEntry",
     "VersionListing",
+    "beacon_expiry",
+    "beacon_name",
+    "carrier_beacon",
     "detached_manifest_name",
     "detect_scheme",
+    "forget_beacon",
     "list_versions",
     "list_versions_after",
     "manifest_name",
@@ -143,6 +150,58 @@ def detect_scheme(names: Sequence[str]) -> NamingScheme | None:
 
 # One listing's names joined by NUL (no file or object name holds one) and matched at C
 # speed: no Python object per name on the hot path of a dataset with many versions.
+# ---- a carrier's beacon ------------------------------------------------------------------
+
+#: A carrier (``txn_engine.carrier``) keeps ``_versions/.txn-engine-carrier-{expiry ms:020d}-
+#: {token}`` while it runs: not a manifest (Lance, like txn_engine, takes only ``*.manifest``
+#: names there, beside its own ``latest_version_hint.json``), and first in a listing in byte
+#: order ('.' sorts before digits), so every listing of the versions shows it.
+BEACON_PREFIX = ".txn-engine-carrier-"
+_BEACONS = re.compile(r"\x00\.txn-engine-carrier-([0-9]{20})-[0-9a-f]{32}(?=\x00)", re.ASCII)
+_BEACON_NAME = re.compile(r"\.txn-engine-carrier-([0-9]{20})-[0-9a-f]{32}", re.ASCII)
+_beacons: dict[str, int] = {}
+_beacons_lock = threading.Lock()
+
+
+def beacon_name(expires_ms: int, token: str) -> str:
+    """The name (in ``_versions/``) of a carrier's beacon live until ``expires_ms`` (Unix
+    time, ms); ``token`` is 32 lowercase hex digits."""
+    return f"{BEACON_PREFIX}{expires_ms:020d}-{token}"
+
+
+def beacon_expiry(name: str) -> int | None:
+    """The expiry (Unix ms) of a beacon's name; None for any other name."""
+    found = _BEACON_NAME.fullmatch(name)
+    return int(found.group(1)) if found else None
+
+
+def _note_beacons(uri: str, text: str) -> tuple[str, ...]:
+    """Remember, for this process, whether a listing of ``uri``'s versions (names joined
+    by NULs) showed a live carrier's beacon; returns the beacons' names."""
+    expiries = [int(e) for e in _BEACONS.findall(text)] if BEACON_PREFIX in text else []
+    live = max(expiries, default=0)
+    with _beacons_lock:
+        if live > time.time() * 1000:
+            _beacons[uri] = live
+        else:
+            _beacons.pop(uri, None)
+    return tuple(m.group(0)[1:] for m in _BEACONS.finditer(text)) if expiries else ()
+
+
+def carrier_beacon(uri: str) -> bool:
+    """Whether the last listing of ``uri``'s versions in this process showed a carrier's
+    beacon that is still live."""
+    with _beacons_lock:
+        expires = _beacons.get(uri)
+    return expires is not None and expires > time.time() * 1000
+
+
+def forget_beacon(uri: str) -> None:
+    """Drop what this process knows of ``uri``'s carrier beacon (a wait for it was vain)."""
+    with _beacons_lock:
+        _beacons.pop(uri, None)
+
+
 _V2_STEMS = re.compile(r"\x00([0-9]{20})\.manifest(?=\x00)", re.ASCII)
 _V1_STEMS = re.compile(r"\x00(0|[1-9][0-9]{0,18}|[1-9][0-9]{20,})\.manifest(?=\x00)", re.ASCII)
 _U64_MAX_STEM = f"{U64_MAX:020d}"
@@ -157,14 +216,17 @@ class VersionListing:
     beyond the listing itself. Iterating gives every :class:`VersionEntry`, ascending.
     """
 
-    __slots__ = ("_numbers", "_scheme", "_stems")
+    __slots__ = ("_numbers", "_scheme", "_stems", "beacons")
 
     def __init__(
         self,
         scheme: NamingScheme | None,
         stems: list[str] | None = None,
         numbers: list[int] | None = None,
+        beacons: tuple[str, ...] = (),
     ) -> None:
+        #: the carrier beacons listed (:func:`beacon_name`; not versions)
+        self.beacons = beacons
         self._scheme = scheme
         # V2: 20-digit stems sorted ascending as text == versions descending.
         self._stems = stems or []
@@ -226,10 +288,10 @@ class VersionListing:
         if self._scheme is NamingScheme.V2:
             stems = list(self._stems)
             bisect.insort(stems, f"{U64_MAX - version:020d}")
-            return VersionListing(self._scheme, stems=stems)
+            return VersionListing(self._scheme, stems=stems, beacons=self.beacons)
         numbers = list(self._numbers)
         bisect.insort(numbers, version)
-        return VersionListing(self._scheme, numbers=numbers)
+        return VersionListing(self._scheme, numbers=numbers, beacons=self.beacons)
 
     def __iter__(self) -> Iterator[VersionEntry]:
         return (self._entry_at(i) for i in range(len(self)))
@@ -425,6 +487,7 @@ def scan_versions(storage: Storage, since: int | None = None) -> VersionListing:
     if names is None:
         names = storage.list(VERSIONS_DIR)
     text = "\x00" + "\x00".join(names) + "\x00"
+    beacons = _note_beacons(storage.uri, text)
     found = _V2_STEMS.findall(text)
     found.sort()
     # 20-digit names above u64::MAX are not versions
@@ -437,10 +500,10 @@ def scan_versions(storage: Storage, since: int | None = None) -> VersionListing:
             "finish the V1->V2 migration first"
         )
     if v2:
-        return VersionListing(NamingScheme.V2, stems=v2)
+        return VersionListing(NamingScheme.V2, stems=v2, beacons=beacons)
     if v1:
-        return VersionListing(NamingScheme.V1, numbers=sorted(map(int, v1)))
-    return VersionListing(None)
+        return VersionListing(NamingScheme.V1, numbers=sorted(map(int, v1)), beacons=beacons)
+    return VersionListing(None, beacons=beacons)
 
 
 def list_versions(storage: Storage) -> list[VersionEntry]:

@@ -138,6 +138,26 @@ def test_stress_on_s3_verifies_runs_with_carried_versions(moto_server: Any) -> N
     assert report.versions < 41, "no version carried another writer's commit in 3 runs"
 
 
+def test_stress_with_a_carrier_on_s3(moto_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`txn-engine stress --carrier` on moto S3: the writers (default policy) see the
+    carrier's beacon and wait for it, its versions carry their Appends, and the verdict
+    accounts for every commit."""
+    from txn_engine.apps.cli import main
+
+    opts = moto_server.lance_options()
+    uri = moto_server.uri(emu.unique_name("stress-carrier"))
+    args = ["stress", uri, "--writers", "4", "--commits", "8", "--mix", "append=1"]
+    for key, value in opts.items():
+        args += ["-o", f"{key}={value}"]
+    assert main([*args, "--carrier", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"]
+    assert report["committed"] == 32
+    assert report["carrier_versions"] >= 1
+    assert report["versions"] <= 1 + 32  # carried commits share versions
+    assert report["pylance_rows"] == report["expected_rows"] == report["txn_engine_rows"]
+
+
 def test_an_offer_travels_in_its_name_on_s3(moto_server: Any) -> None:
     """On S3 (obstore) a small offer's name carries it: a helper's scan is one LIST and
     the offer it finds is the transaction posted, byte for byte."""

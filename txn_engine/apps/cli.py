@@ -493,6 +493,11 @@ def _configure_stress(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--synthetic", action="store_true", help="do not write data files (no pylance needed)"
     )
+    p.add_argument(
+        "--carrier",
+        action="store_true",
+        help="run a carrier beside the writers (txn-engine carry; object stores only)",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed")
     _storage_option_arguments(p)
     p.add_argument(
@@ -581,6 +586,7 @@ def _run_stress(args: argparse.Namespace, out: TextIO) -> int:
         storage_options=_parse_options(args.storage_option),
         lance_storage_options=_parse_options(args.lance_option),
         progress=None if args.json else sys.stderr,
+        carrier=args.carrier,
     )
     if args.json:
         json.dump(report.to_json(), out, indent=2)

@@ -47,6 +47,7 @@ from typing import Any, TextIO
 
 import attrs
 
+from txn_engine.carrier import Carrier
 from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
@@ -456,6 +457,8 @@ class StressReport:
     txn_engine_rows: int | None
     pylance_rows: int | None
     synthetic: bool = False
+    #: versions created by the run's carrier (``carrier=True``), else None
+    carrier_versions: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -491,6 +494,8 @@ class StressReport:
         ]
         if self.faults_injected:
             lines.append(f"  faults injected    {counts(self.faults_injected)}")
+        if self.carrier_versions is not None:
+            lines.append(f"  carrier            {self.carrier_versions} versions carrying offers")
         pylance = str(self.pylance_rows)
         if self.pylance_rows is None:
             pylance = "n/a (synthetic data files)" if self.synthetic else "n/a (not installed)"
@@ -726,6 +731,7 @@ def run_stress(
     lance_storage_options: Mapping[str, str] | None = None,
     progress: TextIO | None = sys.stderr,
     keep_journals: str | os.PathLike[str] | None = None,
+    carrier: bool = False,
 ) -> StressReport:
     """Create a dataset at ``uri``, run ``writers`` processes of ``commits`` operations
     each, and verify the result (see the module docstring).
@@ -738,7 +744,10 @@ def run_stress(
     ``docs/backends.md``) configure both txn_engine's storage and pylance's, which writes the
     data files and reads the result back; ``lance_storage_options`` overrides pylance's set.
     ``progress`` receives a live status line (None: quiet).
-    ``keep_journals`` copies the writers' journals there.
+    ``keep_journals`` copies the writers' journals there. ``carrier``: a
+    :class:`~txn_engine.carrier.Carrier` runs in this process for the whole run (the
+    writers, in the default policy, wait for it once they have seen it; offers exist on
+    object stores only); its failure is a finding.
 
     Every option is checked first (:func:`check_stress_options`), before the dataset is
     created. A run that committed nothing although commits were requested is a failure.
@@ -790,7 +799,16 @@ def run_stress(
             )
             for w in range(writers)
         ]
-        stats, seconds = _run_processes(specs, progress)
+        running = Carrier(uri, storage_options=storage_options).start() if carrier else None
+        try:
+            stats, seconds = _run_processes(specs, progress)
+        finally:
+            if running is not None:
+                running.close()
+        findings_before = []
+        if running is not None and running.error is not None:
+            failure = running.error
+            findings_before.append(f"the carrier failed: {type(failure).__name__}: {failure}")
         findings, expected, versions, pylance_rows = verify_run(
             uri,
             journal_dir,
@@ -800,6 +818,7 @@ def run_stress(
             lance_storage_options=lance_storage_options,
             progress=progress,
         )
+        findings[:0] = findings_before
         if keep_journals is not None:
             shutil.copytree(journal_dir, keep_journals, dirs_exist_ok=True)
     finally:
@@ -856,6 +875,7 @@ def run_stress(
         txn_engine_rows=te_rows,
         pylance_rows=pylance_rows,
         synthetic=not real,
+        carrier_versions=None if running is None else len(running.versions),
     )
 
 

@@ -315,6 +315,9 @@ class _State:
     #: (its base, or a version it lost a race to; ``RetryPolicy.clock``): while recent, a
     #: writer that may wait for the carrier (``RetryPolicy.wait_for_carrier``) waits on
     carrier_seen_at: float | None = None
+    #: the base is a Dataset just opened (a direct first attempt): an offer may be posted
+    #: from its version before any listing
+    fresh_base: bool = False
     #: a carrier's own empty transaction (never created without offers to carry)
     carrier: bool = False
     #: when a writer told of a carrier (``wait_for_carrier=True``) began to wait for it
@@ -389,11 +392,40 @@ def _load_winners(
                 return None, exc
         return _load_transaction(state, entry)
 
-    threads = min(read_concurrency(state.storage), len(newer))
-    if threads <= 1:
-        return [load(entry) for entry in newer]
-    with ThreadPoolExecutor(threads, thread_name_prefix="txn-engine-read") as pool:
-        return list(pool.map(load, newer))
+    def load_all(
+        entries: list[VersionEntry],
+    ) -> list[tuple[transaction_pb2.Transaction | None, Exception | None]]:
+        threads = min(read_concurrency(state.storage), len(entries))
+        if threads <= 1:
+            return [load(entry) for entry in entries]
+        with ThreadPoolExecutor(threads, thread_name_prefix="txn-engine-read") as pool:
+            return list(pool.map(load, entries))
+
+    # versions this process read in a commit just before (a stale read version: the same
+    # versions again) are not read again: only the newest of them is, and if its
+    # transaction is the one recalled the others are taken as recalled (a version's
+    # manifest is created once and never rewritten; a table re-created at the URI fails
+    # the check, and then every version is read)
+    reuse = {
+        e.version
+        for e in newer
+        if e.version != latest
+        and e.version in state.recalled_versions
+        and state.transactions.get(e.version) is not None
+    }
+    if not reuse:
+        return load_all(newer)
+    probe = None if state.recall_ok else max(reuse)
+    to_read = [e for e in newer if e.version not in reuse or e.version == probe]
+    got = dict(zip((e.version for e in to_read), load_all(to_read), strict=True))
+    if probe is not None:
+        pb, _error = got[probe]
+        if pb is None or pb.uuid != state.recalled_versions[probe]:  # not this history
+            rest = [e for e in newer if e.version not in got]
+            got.update(zip((e.version for e in rest), load_all(rest), strict=True))
+    return [
+        got[e.version] if e.version in got else (state.transactions[e.version], None) for e in newer
+    ]
 
 
 def carries_uuid(pb: transaction_pb2.Transaction, uuid: str) -> bool:
@@ -693,14 +725,32 @@ def commit(
     landed: CommitResult | None = None
     if policy.offer_early:
         _offer(state, budget, early=True)
+    state.fresh_base = direct is not None
     if direct is not None and _defers(state, budget):
         direct = None  # the carrier's next version carries this one
+    # a commit that must list first (no base to create on) and may wait for a carrier it
+    # has not seen yet: the listing may show one, so it is read before the create
+    look_first = (
+        direct is None
+        and policy.wait_for_carrier is None
+        and state.offer_after is not None
+        and state.carrier_seen_at is None
+    )
     try:
         while True:
             if direct is None and _defers(state, budget):
                 landed = _poll(state, budget)
                 if landed is not None:
                     return landed
+                continue
+            if look_first:
+                look_first = False
+                landed = _attempt(state, budget, None, create=False)  # no extra request:
+                if landed is not None:
+                    return attrs.evolve(landed, attempts=0)
+                if carrier_lately(state.storage.uri):
+                    _saw_carrier(state, policy)  # its listing showed the carrier's beacon
+                state.prefetched = state.listing  # the next attempt starts from this listing
                 continue
             budget.start_attempt()
             if direct is not None:  # first attempt: create read_version + 1 straight away
@@ -751,7 +801,9 @@ def commit(
         _withdraw_copies(state, landed)
         if state.posting is not None and not state.keep_offer:
             state.posting.withdraw()
-        if state.carries_offers and (state.lost or state.recalled):
+        if state.carries_offers and (
+            state.lost or state.recalled or state.carrier_seen_at is not None
+        ):  # a commit that waited for a carrier read the versions the next one reads
             _take_scan(state)
             remember(
                 state.storage.uri, state.transactions, state.offers, state.dead_offers, state.scan
@@ -845,6 +897,8 @@ def _defers(state: _State, budget: RetryBudget) -> bool:
         # every version up to it has been checked, so a new offer from here on is safe
         posting.withdraw()
         state.posting = None
+    if state.posting is None and not state.fresh_base and not state.listing:
+        return True  # a stale or cold base: read the versions first, offer from the latest
     if state.posting is None:
         _offer(state, budget, carrier=True)
         if state.posting is None:  # the base's transaction is not known yet: read it first

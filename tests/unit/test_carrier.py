@@ -26,9 +26,13 @@ from txn_engine.format.naming import (
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.offers import (
     CARRIER_KEY,
+    OFFER_WINDOW,
+    OFFERS_DIR,
     carried_uuids,
     carrier_lately,
+    forget_carrier,
     may_offer,
+    parse_offer_name,
     peek,
     private_memory,
     recall,
@@ -36,7 +40,7 @@ from txn_engine.offers import (
 )
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryPolicy
-from txn_engine.storage import MemoryStorage
+from txn_engine.storage import MemoryStorage, RecordingStorage
 from txn_engine.storage.handler import commit_handler_for
 from txn_engine.transaction import Transaction
 
@@ -252,6 +256,63 @@ def test_a_writer_that_opened_the_table_beside_a_running_carrier_never_races() -
     assert result.version in carrier.versions
 
 
+def test_a_cold_or_stale_commit_reads_the_listing_before_it_creates_and_waits() -> None:
+    """Without a Dataset to create on (no base, or a manifest of an older version) a commit
+    lists first: beside a running carrier that listing shows the beacon, so it does not
+    create (no request more than before: the create attempt reuses the listing)."""
+    store = table()
+    racer = RetryPolicy(wait_for_carrier=False)
+    stale = Dataset.open(store).manifest_file
+    append(store, racer)
+    with Carrier(store) as carrier:
+        wait_for_beacon(store)
+        forget_carrier(store.uri)  # nothing known before the commit's own listing
+        cold = commit(store, Transaction(2, Append([frag("cold")])))
+        forget_carrier(store.uri)
+        late = commit(store, Transaction(1, Append([frag("stale")])), base=stale)
+    assert carrier.error is None
+    for result in (cold, late):
+        assert result.carried
+        assert result.attempts == 0
+        assert result.version in carrier.versions
+
+
+def test_a_stale_commit_reads_again_only_the_newest_version_its_process_read() -> None:
+    """What a commit of this process just read (recalled: a waiting or contended commit
+    leaves it) is not read again by the next one from the same stale read version: only
+    the newest recalled version, as a check, and the versions after it. A recalled history
+    that check contradicts (a table re-created at the URI) is read again whole."""
+    for tampered in (False, True):
+        store = table()
+        v1 = Dataset.open(store).manifest_file
+        for _ in range(6):
+            append(store, RetryPolicy(wait_for_carrier=False))
+        pbs = {
+            e.version: read_transaction_and_manifest(store, e, None)[0]
+            for e in list_versions(store)
+        }
+        recalled = {v: pbs[v] for v in range(2, 8)}
+        if tampered:
+            other = type(pbs[6])()
+            other.CopyFrom(pbs[6])
+            other.uuid = str(uuid.uuid4())
+            recalled[6] = other
+        remember(store.uri, recalled, {}, ())
+        rec = RecordingStorage(store)
+        u = str(uuid.uuid4())
+        txn = Transaction(1, Append([frag(u)]), uuid=u)
+        result = commit(rec, txn, base=v1, retry_policy=RetryPolicy(wait_for_carrier=False))
+        assert result.version == 8
+        read = sorted(
+            U64_MAX - int(path.rsplit("/", 1)[-1].split(".")[0])
+            for method, path in rec.calls
+            if method == "get_range" and path.startswith(f"{VERSIONS_DIR}/")
+        )
+        assert read == ([2, 3, 4, 5, 6, 7] if tampered else [6, 7])
+        (pb, _) = read_transaction_and_manifest(store, list_versions(store)[-1], None)
+        assert pb.uuid == u
+
+
 def test_a_commit_that_raced_before_it_saw_a_carrier_races_on_the_next_ones_wait() -> None:
     """The rule of ``_saw_carrier``: a sighting midway through a commit that has already
     raced tells the process, and that commit only if it was told of a carrier."""
@@ -280,19 +341,36 @@ def test_a_carriers_transaction_is_never_offered() -> None:
     assert may_offer(Transaction(3, Append([frag("x")])))
 
 
-def test_a_stale_writer_told_of_a_carrier_offers_again_once_its_window_is_spent() -> None:
-    store = table()
-    for _ in range(10):  # the table moves 10 versions past the writer's read version
-        append(store, RetryPolicy())
-    u = str(uuid.uuid4())
-    txn = Transaction(1, Append([frag(u)]), uuid=u)
-    with Carrier(store) as carrier:
-        result = commit(store, txn, retry_policy=TOLD)
+class Posted(ObjectStore):
+    """Records the windows of the offers posted (the last version each may land in)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.windows: list[int] = []
+
+    def put(self, path: str, data: bytes) -> None:
+        parsed = parse_offer_name(path.rsplit("/", 1)[-1])
+        if path.startswith(f"{OFFERS_DIR}/") and parsed is not None:
+            self.windows.append(parsed[0])
+        super().put(path, data)
+
+    put_if_absent = put  # type: ignore[assignment]
+
+
+def stale_table() -> tuple[Posted, Dataset]:
+    """A table 10 versions past the Dataset returned (opened at version 1)."""
+    store = Posted()
+    commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
+    opened = Dataset.open(store)
+    for _ in range(10):
+        append(store, RetryPolicy(wait_for_carrier=False))
+    return store, opened
+
+
+def carried_once(store: ObjectStore, u: str, result: CommitResult, carrier: Carrier) -> None:
     assert carrier.error is None
-    # its first offer (valid through version 9) was spent before it was read: offered again
-    # at the latest version, the carrier carried it (it never raced)
     assert result.carried
-    assert result.attempts == 0
+    assert result.attempts == 0  # it never raced
     assert result.version in carrier.versions
     landed = [
         e.version
@@ -300,6 +378,31 @@ def test_a_stale_writer_told_of_a_carrier_offers_again_once_its_window_is_spent(
         if u in carried_uuids(read_transaction_and_manifest(store, e, None)[0])
     ]
     assert landed == [result.version]
+
+
+def test_a_stale_writer_told_of_a_carrier_offers_again_once_its_window_is_spent() -> None:
+    store, opened = stale_table()
+    u = str(uuid.uuid4())
+    txn = Transaction(1, Append([frag(u)]), uuid=u)
+    with Carrier(store) as carrier:
+        result = commit(store, txn, base=opened, retry_policy=TOLD)
+    carried_once(store, u, result, carrier)
+    # a Dataset base is offered from at once (valid through 9); that window was spent
+    # before the offer could be carried: offered again from the latest version checked
+    assert store.windows[:2] == [1 + OFFER_WINDOW, 11 + OFFER_WINDOW]
+
+
+def test_a_commit_without_a_dataset_base_offers_from_the_latest_version_it_read() -> None:
+    store, opened = stale_table()
+    for base in (None, opened.manifest_file):  # cold, and a stale manifest
+        store.windows.clear()
+        u = str(uuid.uuid4())
+        txn = Transaction(1, Append([frag(u)]), uuid=u)
+        with Carrier(store) as carrier:
+            result = commit(store, txn, base=base, retry_policy=TOLD)
+        carried_once(store, u, result, carrier)
+        latest = result.version - 1
+        assert store.windows == [latest + OFFER_WINDOW]  # one offer, never spent
 
 
 def test_peek_leaves_the_memory_and_a_private_memory_is_the_threads_own() -> None:

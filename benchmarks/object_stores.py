@@ -91,6 +91,9 @@ POLICIES: dict[str, Callable[[], RetryPolicy]] = {
     "late-offers": lambda: RetryPolicy(offer_early=False),
     # writers told that a txn_engine.Carrier runs for the table (benchmarks.rendezvous_lab)
     "wait-for-carrier": lambda: RetryPolicy(wait_for_carrier=True),
+    # the default policy with a txn_engine.Carrier running for the table in the benchmark's
+    # own process (the writers are told nothing: they see its beacon)
+    "carrier": RetryPolicy,
 }
 REPO = Path(__file__).resolve().parents[1]
 ALL_STORES = ("s3", "azure", "gcs", "local")
@@ -603,11 +606,20 @@ def contention(
                         uri = build_table(store, f"c{engine[0]}{n}{int(stale)}r{r}", 10)
                         rv = _latest_version(store, uri)
                         before = _fragment_count(store, uri)
-                        results = pool.map(
-                            _process_worker,
-                            [(engine, store, uri, per, stale, rv, policy)] * n,
-                            chunksize=1,
+                        carrier = (
+                            te.Carrier(_storage(store, uri)).start()
+                            if policy == "carrier" and engine == "txn_engine"
+                            else None
                         )
+                        try:
+                            results = pool.map(
+                                _process_worker,
+                                [(engine, store, uri, per, stale, rv, policy)] * n,
+                                chunksize=1,
+                            )
+                        finally:
+                            if carrier is not None:
+                                carrier.close()
                         landed = _fragment_count(store, uri) - before
                         summary = _summarize(engine, results, landed)
                         summary["versions"] = _latest_version(store, uri) - rv
@@ -798,8 +810,10 @@ def run(
     ``plots_dir``: where the plots go (default ``out_dir``). ``compare_backoff``: on every
     delayed store, also run the contended cells (4 and 8 processes) without offers
     (``POLICIES["no-offers"]``), with offers made only after a lost race
-    (``POLICIES["late-offers"]``) and with the previous retry schedule
-    (``POLICIES["unranked"]``: no ranked chase), txn_engine only.
+    (``POLICIES["late-offers"]``), with the previous retry schedule
+    (``POLICIES["unranked"]``: no ranked chase) and with a :class:`txn_engine.Carrier`
+    running in this process (``"carrier"``: the writers in the default policy), txn_engine
+    only.
     """
     sizes = sizes or Sizes.of(quick)
     results: dict[str, Any] = {
@@ -857,7 +871,7 @@ def run(
             if compare_backoff and store.delay_ms:
                 previous = [
                     row
-                    for policy in ("no-offers", "late-offers", "unranked")
+                    for policy in ("no-offers", "late-offers", "unranked", "carrier")
                     for row in contention(
                         store,
                         [n for n in sizes.procs if n >= 4] or list(sizes.procs),

@@ -4,21 +4,26 @@ Writers on an object store that keep losing races offer their Appends to each ot
 (:mod:`txn_engine.offers`); whichever writer wins the next version carries what it has read.
 Uncoordinated, every writer still races every other for every version, and the slowest commit
 ends several round trips after the median (``docs/performance.md``, *A rendezvous, tried*). A
-carrier is the rendezvous. Run one where the writers' commits meet (a service beside them,
-the driver of a Spark job) for as long as they write, and tell the writers::
+carrier is the rendezvous. Run one for a table for as long as writers contend on it (a
+sidecar process, ``txn-engine carry URI``; a thread of a service or of a Spark driver)::
 
     with txn_engine.Carrier("s3://bucket/table.lance", storage_options=opts):
-        ...  # writers anywhere: commit(..., retry_policy=RetryPolicy(wait_for_carrier=True))
+        ...  # writers anywhere, configured with nothing: commit(...) as always
 
 1. The carrier lists the offers and commits one version carrying every offer it may carry:
    an empty Append of its own, marked :data:`~txn_engine.offers.CARRIER_KEY`, through
    :func:`txn_engine.commit` (the checks of any helper, the same conditional create). It
    never creates a version with nothing to carry.
-2. A writer told so (``RetryPolicy.wait_for_carrier``) posts its offer before its first
-   attempt and reads the new versions for its uuid instead of racing. It races as it would
-   without a carrier once no carrier version has appeared within its patience
-   (``PATIENCE_ATTEMPTS`` x its shortest attempt, at least ``MIN_PATIENCE`` seconds: no
-   carrier runs) or once its offer's window is spent.
+2. While it runs it keeps a beacon in ``_versions/``
+   (:func:`~txn_engine.format.naming.beacon_name`; not a manifest), which every listing of
+   the versions shows first.
+3. A writer in the default policy (``RetryPolicy.wait_for_carrier=None``) whose process has
+   listed the beacon or read a carrier version lately posts its offer before its first
+   create and reads the new versions for its uuid instead of racing (``True``: from its
+   first commit on, told; ``False``: never). It races as it would without a carrier once no
+   carrier version has appeared within its patience (``PATIENCE_ATTEMPTS`` x its shortest
+   attempt, at least ``MIN_PATIENCE`` seconds: the carrier died; its process then forgets
+   it) or once its offer's window is spent.
 
 Nothing here decides an outcome: a carried offer is found by uuid exactly as before, a
 waiting writer is only a slow one, and the carrier is a writer with an empty transaction.

@@ -86,3 +86,21 @@ def test_rendezvous_lab_accounts_for_every_commit(tmp_path: Path) -> None:
         assert row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
     assert default["carrier_versions"] == 0
     assert 1 <= carried["carrier_versions"] <= carried["versions"]
+
+
+def test_the_carrier_schedule_runs_a_carrier_the_writers_wait_for(tmp_path: Path) -> None:
+    """``--compare-backoff``'s ``carrier`` row: a txn_engine.Carrier in the benchmark's
+    process, writers in the default policy (told nothing): they see its beacon and wait for
+    it instead of racing, and every commit is accounted for."""
+    from benchmarks import object_stores as ob
+
+    with ob.started_stores(["s3"], 5.0, tmp_path) as stores:
+        (row,) = ob.contention(
+            stores[-1], [2], 3, 1, (False,), engines=("txn_engine",), policy="carrier"
+        )
+    cell = row["txn_engine"]
+    assert row["policy"] == "carrier"
+    assert cell["commits"] == 6
+    assert cell["failures"] == 0
+    assert cell["unaccounted"] == 0
+    assert cell["attempts_per_commit"] < 1  # creates per commit: the carrier made them

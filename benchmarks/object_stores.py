@@ -907,6 +907,7 @@ def run(
             plots = plots_dir or out_dir
             plots.mkdir(parents=True, exist_ok=True)
             plot(entry, plots / f"object_store_{_slug(entry['store'])}.png")
+            plot_tail(results, plots / "object_store_tail.png")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "object_stores.json").write_text(json.dumps(results, indent=2))
     return results
@@ -914,6 +915,52 @@ def run(
 
 def _slug(name: str) -> str:
     return name.replace("+", "_")
+
+
+def plot_tail(results: dict[str, Any], path: Path) -> bool:
+    """p99 - p50 of txn_engine's contended cells on the delayed stores, the default beside
+    a carrier (``--compare-backoff``), in round trips (the store's measured conditional
+    PUT); False (nothing drawn) when no store has both."""
+    stores = []
+    for entry in results["stores"]:
+        rows = {
+            (r["policy"], r["processes"], r["read_version"]): r for r in entry.get("backoff", [])
+        }
+        cells = sorted({(n, rv) for (pol, n, rv) in rows if pol == "carrier"})
+        if cells and all(("default", n, rv) in rows for n, rv in cells):
+            stores.append((entry, rows, cells))
+    if not stores:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(stores), figsize=(4.2 * len(stores), 3.8), sharey=True)
+    for ax, (entry, rows, cells) in zip(axes if len(stores) > 1 else [axes], stores, strict=True):
+        rt = entry["floor"]["put_if_absent_ms"]
+        xs = range(len(cells))
+        for k, (policy, label) in enumerate((("default", "default"), ("carrier", "carrier"))):
+            tails = [
+                (
+                    rows[(policy, n, rv)]["txn_engine"]["p99_ms"]
+                    - rows[(policy, n, rv)]["txn_engine"]["p50_ms"]
+                )
+                / rt
+                for n, rv in cells
+            ]
+            ax.bar([x + (k - 0.5) * 0.38 for x in xs], tails, width=0.38, label=label)
+        ax.set_xticks(list(xs), [f"{n} {rv}" for n, rv in cells])
+        ax.set_title(f"{entry['store']} (round trip {rt:.0f} ms)")
+        ax.grid(True, axis="y", alpha=0.3)
+    first = axes[0] if len(stores) > 1 else axes
+    first.set_ylabel("p99 - p50, in round trips")
+    first.legend(fontsize=8)
+    fig.suptitle("The contention tail of txn_engine: default against a running carrier")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
 
 
 def plot(entry: dict[str, Any], path: Path) -> None:

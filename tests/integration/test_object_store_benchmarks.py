@@ -104,3 +104,22 @@ def test_the_carrier_schedule_runs_a_carrier_the_writers_wait_for(tmp_path: Path
     assert cell["failures"] == 0
     assert cell["unaccounted"] == 0
     assert cell["attempts_per_commit"] < 1  # creates per commit: the carrier made them
+
+
+def test_the_tail_plot_draws_the_default_beside_the_carrier(tmp_path: Path) -> None:
+    from benchmarks.object_stores import plot_tail
+
+    def row(policy: str, n: int, rv: str, p50: float, p99: float) -> dict[str, Any]:
+        cell = {"p50_ms": p50, "p99_ms": p99}
+        return {"policy": policy, "processes": n, "read_version": rv, "txn_engine": cell}
+
+    store = {
+        "store": "s3+25ms",
+        "floor": {"put_if_absent_ms": 30.0},
+        "backoff": [row("default", 8, "fresh", 400, 700), row("carrier", 8, "fresh", 250, 300)],
+    }
+    out = tmp_path / "tail.png"
+    assert not plot_tail({"stores": [{**store, "backoff": store["backoff"][:1]}]}, out)
+    assert not out.exists()  # no carrier row: nothing to compare
+    assert plot_tail({"stores": [store, {"store": "local", "floor": {}}]}, out)
+    assert out.stat().st_size > 1000

@@ -873,11 +873,13 @@ def _patience(budget: RetryBudget) -> float:
 def _defers(state: _State, budget: RetryBudget) -> bool:
     """Whether the next attempt waits for the table's carrier (``RetryPolicy.
     wait_for_carrier``, :mod:`txn_engine.carrier`) instead of racing it: this call's offer
-    is written and may still land in the next version, and a carrier's version was read, or
-    the wait began, within the patience. The offer is posted here (and its write waited
-    for) once the transaction of the version it is checked up to is known (until then the
-    wait is a read of the versions), and posted again from the latest version checked once
-    its window is spent."""
+    is written and may still land in the next version, and a carrier was seen (its version
+    or its beacon: :func:`_saw_carrier`, or by this process lately) or, told of one, the
+    wait began, within the patience. A commit without a fresh Dataset base reads the
+    versions before it offers (its offer then starts from the latest version). The offer
+    is posted here (and its write waited for) once the transaction of the version it is
+    checked up to is known (until then the wait is a read of the versions), and posted
+    again from the latest version checked once its window is spent."""
     told = budget.policy.wait_for_carrier
     if told is False or state.offer_after is None:
         return False
@@ -1110,7 +1112,9 @@ def _take_scan(state: _State) -> None:
     state.scan = None
 
 
-def _fresh_transaction(state: _State, version: int, pb: transaction_pb2.Transaction | None) -> None:
+def _fresh_transaction(
+    state: _State, version: int, pb: transaction_pb2.Transaction | None
+) -> None:
     """Record the transaction of ``version`` as just read; it confirms (or, differing,
     drops) what was recalled from an earlier commit of this process."""
     recalled = state.recalled_versions.get(version)

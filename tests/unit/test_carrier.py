@@ -193,7 +193,7 @@ def test_a_process_that_read_a_carriers_version_waits_for_it_until_it_waits_in_v
     store = table()
     with Carrier(store) as carrier:
         _, told = append(store)  # carried: this process has read a carrier's version
-        _, racer = append(store, RetryPolicy(wait_for_carrier=False))
+        _, racer = append(store, RetryPolicy(wait_for_carrier=False, offer_after=None))
         assert told.carried
         assert not racer.carried
         _, lately = append(store, RetryPolicy())

@@ -2,7 +2,7 @@
 
     python -m benchmarks.rendezvous_lab [--store gcs] [--delay-ms 25] [--writers 8]
                                         [--commits 8] [--runs 2] [--stale]
-                                        [--modes carrier,seen,default]
+                                        [--modes carrier,seen,default,hosted] [--hosts 2]
 
 Each round, on one delayed store: ``--writers`` processes make ``--commits`` Appends each
 as in the contention cell of :mod:`benchmarks.object_stores` (open the latest version, then
@@ -11,9 +11,11 @@ barrier, in three modes (``--modes``): with a :class:`txn_engine.Carrier` runnin
 process (started before the clock) and the writers told of it
 (``RetryPolicy(wait_for_carrier=True)``); with the carrier and the default policy (writers
 wait for it once they have read one of its versions or its beacon); with the default policy
-and no carrier. Reported per run: p50/p99 of the commits (and each writer's latencies),
-versions created (by the carrier), manifest creates per commit, failures, and a landed
-check (fragments added = acknowledged commits: the carrier adds none of its own).
+and no carrier; and (``hosted``, not run unless named) with ``--hosts`` of the writer
+processes each running a carrier thread of their own until their last commit. Reported per
+run: p50/p99 of the commits (and each writer's latencies), versions created (by a
+carrier), manifest creates per commit, failures, and a landed check (fragments added =
+acknowledged commits: a carrier adds none of its own).
 """
 
 from __future__ import annotations
@@ -50,11 +52,20 @@ def _carrier(args: tuple[ob.Store, str]) -> int:
     return len(carrier.versions)
 
 
-def _writer(args: tuple[ob.Store, str, int, int, str, bool]) -> dict[str, Any]:
+def _writer(args: tuple[ob.Store, str, int, int, str, bool, bool]) -> dict[str, Any]:
     """``n`` Appends as in the contention cell (fresh: open the latest, commit from it;
-    stale: every commit planned at the starting version)."""
-    store, uri, n, read_version, policy, stale = args
-    return ob._writer("txn_engine", store, uri, n, stale, read_version, _START.wait, policy)
+    stale: every commit planned at the starting version). ``host``: this writer's process
+    also runs a ``txn_engine.Carrier`` thread, from before the clock until its own last
+    commit (it leaves when its writes are done, as a writer that comes and goes would)."""
+    store, uri, n, read_version, policy, stale, host = args
+    carrier = te.Carrier(ob._storage(store, uri)).start() if host else None
+    try:
+        out = ob._writer("txn_engine", store, uri, n, stale, read_version, _START.wait, policy)
+    finally:
+        if carrier is not None:
+            carrier.close()
+    out["carrier_versions"] = 0 if carrier is None else len(carrier.versions)
+    return out
 
 
 #: The lab's modes: (a carrier runs, the writers' policy in ``object_stores.POLICIES``).
@@ -62,6 +73,9 @@ MODES = {
     "carrier": (True, "wait-for-carrier"),  # writers told of it: none races it
     "seen": (True, "default"),  # writers not told: they wait once they read its versions
     "default": (False, "default"),  # no carrier: writers race
+    # ``hosts`` of the writer processes each run a carrier thread of their own (not run by
+    # default: a measurement of carriers inside the writers, docs/performance.md)
+    "hosted": (False, "default"),
 }
 
 
@@ -71,7 +85,8 @@ def run_lab(
     commits: int,
     runs: int,
     stale: bool = False,
-    modes: tuple[str, ...] = tuple(MODES),
+    modes: tuple[str, ...] = ("carrier", "seen", "default"),
+    hosts: int = 2,
 ) -> list[dict[str, Any]]:
     """``runs`` rounds of ``modes`` (:data:`MODES`), interleaved."""
     ctx = mp.get_context("spawn")
@@ -85,16 +100,21 @@ def run_lab(
             start, done = ctx.Barrier(writers + int(carried)), ctx.Event()
             with ctx.Pool(writers + 1, initializer=_init, initargs=(start, done)) as pool:
                 carrier = pool.apply_async(_carrier, ((store, uri),)) if carried else None
+                hosted = hosts if mode == "hosted" else 0
                 results = pool.map(
-                    _writer, [(store, uri, commits, rv, policy, stale)] * writers, chunksize=1
+                    _writer,
+                    [(store, uri, commits, rv, policy, stale, w < hosted) for w in range(writers)],
+                    chunksize=1,
                 )
                 done.set()
                 carrier_versions = carrier.get() if carrier is not None else 0
+                carrier_versions += sum(res["carrier_versions"] for res in results)
             lat = sorted(1000 * x for res in results for x in res["latencies"])
             landed = ob._fragment_count(store, uri) - before
             row: dict[str, Any] = {
                 "store": store.name,
                 "mode": mode,
+                "hosts": hosted,
                 "read_version": "stale" if stale else "fresh",
                 "writers": writers,
                 "commits": len(lat),
@@ -114,7 +134,9 @@ def run_lab(
                 f"{store.name} {mode:8s} {row['read_version']} x{writers} run {r}: "
                 f"p50 {row['p50_ms']:.0f} ms, p99 "
                 f"{row['p99_ms']:.0f} ms (p99 - p50 {row['p99_ms'] - row['p50_ms']:.0f}), "
-                f"{row['versions']} versions ({carrier_versions} by the carrier), "
+                f"{row['versions']} versions ({carrier_versions} by a carrier"
+                + (f", {hosted} writers hosting one" if hosted else "")
+                + "), "
                 f"{row['creates_per_commit']:.2f} creates per commit, {row['failures']} failed, "
                 f"unaccounted {row['unaccounted']}",
                 flush=True,
@@ -132,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--stale", action="store_true", help="plan every commit at the start")
     parser.add_argument(
-        "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
+        "--modes",
+        default="carrier,seen,default",
+        help=f"comma-separated, of {', '.join(MODES)}",
+    )
+    parser.add_argument(
+        "--hosts", type=int, default=2, help="mode hosted: writer processes with a carrier"
     )
     parser.add_argument("--out", type=Path, default=ob.REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
@@ -142,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         store = stores[-1]  # the delayed one
         modes = tuple(m for m in args.modes.split(",") if m)
-        rows = run_lab(store, args.writers, args.commits, args.runs, args.stale, modes)
+        rows = run_lab(store, args.writers, args.commits, args.runs, args.stale, modes, args.hosts)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rendezvous_lab.json").write_text(json.dumps(rows, indent=2))
     return 0 if all(r["unaccounted"] == 0 and r["failures"] == 0 for r in rows) else 1

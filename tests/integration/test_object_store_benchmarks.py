@@ -86,6 +86,17 @@ def test_rendezvous_lab_accounts_for_every_commit(tmp_path: Path) -> None:
         assert row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
     assert default["carrier_versions"] == 0
     assert 1 <= carried["carrier_versions"] <= carried["versions"]
+    # hosted: a carrier thread in one of the two writer processes
+    assert (
+        lab_main(
+            [*args, "--runs", "1", "--modes", "hosted", "--hosts", "1", "--out", str(tmp_path)]
+        )
+        == 0
+    )
+    (hosted,) = json.loads((tmp_path / "rendezvous_lab.json").read_text())
+    assert (hosted["mode"], hosted["hosts"], hosted["commits"]) == ("hosted", 1, 4)
+    assert hosted["failures"] == hosted["unaccounted"] == 0
+    assert 1 <= hosted["carrier_versions"] <= hosted["versions"]
 
 
 def test_the_carrier_schedule_runs_a_carrier_the_writers_wait_for(tmp_path: Path) -> None:

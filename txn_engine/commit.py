@@ -736,12 +736,14 @@ def commit(
         and state.offer_after is not None
         and state.carrier_seen_at is None
     )
+    waited = False
     try:
         while True:
             if direct is None and _defers(state, budget):
                 landed = _poll(state, budget)
                 if landed is not None:
                     return landed
+                waited = True
                 continue
             if look_first:
                 look_first = False
@@ -752,6 +754,8 @@ def commit(
                     _saw_carrier(state, policy)  # its listing showed the carrier's beacon
                 state.prefetched = state.listing  # the next attempt starts from this listing
                 continue
+            if waited:  # the wait for a carrier was not an attempt: it sets no schedule
+                budget.restart_first_attempt()
             budget.start_attempt()
             if direct is not None:  # first attempt: create read_version + 1 straight away
                 landed = _direct_attempt(state, budget, timestamp_ns, direct)

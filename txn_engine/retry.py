@@ -265,9 +265,19 @@ class RetryBudget:
         )
         self.slept: list[float] = []
         self._attempt_started: float | None = None
+        #: where the first attempt is measured from when not :attr:`started`
+        #: (:meth:`restart_first_attempt`)
+        self._first_from: float | None = None
 
     def elapsed(self) -> float:
         return self.policy.clock() - self.started
+
+    def restart_first_attempt(self) -> None:
+        """Before the first attempt: the time spent so far was waiting, not attempting (a
+        writer that waited for a carrier and now races), so the first attempt, which sets
+        the backoff unit, the rank waits and the patience, is measured from now."""
+        if self.attempts == 0:
+            self._first_from = self.policy.clock()
 
     def start_attempt(self) -> int:
         """Count an attempt; returns its 1-based number."""
@@ -312,7 +322,8 @@ class RetryBudget:
         now = p.clock()
         first = self.first_attempt_seconds
         if first is None:
-            first = self.first_attempt_seconds = now - self.started
+            since = self.started if self._first_from is None else self._first_from
+            first = self.first_attempt_seconds = now - since
             duration = first
         else:
             duration = now - (self._attempt_started if self._attempt_started is not None else now)

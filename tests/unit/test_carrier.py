@@ -8,6 +8,8 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from txn_engine import Carrier
 from txn_engine.carrier import BEACON_SECONDS
 from txn_engine.commit import MIN_PATIENCE, CommitResult, _saw_carrier, _State, commit
@@ -39,7 +41,7 @@ from txn_engine.offers import (
     remember,
 )
 from txn_engine.ops import Append, Overwrite
-from txn_engine.retry import RetryPolicy
+from txn_engine.retry import RetryBudget, RetryPolicy
 from txn_engine.storage import MemoryStorage, RecordingStorage
 from txn_engine.storage.handler import commit_handler_for
 from txn_engine.transaction import Transaction
@@ -174,12 +176,27 @@ def test_a_writer_not_told_waits_once_its_base_is_a_carriers_version() -> None:
     assert result.version in carrier.versions
 
 
-def test_a_writer_whose_base_is_a_stopped_carriers_version_races_after_its_patience() -> None:
+def test_a_writer_whose_base_is_a_stopped_carriers_version_races_after_its_patience(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     store = table()
     carried_version(store)
+    budgets: list[RetryBudget] = []
+    make_budget = RetryPolicy.budget
+
+    def recorded(policy: RetryPolicy) -> RetryBudget:
+        budgets.append(make_budget(policy))
+        return budgets[-1]
+
+    monkeypatch.setattr(RetryPolicy, "budget", recorded)
     started = time.monotonic()
     _u, result = append(store, RetryPolicy())
     assert time.monotonic() - started >= MIN_PATIENCE
+    # the wait is not its first attempt: that is measured from when it began to race
+    (budget,) = budgets
+    assert budget._first_from is not None
+    assert budget._first_from - budget.started >= MIN_PATIENCE
+    monkeypatch.undo()
     assert not result.carried
     assert result.attempts == 1
     # told never to wait, it races at once
@@ -354,7 +371,7 @@ class Posted(ObjectStore):
             self.windows.append(parsed[0])
         super().put(path, data)
 
-    put_if_absent = put  # type: ignore[assignment]
+    put_if_absent = put
 
 
 def stale_table() -> tuple[Posted, Dataset]:

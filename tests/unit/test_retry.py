@@ -315,3 +315,30 @@ def test_chase_limits_and_lances_schedule_has_none() -> None:
         RetryPolicy(chases=-1)
     with pytest.raises(ValueError, match="chase_ranks"):
         RetryPolicy(chase_ranks=-1)
+
+
+def test_a_wait_for_a_carrier_before_the_first_attempt_sets_no_schedule() -> None:
+    """A writer that waited 3 s for a carrier and then races: its first attempt (the basis
+    of the rank wait, the backoff unit and the patience) is the attempt, not the wait.
+    Counted from the start, the rank wait after a lost race was 0.5 x 3 s (seen as 1.6-2.7 s
+    commits in the lab when a carrier left)."""
+    clock = FakeClock()
+    budget = RetryPolicy(clock=clock.now, sleep=clock.sleep).budget()
+    clock.t = 3.0  # waited for a carrier
+    budget.restart_first_attempt()
+    budget.start_attempt()
+    clock.t = 3.04  # one attempt: 40 ms
+    assert budget.chase(ranked=True)
+    assert budget.first_attempt_seconds == pytest.approx(0.04)
+    assert clock.sleeps == [pytest.approx(5 * 0.1 * 0.04)]  # 6 ranks, 1 lost: 0.5 x 40 ms
+    # without the restart the same wait counts: the old figure
+    clock2 = FakeClock()
+    other = RetryPolicy(clock=clock2.now, sleep=clock2.sleep).budget()
+    clock2.t = 3.0
+    other.start_attempt()
+    clock2.t = 3.04
+    other.chase(ranked=True)
+    assert clock2.sleeps == [pytest.approx(0.5 * 3.04)]
+    # after the first attempt a restart changes nothing
+    budget.restart_first_attempt()
+    assert budget.first_attempt_seconds == pytest.approx(0.04)

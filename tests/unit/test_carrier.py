@@ -32,7 +32,6 @@ from txn_engine.offers import (
     OFFERS_DIR,
     carried_uuids,
     carrier_lately,
-    forget_carrier,
     may_offer,
     parse_offer_name,
     peek,
@@ -273,6 +272,18 @@ def test_a_writer_that_opened_the_table_beside_a_running_carrier_never_races() -
     assert result.version in carrier.versions
 
 
+def unknown(uri: str) -> None:
+    """This process forgets the carrier of ``uri`` without discrediting its beacon (its
+    thread's own listings may tell the process again at any moment)."""
+    from txn_engine import offers
+    from txn_engine.format import naming
+
+    with naming._beacons_lock:
+        naming._beacons.pop(uri, None)
+    with offers._recent_lock:
+        offers._carriers.pop(uri, None)
+
+
 def test_a_cold_or_stale_commit_reads_the_listing_before_it_creates_and_waits() -> None:
     """Without a Dataset to create on (no base, or a manifest of an older version) a commit
     lists first: beside a running carrier that listing shows the beacon, so it does not
@@ -283,9 +294,9 @@ def test_a_cold_or_stale_commit_reads_the_listing_before_it_creates_and_waits() 
     append(store, racer)
     with Carrier(store) as carrier:
         wait_for_beacon(store)
-        forget_carrier(store.uri)  # nothing known before the commit's own listing
+        unknown(store.uri)  # nothing known before the commit's own listing
         cold = commit(store, Transaction(2, Append([frag("cold")])))
-        forget_carrier(store.uri)
+        unknown(store.uri)
         late = commit(store, Transaction(1, Append([frag("stale")])), base=stale)
     assert carrier.error is None
     for result in (cold, late):
@@ -350,6 +361,28 @@ def test_a_commit_that_raced_before_it_saw_a_carrier_races_on_the_next_ones_wait
         _saw_carrier(state, RetryPolicy(wait_for_carrier=told))
         assert carrier_lately(store.uri)
         assert (state.carrier_seen_at is not None) is waits
+
+
+def test_a_crashed_carriers_beacon_costs_one_vain_wait_not_one_per_commit() -> None:
+    """A carrier that crashed leaves its beacon until it expires. The first commit that
+    waits for it in vain discredits it: later commits race at once although every listing
+    still shows it; a running carrier's next beacon (a later expiry) is believed again."""
+    store = table()
+    now_ms = int(time.time() * 1000)
+    stale = f"{VERSIONS_DIR}/{beacon_name(now_ms + 60_000, uuid.uuid4().hex)}"
+    store.put(stale, b"")
+    started = time.monotonic()
+    append(store, RetryPolicy())  # opens (lists the beacon), waits in vain, races
+    assert time.monotonic() - started >= MIN_PATIENCE
+    for _ in range(3):
+        started = time.monotonic()
+        _, result = append(store, RetryPolicy())
+        assert time.monotonic() - started < MIN_PATIENCE
+        assert result.attempts == 1
+    assert not carrier_beacon(store.uri)
+    store.put(f"{VERSIONS_DIR}/{beacon_name(now_ms + 120_000, uuid.uuid4().hex)}", b"")
+    scan_versions(store, since=U64_MAX)
+    assert carrier_beacon(store.uri)  # a later beacon: a carrier at work again
 
 
 def test_a_carriers_transaction_is_never_offered() -> None:

@@ -160,6 +160,9 @@ BEACON_PREFIX = ".txn-engine-carrier-"
 _BEACONS = re.compile(r"\x00\.txn-engine-carrier-([0-9]{20})-[0-9a-f]{32}(?=\x00)", re.ASCII)
 _BEACON_NAME = re.compile(r"\.txn-engine-carrier-([0-9]{20})-[0-9a-f]{32}", re.ASCII)
 _beacons: dict[str, int] = {}
+#: per table, the newest beacon expiry a vain wait has discredited (a crashed carrier's
+#: beacon stays listed until it expires; a running carrier's next beacon expires later)
+_discredited: dict[str, int] = {}
 _beacons_lock = threading.Lock()
 
 
@@ -181,7 +184,7 @@ def _note_beacons(uri: str, text: str) -> tuple[str, ...]:
     expiries = [int(e) for e in _BEACONS.findall(text)] if BEACON_PREFIX in text else []
     live = max(expiries, default=0)
     with _beacons_lock:
-        if live > time.time() * 1000:
+        if live > time.time() * 1000 and live > _discredited.get(uri, 0):
             _beacons[uri] = live
         else:
             _beacons.pop(uri, None)
@@ -197,9 +200,13 @@ def carrier_beacon(uri: str) -> bool:
 
 
 def forget_beacon(uri: str) -> None:
-    """Drop what this process knows of ``uri``'s carrier beacon (a wait for it was vain)."""
+    """A wait for ``uri``'s carrier was vain: drop its beacon, and do not believe it (nor an
+    older one) again when a listing shows it (a carrier that crashed leaves its beacon until
+    it expires; a running one replaces it with a later one within a few seconds)."""
     with _beacons_lock:
-        _beacons.pop(uri, None)
+        expires = _beacons.pop(uri, None)
+        if expires is not None:
+            _discredited[uri] = max(expires, _discredited.get(uri, 0))
 
 
 _V2_STEMS = re.compile(r"\x00([0-9]{20})\.manifest(?=\x00)", re.ASCII)

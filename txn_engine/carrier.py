@@ -88,6 +88,9 @@ class Carrier:
         self.storage = open_storage(uri_or_storage, storage_options)
         self.versions: list[int] = []
         self.error: BaseException | None = None
+        #: beacons that could not be written (the carrier goes on: writers that list no
+        #: beacon still wait for it once they read one of its versions)
+        self.beacon_failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txn-engine-carrier", daemon=True)
         self._beacon = threading.Thread(
@@ -135,8 +138,8 @@ class Carrier:
             name = f"{VERSIONS_DIR}/{beacon_name(expires_ms, token)}"
             try:
                 self.storage.put(name, b"")
-            except TxnEngineError:
-                pass  # writers that see no beacon still wait once they read a carrier version
+            except TxnEngineError:  # best effort: writers also wait on its versions read
+                self.beacon_failures += 1
             else:
                 if current is not None:
                     with contextlib.suppress(TxnEngineError):

@@ -15,8 +15,10 @@ from txn_engine.carrier import BEACON_SECONDS
 from txn_engine.commit import MIN_PATIENCE, CommitResult, _saw_carrier, _State, commit
 from txn_engine.conflicts.rebase import ConflictOptions
 from txn_engine.dataset import Dataset
+from txn_engine.errors import StorageError
 from txn_engine.format.io import read_transaction_and_manifest
 from txn_engine.format.naming import (
+    BEACON_PREFIX,
     U64_MAX,
     VERSIONS_DIR,
     beacon_expiry,
@@ -257,6 +259,30 @@ def test_a_running_carrier_keeps_a_live_beacon_and_takes_it_down() -> None:
     store.put(f"{VERSIONS_DIR}/{beacon_name(int(time.time() * 1000) - 1, uuid.uuid4().hex)}", b"")
     assert len(scan_versions(store, since=U64_MAX).beacons) == 1
     assert not carrier_beacon(store.uri)
+
+
+class NoBeacon(ObjectStore):
+    """A store that refuses the carrier's beacon (a PUT into ``_versions/`` fails)."""
+
+    def put(self, path: str, data: bytes) -> None:
+        if path.startswith(f"{VERSIONS_DIR}/{BEACON_PREFIX}"):
+            raise StorageError(f"{path}: refused")
+        super().put(path, data)
+
+
+def test_a_carrier_whose_beacon_cannot_be_written_carries_on() -> None:
+    store = NoBeacon()
+    commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
+    with Carrier(store) as carrier:
+        deadline = time.monotonic() + 2
+        while not carrier.beacon_failures:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        _, result = append(store)  # told: it waits, and is carried
+    assert carrier.error is None
+    assert beacons(store) == []
+    assert result.carried
+    assert result.version in carrier.versions
 
 
 def test_a_writer_that_opened_the_table_beside_a_running_carrier_never_races() -> None:

@@ -157,8 +157,10 @@ def detect_scheme(names: Sequence[str]) -> NamingScheme | None:
 #: names there, beside its own ``latest_version_hint.json``), and first in a listing in byte
 #: order ('.' sorts before digits), so every listing of the versions shows it.
 BEACON_PREFIX = ".txn-engine-carrier-"
-_BEACONS = re.compile(r"\x00\.txn-engine-carrier-([0-9]{20})-[0-9a-f]{32}(?=\x00)", re.ASCII)
-_BEACON_NAME = re.compile(r"\.txn-engine-carrier-([0-9]{20})-[0-9a-f]{32}", re.ASCII)
+_BEACON = r"\.txn-engine-carrier-([0-9]{20})-[0-9a-f]{32}"
+_BEACON_NAME = re.compile(_BEACON, re.ASCII)
+#: beacon names in a listing joined by NULs (as :func:`scan_versions` joins it)
+_BEACONS = re.compile(rf"(?<=\x00){_BEACON}(?=\x00)", re.ASCII)
 _beacons: dict[str, int] = {}
 #: per table, the newest beacon expiry a vain wait has discredited (a crashed carrier's
 #: beacon stays listed until it expires; a running carrier's next beacon expires later)
@@ -181,14 +183,14 @@ def beacon_expiry(name: str) -> int | None:
 def _note_beacons(uri: str, text: str) -> tuple[str, ...]:
     """Remember, for this process, whether a listing of ``uri``'s versions (names joined
     by NULs) showed a live carrier's beacon; returns the beacons' names."""
-    expiries = [int(e) for e in _BEACONS.findall(text)] if BEACON_PREFIX in text else []
-    live = max(expiries, default=0)
+    found = list(_BEACONS.finditer(text)) if BEACON_PREFIX in text else []
+    live = max((int(m.group(1)) for m in found), default=0)
     with _beacons_lock:
         if live > time.time() * 1000 and live > _discredited.get(uri, 0):
             _beacons[uri] = live
         else:
             _beacons.pop(uri, None)
-    return tuple(m.group(0)[1:] for m in _BEACONS.finditer(text)) if expiries else ()
+    return tuple(m.group(0) for m in found)
 
 
 def carrier_beacon(uri: str) -> bool:

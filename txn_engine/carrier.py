@@ -20,10 +20,20 @@ sidecar process, ``txn-engine carry URI``; a thread of a service or of a Spark d
 3. A writer in the default policy (``RetryPolicy.wait_for_carrier=None``) whose process has
    listed the beacon or read a carrier version lately posts its offer before its first
    create and reads the new versions for its uuid instead of racing (``True``: from its
-   first commit on, told; ``False``: never). It races as it would without a carrier once no
-   carrier version has appeared within its patience (``PATIENCE_ATTEMPTS`` x its shortest
-   attempt, at least ``MIN_PATIENCE`` seconds: the carrier died; its process then forgets
-   it) or once its offer's window is spent.
+   first commit on, told; ``False``: never). Untold, it waits only while its listings show
+   a live beacon (a carrier takes its beacon down when it stops). It races as it would
+   without a carrier once no carrier version has appeared within its patience
+   (``PATIENCE_ATTEMPTS`` x its shortest attempt, at least ``MIN_PATIENCE`` seconds: the
+   carrier died; its process then forgets it) or once its offer's window is spent.
+4. Writers host one themselves when none runs (``RetryPolicy.host_carrier``; by default on
+   a store over the network): a commit that loses a race, with no carrier seen and an
+   offer of another process read, starts a carrier thread in its process (:func:`host`:
+   one per table per process) and waits for it. A hosted carrier steps down when a
+   listing shows a live beacon that ranks before its own (every carrier started with
+   :class:`Carrier` ranks before every hosted one; among hosted ones the earliest
+   started), so the writers of a table converge on one. It stops after
+   :data:`HOST_IDLE_SECONDS` with nothing carried, after :data:`HOST_LONELY_VERSIONS`
+   versions in a row carrying only its own process's offers, or when its process exits.
 
 Nothing here decides an outcome: a carried offer is found by uuid exactly as before, a
 waiting writer is only a slow one, and the carrier is a writer with an empty transaction.
@@ -32,32 +42,52 @@ Two carriers on one table only race each other, as writers do without one.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import multiprocessing.util
 import os
+import secrets
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from txn_engine._proto import transaction_pb2
 from txn_engine.errors import TxnEngineError
 from txn_engine.format.io import read_manifest_entry
+from txn_engine.format.manifest_file import decode_manifest_file
 from txn_engine.format.naming import (
+    U64_MAX,
     VERSIONS_DIR,
     NamingScheme,
     VersionEntry,
     beacon_name,
+    live_beacons,
     manifest_name,
     scan_versions,
 )
-from txn_engine.offers import CARRIER_KEY, peek, private_memory, remember
+from txn_engine.offers import (
+    CARRIER_KEY,
+    carried_uuids,
+    ours,
+    peek,
+    private_memory,
+    remember,
+)
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 
 if TYPE_CHECKING:
     from txn_engine.dataset import Dataset
 
-__all__ = ["Carrier"]
+__all__ = [
+    "HOST_IDLE_SECONDS",
+    "HOST_LONELY_VERSIONS",
+    "Carrier",
+    "host",
+    "hosted",
+    "hosting",
+]
 
 #: How often the carrier tries to read the latest version before it gives up (its thread
 #: ends; the writers race after their patience).
@@ -68,6 +98,15 @@ _SCAN_WAIT_SECONDS = 10.0
 
 #: How long a carrier's beacon says it runs (seconds); a new one every third of it.
 BEACON_SECONDS = 10.0
+
+#: A carrier hosted by writers (:func:`host`) stops after carrying nothing for this long
+#: (seconds). Idle, it lists the offers and the versions about once per round trip each.
+HOST_IDLE_SECONDS = 5.0
+
+#: A hosted carrier also stops after this many versions in a row that carried only offers
+#: of its own process: the writers of other processes have stopped contending, and its
+#: own would otherwise wait for it on every commit instead of creating their own versions.
+HOST_LONELY_VERSIONS = 4
 
 
 class Carrier:
@@ -84,13 +123,26 @@ class Carrier:
         uri_or_storage: str | os.PathLike[str] | Storage,
         *,
         storage_options: Mapping[str, Any] | None = None,
+        idle_seconds: float | None = None,
     ) -> None:
         self.storage = open_storage(uri_or_storage, storage_options)
+        #: stop after carrying nothing for this long (seconds; None: run until closed)
+        self.idle_seconds = idle_seconds
         self.versions: list[int] = []
         self.error: BaseException | None = None
         #: beacons that could not be written (the carrier goes on: writers that list no
         #: beacon still wait for it once they read one of its versions)
         self.beacon_failures = 0
+        #: hosted by writers (:func:`host`): steps down for a carrier that ranks before it
+        self.hosted = False
+        #: it stepped down for another carrier's live beacon (hosted carriers only)
+        self.stepped_down = False
+        # the beacon's token ranks the carriers of a table (in byte order): "0..." (started
+        # as a carrier) before any hosted one's (:func:`_hosted_token`)
+        self._token = "0" + secrets.token_hex(16)[1:]
+        self._looked = threading.Event()
+        self._first_base: Dataset | None = None
+        self._first_known: dict[int, transaction_pb2.Transaction | None] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txn-engine-carrier", daemon=True)
         self._beacon = threading.Thread(
@@ -131,11 +183,10 @@ class Carrier:
         listings), so writers wait for the carrier from their next commit on without being
         told. A new beacon every third of its life; removed on close (an expired one left
         behind by a crash means nothing, and cleanup removes it)."""
-        token = uuid.uuid4().hex
         current: str | None = None
         while self._thread.is_alive():
             expires_ms = int((time.time() + BEACON_SECONDS) * 1000)
-            name = f"{VERSIONS_DIR}/{beacon_name(expires_ms, token)}"
+            name = f"{VERSIONS_DIR}/{beacon_name(expires_ms, self._token)}"
             try:
                 self.storage.put(name, b"")
             except TxnEngineError:  # best effort: writers also wait on its versions read
@@ -145,17 +196,31 @@ class Carrier:
                     with contextlib.suppress(TxnEngineError):
                         self.storage.delete(current)
                 current = name
+            if self.hosted:  # the first page of the versions: the beacons sort first
+                with contextlib.suppress(TxnEngineError):
+                    self._look(scan_versions(self.storage, since=U64_MAX).beacons)
+                self._looked.set()
             if self._stop.wait(BEACON_SECONDS / 3):
                 break
         if current is not None:
             with contextlib.suppress(TxnEngineError):
                 self.storage.delete(current)
 
+    def _look(self, beacons: tuple[str, ...]) -> None:
+        """A hosted carrier steps down when ``beacons`` (names listed in ``_versions/``)
+        show another live carrier that ranks before it (:attr:`_token` order)."""
+        uri = self.storage.uri
+        if self.hosted and any(t < self._token for _, t in live_beacons(uri, beacons)):
+            self.stepped_down = True
+            self._stop.set()
+
     def _run(self) -> None:
         try:
             self._serve()
         except BaseException as exc:  # the writers race on without a carrier
             self.error = exc
+        finally:
+            self._stop.set()  # the beacon comes down now, not at its next renewal
 
     def _serve(self) -> None:
         from txn_engine.commit import NothingToCarry, commit
@@ -165,12 +230,21 @@ class Carrier:
 
         private_memory()
         uri = self.storage.uri
-        base = Dataset.open(self.storage)
+        # a hosted carrier starts from the latest version its writer knows (no read), and
+        # at once: carriers hosted together step down within a listing of each other's
+        # beacons (the beacon thread looks right after writing its own)
+        base = self._first_base or Dataset.open(self.storage)
+        self._first_base = None
+        # and knows the transactions its writer read (the offers were checked against them)
+        first_known, self._first_known = self._first_known, {}
+        carried_at = time.monotonic()
+        lonely = 0  # versions in a row that carried only this process's offers
         while not self._stop.is_set():
             # what the last commit knew (versions read, offers), with the base as read: the
             # commit recalls it, and the base confirms it
             memory = peek(uri)
-            known = {} if memory is None else dict(memory.transactions)
+            known = dict(first_known) if memory is None else dict(memory.transactions)
+            first_known = {}
             known[base.version] = base.manifest_file.transaction
             if memory is None:
                 remember(uri, known, {}, ())
@@ -180,25 +254,46 @@ class Carrier:
             try:
                 result = commit(self.storage, txn, base=base)
             except NothingToCarry as nothing:
+                idle = self.idle_seconds
+                if idle is not None and time.monotonic() - carried_at >= idle:
+                    return  # nothing to carry for a while: the writers race without it
                 base = self._wait(base, nothing.latest)
                 continue
             except TxnEngineError:  # lost too often, a conflict: start again from the latest
                 base = self._reopen()
                 continue
             self.versions.append(result.version)
-            base = _at(self.storage, result.version, base.naming_scheme)
+            carried_at = time.monotonic()
+            base = _created(self.storage, result.version, base.naming_scheme)
+            pb = base.manifest_file.transaction
+            if pb is not None and any(u != pb.uuid and not ours(u) for u in carried_uuids(pb)):
+                lonely = 0
+            else:
+                lonely += 1
+            if self.hosted and lonely >= HOST_LONELY_VERSIONS:
+                return  # no other process offers: its writers race alone, one create each
 
     def _wait(self, base: Dataset, checked: int) -> Dataset:
         """Nothing to carry: wait for the running listing of the offers, and meanwhile list
-        the versions (other writers may have moved the table on: offers checked against
-        newer versions need a newer base)."""
-        listed: list[int] = []
+        the versions and read the newest (other writers may have moved the table on: offers
+        checked against newer versions need a newer base), so that the next commit starts
+        as soon as both are in."""
+        found: list[Dataset] = []
 
         def latest() -> None:
+            newest = checked
             with contextlib.suppress(TxnEngineError):  # no listing: the base stays
-                entry = scan_versions(self.storage, since=checked).latest
-                if entry is not None:
-                    listed.append(entry.version)
+                listing = scan_versions(self.storage, since=checked)
+                self._look(listing.beacons)
+                if listing.latest is not None:
+                    newest = max(newest, listing.latest.version)
+            if newest != base.version:
+                with contextlib.suppress(TxnEngineError):  # unread: read again below
+                    found.append(_at(self.storage, newest, base.naming_scheme))
+                if not found:
+                    found.append(self._reopen())
+            else:
+                found.append(base)
 
         lister = threading.Thread(target=latest, name="txn-engine-carrier-list", daemon=True)
         lister.start()
@@ -206,12 +301,9 @@ class Carrier:
         if memory is not None and memory.scan is not None:
             memory.scan.wait(_SCAN_WAIT_SECONDS)
         lister.join()
-        newest = max([checked, *listed])
-        if newest == base.version:
-            return base
-        with contextlib.suppress(TxnEngineError):
-            return _at(self.storage, newest, base.naming_scheme)
-        return self._reopen()
+        if not found:  # the latest could not be read: the error ends the carrier
+            return self._reopen()
+        return found[0]
 
     def _reopen(self) -> Dataset:
         """The latest version, read again (a failed read is tried again, three times)."""
@@ -223,9 +315,87 @@ class Carrier:
         return Dataset.open(self.storage)
 
 
+def _created(storage: Storage, version: int, scheme: NamingScheme) -> Dataset:
+    """The dataset at ``version``, which this thread's commit just created: from the bytes
+    it wrote (no request), else read (:func:`_at`)."""
+    from txn_engine.commit import created_here
+    from txn_engine.dataset import Dataset
+
+    data = created_here(storage.uri, version)
+    if data is None:
+        return _at(storage, version, scheme)
+    entry = VersionEntry(version, manifest_name(version, scheme), scheme)
+    what = f"{storage.uri} version {version}"
+    return Dataset(storage, entry, decode_manifest_file(data, what=what))
+
+
 def _at(storage: Storage, version: int, scheme: NamingScheme) -> Dataset:
     """The dataset at ``version`` (named in ``scheme``), read with one request."""
     from txn_engine.dataset import Dataset
 
     entry = VersionEntry(version, manifest_name(version, scheme), scheme)
     return Dataset(storage, entry, read_manifest_entry(storage, entry))
+
+
+def _hosted_token() -> str:
+    """A hosted carrier's token: "1", its start (Unix ms, 12 hex digits), 19 random hex
+    digits. The earliest started ranks first, so a carrier hosted later steps down for one
+    already at work rather than displacing it."""
+    return f"1{int(time.time() * 1000):012x}{secrets.token_hex(10)[:19]}"
+
+
+_hosts: dict[str, Carrier] = {}
+_hosts_lock = threading.Lock()
+
+
+def host(
+    storage: Storage,
+    base: Dataset | None = None,
+    known: Mapping[int, transaction_pb2.Transaction | None] | None = None,
+) -> bool:
+    """Start a carrier for the table at ``storage`` in this process, hosted (it steps down
+    for a carrier that ranks before it and stops after :data:`HOST_IDLE_SECONDS` with
+    nothing carried), unless this process's last one for the table still runs. ``base``:
+    the latest version the caller knows (else the carrier reads it); ``known``: the
+    transactions of the versions it read (the carrier does not read them again when it
+    checks offers against them). Returns whether one
+    was started. Called by a commit that lost a race while no carrier was seen
+    (``RetryPolicy.host_carrier``)."""
+    with _hosts_lock:
+        running = _hosts.get(storage.uri)
+        if running is not None and running.running:
+            return False
+        carrier = Carrier(storage, idle_seconds=HOST_IDLE_SECONDS)
+        carrier.hosted = True
+        carrier._first_base = base
+        carrier._first_known = dict(known or {})
+        carrier._token = _hosted_token()
+        _hosts[storage.uri] = carrier.start()
+        return True
+
+
+def hosted(uri: str) -> Carrier | None:
+    """This process's last hosted carrier for table ``uri`` (running or not), if any."""
+    with _hosts_lock:
+        return _hosts.get(uri)
+
+
+def hosting(uri: str) -> bool:
+    """Whether this process's hosted carrier for table ``uri`` runs (it has not stopped or
+    stepped down): its writers may wait for it before its beacon is listed."""
+    carrier = hosted(uri)
+    return carrier is not None and carrier.running and not carrier.stepped_down
+
+
+def _close_hosts() -> None:
+    """At exit, hosted carriers take their beacons down (writers elsewhere then race at
+    once instead of waiting in vain for their patience)."""
+    with _hosts_lock:
+        carriers = list(_hosts.values())
+    for carrier in carriers:
+        carrier.close(timeout=2.0)
+
+
+atexit.register(_close_hosts)
+# a multiprocessing child ends in os._exit, after its own exit functions, not atexit's
+multiprocessing.util.Finalize(None, _close_hosts, exitpriority=10)

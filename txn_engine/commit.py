@@ -71,7 +71,8 @@ from typing import Any, NoReturn
 import attrs
 
 from txn_engine._proto import transaction_pb2
-from txn_engine.builder import ManifestState, build_manifest, validate
+from txn_engine.builder import WRITER_LIBRARY, ManifestState, build_manifest, validate
+from txn_engine.carrier import host, hosting
 from txn_engine.codec import operation_kind_of, transaction_from_proto, transaction_to_proto
 from txn_engine.conflicts.detect import (
     Conflict,
@@ -97,6 +98,7 @@ from txn_engine.errors import (
     RetriesExhaustedError,
     RetryableConflictError,
     StorageError,
+    TxnEngineError,
     VersionNotFoundError,
 )
 from txn_engine.format.deletion import read_deletion_vector
@@ -112,6 +114,7 @@ from txn_engine.format.naming import (
     NamingScheme,
     VersionEntry,
     VersionListing,
+    carrier_beacon,
     manifest_name,
     scan_versions,
     transaction_file_name,
@@ -134,6 +137,8 @@ from txn_engine.offers import (
     forget_carrier,
     may_offer,
     members_of,
+    note_ours,
+    ours,
     parse_offer_name,
     recall,
     remember,
@@ -322,6 +327,9 @@ class _State:
     carrier: bool = False
     #: when a writer told of a carrier (``wait_for_carrier=True``) began to wait for it
     wait_started: float | None = None
+    #: a lost race starts a carrier in this process when none is seen
+    #: (``RetryPolicy.host_carrier``)
+    hosts: bool = False
 
     @property
     def storage(self) -> Storage:
@@ -702,6 +710,9 @@ def commit(
             state.offers.update(recent.offers)
             state.dead_offers |= recent.dead
             state.scan = recent.scan
+    state.hosts = state.offer_after is not None and not state.carrier and _may_host(state, policy)
+    if state.hosts or state.carrier:
+        note_ours(transaction.uuid)  # a version of it is not another process's
     direct: NamingScheme | None = None
     if base is not None:
         mf = base.manifest_file if isinstance(base, Dataset) else base
@@ -767,6 +778,17 @@ def commit(
                     write_version_hint(state.storage, landed.version)  # local disk only
                 return landed
             _offer(state, budget)
+            if state.hosts and (
+                hosting(state.storage.uri)
+                or (
+                    not carrier_lately(state.storage.uri)
+                    and (_foreign_winner(state) or _foreign_offer(state))
+                )
+            ):
+                # lost to txn_engine writers of other processes, and no carrier seen: one
+                # starts here, and this commit (its offer posted) waits for it
+                host(state.storage, _known_latest(state), state.transactions)
+                state.carrier_seen_at = budget.policy.clock()
             if state.prefetched is not None and budget.chase(ranked=_ranked(state)):
                 continue  # the winner is known: retry on it at once (after its rank)
             if not budget.wait():
@@ -915,6 +937,67 @@ def _defers(state: _State, budget: RetryBudget) -> bool:
     return posting.written and posting.valid_through > state.checked_up_to
 
 
+def _foreign_offer(state: _State) -> bool:
+    """Whether this commit has read an offer another process posted (writers of several
+    processes contend: a carrier would carry theirs too), in a scan that has finished or
+    carried by a version it read. Writers of one process, or one writer racing writers that
+    make no offers (pylance), host none: a carrier would only make their commits wait."""
+    _take_scan(state)  # never waits: a scan still running is looked at after the next loss
+    own = state.original.uuid
+    if any(
+        o.transaction.uuid != own and not ours(o.transaction.uuid) for o in state.offers.values()
+    ):
+        return True
+    return any(
+        u != own and u != pb.uuid and not ours(u)
+        for pb in state.transactions.values()
+        if pb is not None
+        for u in carried_uuids(pb)
+    )
+
+
+def _foreign_winner(state: _State) -> bool:
+    """Whether the version this commit just lost to (its manifest at hand: read back from
+    the create it lost) was written by a txn_engine writer of another process: a writer
+    that makes offers, which a carrier would carry too (pylance's versions say "lance")."""
+    listing = state.prefetched or state.listing
+    latest = listing.latest if listing else None
+    if latest is None or not (latest.version in state.manifests or latest.version in state.raw):
+        return False
+    try:
+        mf = state.manifest(latest.version)
+    except TxnEngineError:
+        return False
+    pb = mf.transaction
+    return (
+        mf.manifest.writer_version.library == WRITER_LIBRARY
+        and pb is not None
+        and not ours(pb.uuid)
+    )
+
+
+def _known_latest(state: _State) -> Dataset | None:
+    """The latest version as this lost attempt read it, when its manifest is at hand (read
+    back from the create it lost, or read for the checks): a carrier hosted now starts
+    from it without a read. None otherwise."""
+    listing = state.prefetched or state.listing
+    latest = listing.latest if listing else None
+    if latest is None or not (latest.version in state.manifests or latest.version in state.raw):
+        return None
+    try:
+        return Dataset(state.storage, latest, state.manifest(latest.version))
+    except TxnEngineError:  # an unreadable winner: the carrier reads the latest itself
+        return None
+
+
+def _may_host(state: _State, policy: RetryPolicy) -> bool:
+    """Whether this commit may start a carrier in its process (``RetryPolicy.host_carrier``):
+    by default on a store over the network, for a writer that may wait for one."""
+    if policy.host_carrier is False or policy.wait_for_carrier is False:
+        return False
+    return policy.host_carrier is True or not state.storage.uri.startswith("memory://")
+
+
 def _is_carrier(pb: transaction_pb2.Transaction | None) -> bool:
     """Whether a landed transaction is a carrier's (:data:`~txn_engine.offers.CARRIER_KEY`)."""
     return pb is not None and CARRIER_KEY in pb.transaction_properties
@@ -937,9 +1020,17 @@ def _poll(state: _State, budget: RetryBudget) -> CommitResult | None:
     checks of an attempt, without a create); the result once it is found. Waits a little
     when nothing new appeared (the listing itself is the round trip on an object store)."""
     before = state.checked_up_to
+    uri = state.storage.uri
     found = _attempt(state, budget, None, create=False)
     if found is not None:  # no create was made for it here: the attempts are the earlier ones
         return attrs.evolve(found, attempts=budget.attempts)
+    if budget.policy.wait_for_carrier is None and not (carrier_beacon(uri) or hosting(uri)):
+        # untold, it waits only while the listings show a live beacon: none (the carrier
+        # stopped and took it down, or its versions outlived it) means race now rather
+        # than wait out the patience
+        forget_carrier(uri)
+        state.carrier_seen_at = None
+        return None
     if state.checked_up_to == before:
         budget.policy.sleep(_POLL_PAUSE)  # the listing paces the polls on an object store
     return None
@@ -1116,9 +1207,7 @@ def _take_scan(state: _State) -> None:
     state.scan = None
 
 
-def _fresh_transaction(
-    state: _State, version: int, pb: transaction_pb2.Transaction | None
-) -> None:
+def _fresh_transaction(state: _State, version: int, pb: transaction_pb2.Transaction | None) -> None:
     """Record the transaction of ``version`` as just read; it confirms (or, differing,
     drops) what was recalled from an earlier commit of this process."""
     recalled = state.recalled_versions.get(version)
@@ -1302,7 +1391,23 @@ def _land(
         copy.join()
     if state.carries_offers:
         state.transactions[target] = pb  # the next commit may check offers against it
+    if state.carrier:  # the carrier goes on from its own version without reading it back
+        _created.version = (state.storage.uri, target, data)
     return CommitResult(target, txn, budget.attempts, path)
+
+
+#: the version a carrier's commit created in this thread, with its manifest file's bytes
+_created = threading.local()
+
+
+def created_here(uri: str, version: int) -> bytes | None:
+    """The manifest file a carrier's :func:`commit` in this thread created as ``version``
+    of table ``uri`` (taken), if it was the last one it created; None otherwise."""
+    found: tuple[str, int, bytes] | None = getattr(_created, "version", None)
+    _created.version = None
+    if found is None or found[:2] != (uri, version):
+        return None
+    return found[2]
 
 
 def _list_after_landing(state: _State, version: int, path: str) -> VersionListing:

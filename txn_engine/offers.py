@@ -223,12 +223,36 @@ class Offer:
     transaction: Transaction
 
 
+#: How many uuids of its own transactions a process keeps (:func:`ours`).
+_OURS_KEEP = 4096
+_ours: dict[str, None] = {}
+_ours_lock = threading.Lock()
+
+
+def note_ours(uuid: str) -> None:
+    """Transaction ``uuid`` is this process's (a commit on an object store, or an offer)."""
+    with _ours_lock:
+        _ours.pop(uuid, None)
+        _ours[uuid] = None
+        while len(_ours) > _OURS_KEEP:
+            del _ours[next(iter(_ours))]
+
+
+def ours(uuid: str) -> bool:
+    """Whether transaction ``uuid`` is one of this process's last :data:`_OURS_KEEP`
+    (:func:`note_ours`): an offer or a version whose transaction is not is another
+    process's."""
+    with _ours_lock:
+        return uuid in _ours
+
+
 class Posting:
     """An offer being written (in a thread, so it is not a round trip of the commit)."""
 
     def __init__(
         self, storage: Storage, txn: Transaction, valid_through: int, base_uuid: str
     ) -> None:
+        note_ours(txn.uuid)
         self.valid_through = valid_through
         #: the offer is in the store (helpers can find it)
         self.written = False

@@ -112,11 +112,21 @@ class RetryPolicy:
       object store a waiting Append posts its offer and reads the versions until the
       carrier's version that carries it; it races as without a carrier when no carrier
       version appears within its patience (``txn_engine.commit.PATIENCE_ATTEMPTS`` x its
-      shortest attempt, at least ``MIN_PATIENCE`` seconds). ``None`` (default): once the
-      commit has read a carrier's version (its base is one, or a version it lost a race
-      to), so that writers need no configuration when a carrier runs and nothing changes
-      when none does. True: from the first attempt on (the writer is told a carrier runs:
-      its first commit does not race either). False: never.
+      shortest attempt, at least ``MIN_PATIENCE`` seconds). ``None`` (default): once its
+      process has seen a carrier lately (a listing showed its live beacon, or a version
+      read was one of its), unless the commit raced before it saw one, and only while its
+      listings show the carrier's live beacon; so writers need no configuration when a
+      carrier runs, and stop waiting as soon as it is gone. True:
+      from the first attempt on (the writer is told a carrier runs: its first commit does
+      not race either). False: never.
+    * ``host_carrier``: whether an Append that loses a race while its process sees no
+      carrier starts one for the table in its process (:func:`txn_engine.carrier.host`:
+      one per table per process; it steps down for a carrier that ranks before it, so the
+      writers of a table converge on one, and stops after
+      :data:`~txn_engine.carrier.HOST_IDLE_SECONDS` with nothing to carry). ``None``
+      (default): on a store over the network (not ``memory://``), unless
+      ``wait_for_carrier`` is False. True: on any object store (guarded creates). False:
+      never.
     * ``clock`` (monotonic seconds), ``sleep`` and ``randbelow`` (``n -> int in [0, n)``)
       are injectable for tests; they do not take part in equality.
     """
@@ -138,6 +148,7 @@ class RetryPolicy:
     offer_after: int | None = 1
     offer_early: bool = True
     wait_for_carrier: bool | None = None
+    host_carrier: bool | None = None
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
     sleep: Callable[[float], None] = attrs.field(default=time.sleep, eq=False, repr=False)
     randbelow: Callable[[int], int] = attrs.field(

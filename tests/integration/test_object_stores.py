@@ -35,6 +35,7 @@ import pytest
 from lance.fragment import write_fragments
 
 from txn_engine import writers
+from txn_engine.carrier import hosted
 from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
@@ -385,6 +386,8 @@ def test_pylance_and_txn_engine_append_concurrently(
         assert -1000 * (r + 1) in values
     landed = {t.uuid for t in ds.get_transactions(ds.version) if t is not None}
     assert set(uuids) <= landed
+    # racing pylance alone (no other process offers), it hosted no carrier
+    assert hosted(open_storage(uri, engine_opts).uri) is None
     assert len(set(uuids)) == rounds
     print(
         f"\n[{store}/{impl}] pylance + txn_engine appends: all {2 * rounds} landed; txn_engine "

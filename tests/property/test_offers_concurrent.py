@@ -17,17 +17,20 @@ response is lost, a failed offers listing or read, a failed version listing. Aft
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import random
 import threading
 import time
 import uuid
 from collections.abc import Sequence
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txn_engine.carrier import Carrier
+from txn_engine.carrier import Carrier, hosted
 from txn_engine.commit import CommitResult, commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import CommitStateUnknownError, StorageError
@@ -41,6 +44,7 @@ from txn_engine.storage import MemoryStorage
 from txn_engine.transaction import Transaction
 
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
+commit_module = importlib.import_module("txn_engine.commit")
 
 
 def frag(tag: str) -> Fragment:
@@ -180,6 +184,7 @@ def check(store: SlowObjectStore, outcomes: dict[str, tuple[Transaction, object]
     inline=st.booleans(),
     carrier=st.booleans(),
     told=st.sampled_from([True, None]),
+    hosts=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_offers_land_exactly_once_and_every_caller_is_told_the_truth(
@@ -191,21 +196,34 @@ def test_offers_land_exactly_once_and_every_caller_is_told_the_truth(
     inline: bool,
     carrier: bool,
     told: bool | None,
+    hosts: bool,
     seed: int,
 ) -> None:
     """``carrier``: a txn_engine.Carrier runs beside the writers (it may die of a generated
     fault: they race after their patience). ``told``: the writers wait for it from their
-    first attempt (True) or once they have read one of its versions (None, the default)."""
+    first attempt (True) or once they have read one of its versions (None, the default).
+    ``hosts``: a writer that loses a race with no carrier seen starts one in the process
+    (``RetryPolicy.host_carrier``), which steps down for a running one and waits with the
+    writers' faults like any other."""
     store = SlowObjectStore(seed, lost, list_fail, inline)
     commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
     store.armed = True
-    policy = RetryPolicy(max_attempts=8, wait_for_carrier=told if carrier else None)
+    policy = RetryPolicy(
+        max_attempts=8, wait_for_carrier=told if carrier else None, host_carrier=hosts
+    )
     running = Carrier(store).start() if carrier else None
+    # threads of one process post every offer here: a lost race counts as lost among
+    # several processes' writers (else no thread would host a carrier)
+    foreign = patch.object(commit_module, "_foreign_offer", lambda state: True)
     try:
-        outcomes = run_writers(store, writers, commits, with_base, policy)
+        with foreign if hosts else contextlib.nullcontext():
+            outcomes = run_writers(store, writers, commits, with_base, policy)
     finally:
         if running is not None:
             running.close()
+        host = hosted(store.uri)
+        if host is not None:
+            host.close()
     check(store, outcomes)
 
 

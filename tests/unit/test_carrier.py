@@ -4,19 +4,25 @@ races after its patience."""
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from txn_engine import Carrier
-from txn_engine.carrier import BEACON_SECONDS
+from txn_engine import carrier as carrier_module
+from txn_engine.carrier import BEACON_SECONDS, hosted
+from txn_engine.codec import transaction_to_proto
 from txn_engine.commit import MIN_PATIENCE, CommitResult, _saw_carrier, _State, commit
 from txn_engine.conflicts.rebase import ConflictOptions
 from txn_engine.dataset import Dataset
 from txn_engine.errors import StorageError
 from txn_engine.format.io import read_transaction_and_manifest
+from txn_engine.format.manifest_file import decode_manifest_file, encode_manifest_file
 from txn_engine.format.naming import (
     BEACON_PREFIX,
     U64_MAX,
@@ -24,6 +30,7 @@ from txn_engine.format.naming import (
     beacon_expiry,
     beacon_name,
     carrier_beacon,
+    forget_beacon,
     list_versions,
     scan_versions,
 )
@@ -32,9 +39,13 @@ from txn_engine.offers import (
     CARRIER_KEY,
     OFFER_WINDOW,
     OFFERS_DIR,
+    Offer,
+    Posting,
     carried_uuids,
     carrier_lately,
+    carrying,
     may_offer,
+    note_ours,
     parse_offer_name,
     peek,
     private_memory,
@@ -49,6 +60,8 @@ from txn_engine.transaction import Transaction
 
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
 TOLD = RetryPolicy(wait_for_carrier=True)
+# the module (``txn_engine.commit`` the attribute is the function)
+commit_module = importlib.import_module("txn_engine.commit")
 
 
 def frag(tag: str) -> Fragment:
@@ -177,7 +190,7 @@ def test_a_writer_not_told_waits_once_its_base_is_a_carriers_version() -> None:
     assert result.version in carrier.versions
 
 
-def test_a_writer_whose_base_is_a_stopped_carriers_version_races_after_its_patience(
+def test_a_writer_whose_base_is_a_stopped_carriers_version_races_once_it_lists_no_beacon(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = table()
@@ -192,11 +205,12 @@ def test_a_writer_whose_base_is_a_stopped_carriers_version_races_after_its_patie
     monkeypatch.setattr(RetryPolicy, "budget", recorded)
     started = time.monotonic()
     _u, result = append(store, RetryPolicy())
-    assert time.monotonic() - started >= MIN_PATIENCE
+    # the carrier's beacon is gone: one listing, and it races (not its patience)
+    assert time.monotonic() - started < MIN_PATIENCE
     # the wait is not its first attempt: that is measured from when it began to race
     (budget,) = budgets
     assert budget._first_from is not None
-    assert budget._first_from - budget.started >= MIN_PATIENCE
+    assert budget._first_from > budget.started
     monkeypatch.undo()
     assert not result.carried
     assert result.attempts == 1
@@ -207,7 +221,7 @@ def test_a_writer_whose_base_is_a_stopped_carriers_version_races_after_its_patie
     assert result.attempts == 1
 
 
-def test_a_process_that_read_a_carriers_version_waits_for_it_until_it_waits_in_vain() -> None:
+def test_a_process_that_read_a_carriers_version_waits_for_it_while_its_beacon_is_listed() -> None:
     store = table()
     with Carrier(store) as carrier:
         _, told = append(store)  # carried: this process has read a carrier's version
@@ -220,9 +234,11 @@ def test_a_process_that_read_a_carriers_version_waits_for_it_until_it_waits_in_v
     assert lately.attempts == 0
     started = time.monotonic()
     _, vain = append(store, RetryPolicy())  # base: the carrier's version; no carrier runs
-    assert time.monotonic() - started >= MIN_PATIENCE
+    # one listing, which shows no beacon: it races at once instead of waiting its patience
+    assert time.monotonic() - started < MIN_PATIENCE
     assert not vain.carried
     assert vain.attempts == 1
+    assert not carrier_lately(store.uri)
     started = time.monotonic()
     _, after = append(store, RetryPolicy())  # the vain wait ended the process's belief
     assert time.monotonic() - started < MIN_PATIENCE
@@ -502,3 +518,327 @@ def test_peek_leaves_the_memory_and_a_private_memory_is_the_threads_own() -> Non
     assert taken is not None
     assert sorted(taken.transactions) == [3]  # the thread's remember left it alone
     assert peek(uri) is None  # recall took it
+
+
+# ---- carriers hosted by the writers (RetryPolicy.host_carrier) --------------------------
+
+
+@pytest.fixture
+def quick_hosts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Hosted carriers idle out fast here, and none outlives its test. Every lost race
+    counts as lost among writers of several processes (``_foreign_offer``: in one test
+    process, no offer is another process's)."""
+    monkeypatch.setattr(carrier_module, "HOST_IDLE_SECONDS", 0.4)
+    monkeypatch.setattr(commit_module, "_foreign_offer", lambda state: True)
+    yield
+    with carrier_module._hosts_lock:
+        carriers = list(carrier_module._hosts.values())
+        carrier_module._hosts.clear()
+    for c in carriers:
+        c.close()
+
+
+def lose_a_race(
+    store: ObjectStore, policy: RetryPolicy, note: list[str] | None = None
+) -> CommitResult:
+    """Another writer takes the next version first: this commit's direct create loses.
+    ``note``: the losing transaction's uuid is appended to it."""
+    base = Dataset.open(store)
+    commit(store, Transaction(base.version, Append([frag("winner")])))
+    u = str(uuid.uuid4())
+    if note is not None:
+        note.append(u)
+    result = commit(
+        store, Transaction(base.version, Append([frag(u)]), uuid=u), base=base, retry_policy=policy
+    )
+    return result
+
+
+def wait_until(check: Any, seconds: float = 3.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def foreign_offers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The offers a carrier carries count as other processes' (it never stops as lonely)."""
+    monkeypatch.setattr(carrier_module, "ours", lambda uuid: False)
+
+
+@pytest.mark.usefixtures("quick_hosts", "foreign_offers")
+def test_a_writer_that_loses_a_race_hosts_a_carrier_the_next_commits_wait_for() -> None:
+    store = table()
+    lost = lose_a_race(store, RetryPolicy(host_carrier=True))
+    carrier = hosted(store.uri)
+    assert carrier is not None
+    assert carrier.hosted
+    # the commit that lost waits for the carrier it started, which carries it
+    assert lost.attempts == 1
+    assert lost.carried
+    assert carrier.versions == [lost.version]
+    wait_for_beacon(store)
+    results = [append(store, RetryPolicy()) for _ in range(3)]  # told nothing
+    assert all(r.carried and r.attempts == 0 for _, r in results)
+    assert [lost.version] + [r.version for _, r in results] == carrier.versions
+    # nothing more to carry: it stops after its idle time and takes its beacon down
+    wait_until(lambda: not carrier.running)
+    assert carrier.error is None
+    assert not carrier.stepped_down
+    assert beacons(store) == []
+    # the next commit reads its version, lists no beacon and races: a lost race hosts again
+    lose_a_race(store, RetryPolicy(host_carrier=True))
+    assert not carrier_lately(store.uri)
+    assert lose_a_race(store, RetryPolicy(host_carrier=True)).carried
+    again = hosted(store.uri)
+    assert again is not None
+    assert again is not carrier
+    assert again.running
+
+
+class NetworkStore(ObjectStore):
+    """An object store in memory that says it is over the network (an ``s3://`` URI)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._network_uri = f"s3://bucket/{uuid.uuid4().hex}.lance"
+
+    @property
+    def uri(self) -> str:
+        return self._network_uri
+
+
+@pytest.mark.usefixtures("quick_hosts")
+@pytest.mark.parametrize(
+    ("policy", "hosts"),
+    [
+        (RetryPolicy(), True),  # the default, on a store over the network
+        (RetryPolicy(host_carrier=False), False),
+        (RetryPolicy(wait_for_carrier=False), False),  # never waits: hosts none either
+        (RetryPolicy(offer_after=None), False),  # no offers: a carrier could carry nothing
+    ],
+)
+def test_who_hosts_a_carrier_by_default(policy: RetryPolicy, hosts: bool) -> None:
+    store = NetworkStore()
+    commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
+    lose_a_race(store, policy)
+    assert (hosted(store.uri) is not None) is hosts
+    # in memory (memory://) only when asked (host_carrier=True)
+    memory = table()
+    lose_a_race(memory, policy)
+    assert hosted(memory.uri) is None
+
+
+def started_hosted(store: ObjectStore, first: str) -> Carrier:
+    """A hosted carrier whose beacon token begins with hex digit ``first``."""
+    c = Carrier(store, idle_seconds=30)
+    c.hosted = True
+    c._token = first + uuid.uuid4().hex[1:]
+    return c.start()
+
+
+def test_hosted_carriers_step_down_for_one_that_ranks_before_them() -> None:
+    store = table()
+    with Carrier(store) as deployed, Carrier(store) as other_deployed:
+        wait_until(lambda: len(beacons(store)) == 2)
+        low, high = started_hosted(store, "1"), started_hosted(store, "2")
+        try:
+            # every carrier started as one ranks before every hosted one
+            wait_until(lambda: not low.running and not high.running)
+            assert low.stepped_down
+            assert high.stepped_down
+            assert low.error is None
+            assert high.error is None
+            assert deployed.running
+            assert other_deployed.running
+            assert not deployed.stepped_down
+        finally:
+            low.close()
+            high.close()
+    assert beacons(store) == []
+    # among hosted ones, the lowest token goes on
+    low, high = started_hosted(store, "1"), started_hosted(store, "2")
+    try:
+        wait_until(lambda: not high.running)
+        assert high.stepped_down
+        time.sleep(0.2)
+        assert low.running
+        assert not low.stepped_down
+        _, result = append(store)  # the one left carries
+        assert result.carried
+        assert result.version in low.versions
+    finally:
+        low.close()
+        high.close()
+    assert low.error is None
+    assert high.error is None
+
+
+def test_a_hosted_carrier_does_not_step_down_for_a_discredited_beacon() -> None:
+    store = table()
+    crashed = f"{VERSIONS_DIR}/{beacon_name(int(time.time() * 1000) + 60_000, '0' * 32)}"
+    store.put(crashed, b"")  # a crashed carrier's, ranking before any hosted one
+    scan_versions(store, since=U64_MAX)
+    assert carrier_beacon(store.uri)
+    forget_beacon(store.uri)  # a vain wait for it discredited it in this process
+    c = started_hosted(store, "f")
+    try:
+        assert c._looked.wait(2)
+        time.sleep(0.05)
+        assert c.running
+        assert not c.stepped_down
+    finally:
+        c.close()
+    assert c.error is None
+
+
+class Stalled(Carrier):
+    """A carrier that keeps its beacon and carries nothing (a carrier stuck on the way)."""
+
+    def _serve(self) -> None:
+        self._stop.wait()
+
+
+def test_a_waiting_writer_races_as_soon_as_a_listing_shows_the_beacon_gone() -> None:
+    store = table()
+    stalled = Stalled(store).start()
+    wait_for_beacon(store)
+    outcome: list[CommitResult] = []
+    began = threading.Event()
+
+    def writer() -> None:
+        began.set()
+        outcome.append(append(store, RetryPolicy())[1])  # it lists the beacon and waits
+
+    thread = threading.Thread(target=writer)
+    started = time.monotonic()
+    thread.start()
+    began.wait()
+    time.sleep(0.05)
+    stalled.close()  # the beacon comes down first
+    thread.join()
+    elapsed = time.monotonic() - started
+    (result,) = outcome
+    assert not result.carried
+    assert result.attempts == 1
+    # without the rule it waited out its patience (MIN_PATIENCE at least) for a version
+    assert elapsed < MIN_PATIENCE
+    assert not carrier_lately(store.uri)  # and the process forgot the carrier
+
+
+@pytest.mark.usefixtures("quick_hosts")
+def test_a_hosted_carrier_that_carries_only_its_own_processs_offers_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After it has carried another process's offer, HOST_LONELY_VERSIONS versions in a row
+    carrying only offers this process posted make it leave (the other processes' writers
+    stopped contending; this process's writers then create their own versions, one create
+    each, instead of waiting)."""
+    store = table()
+    first: list[str] = []
+    real = carrier_module.ours
+    # the offer of the commit that lost counts as another process's
+    monkeypatch.setattr(carrier_module, "ours", lambda u: real(u) and u not in first)
+    lost = lose_a_race(store, RetryPolicy(host_carrier=True), note=first)
+    carrier = hosted(store.uri)
+    assert carrier is not None
+    assert lost.carried
+    lonely = carrier_module.HOST_LONELY_VERSIONS
+    results = [append(store, RetryPolicy())[1] for _ in range(lonely)]
+    wait_until(lambda: not carrier.running)
+    assert len(carrier.versions) == 1 + lonely
+    assert all(r.carried for r in results)
+    assert carrier.error is None
+    assert not carrier.stepped_down
+    assert beacons(store) == []
+    _, alone = append(store, RetryPolicy())
+    assert not alone.carried
+    assert alone.attempts == 1
+
+
+def test_only_a_txn_engine_version_of_another_process_is_a_foreign_winner() -> None:
+    """``_foreign_winner``: the version a commit just lost to, its manifest read back, was
+    written by txn_engine (its writer library) in another process (its transaction's uuid
+    is not this process's). A version pylance wrote, or one of this process, is not."""
+    store = table()
+    winner = Transaction(1, Append([frag("winner")]))
+    commit(store, winner)  # a commit that hosts nothing notes nothing as this process's
+    listing = scan_versions(store)
+    (entry,) = listing.after(1)
+    data = store.get(entry.path)
+
+    def lost_to(raw: bytes) -> bool:
+        state = _State(
+            handler=commit_handler_for(store),
+            original=Transaction(1, Append([frag("mine")])),
+            txn=Transaction(1, Append([frag("mine")])),
+            options=ConflictOptions(),
+            checked_up_to=1,
+            raw={entry.version: raw},
+            listing=listing,
+        )
+        return commit_module._foreign_winner(state)
+
+    assert lost_to(data)
+    mf = decode_manifest_file(data)
+    mf.manifest.writer_version.library = "lance"  # as pylance writes it
+    assert not lost_to(encode_manifest_file(mf.manifest, mf.indices, mf.transaction))
+    note_ours(winner.uuid)  # this process's own
+    assert not lost_to(data)
+    # a commit that lost to pylance alone hosts no carrier and does not wait
+    lone = table()
+    base = Dataset.open(lone)
+    commit(lone, Transaction(base.version, Append([frag("w")])))
+    with_lance = scan_versions(lone).latest
+    assert with_lance is not None
+    path = with_lance.path
+    mf = decode_manifest_file(lone.get(path))
+    mf.manifest.writer_version.library = "lance"
+    lone.delete(path)
+    lone.put(path, encode_manifest_file(mf.manifest, mf.indices, mf.transaction))
+    u = str(uuid.uuid4())
+    started = time.monotonic()
+    result = commit(
+        lone,
+        Transaction(base.version, Append([frag(u)]), uuid=u),
+        base=base,
+        retry_policy=RetryPolicy(host_carrier=True),
+    )
+    assert time.monotonic() - started < MIN_PATIENCE
+    assert result.attempts == 2
+    assert not result.carried
+    assert hosted(lone.uri) is None
+
+
+def test_only_an_offer_of_another_process_makes_a_lost_race_host_a_carrier() -> None:
+    """``_foreign_offer``: an offer this process posted (another thread's) or none is not
+    a reason to host; one it did not post, read or carried by a version read, is."""
+    store = ObjectStore()
+    mine = Transaction(1, Append([frag("mine")]))
+    neighbour = Transaction(1, Append([frag("neighbour")]))
+    stranger = Transaction(1, Append([frag("stranger")]))
+
+    def state(**kw: Any) -> _State:
+        return _State(
+            handler=commit_handler_for(store),
+            original=mine,
+            txn=mine,
+            options=ConflictOptions(),
+            checked_up_to=1,
+            **kw,
+        )
+
+    posting = Posting(store, neighbour, 1 + OFFER_WINDOW, "base")  # posted by this process
+    posting.wait_written(2)
+    posted = Offer("n", 1 + OFFER_WINDOW, neighbour)
+    foreign = Offer("s", 1 + OFFER_WINDOW, stranger)
+    assert not commit_module._foreign_offer(state())
+    assert not commit_module._foreign_offer(state(offers={"n": posted}))
+    assert not commit_module._foreign_offer(state(offers={"m": Offer("m", 9, mine)}))
+    assert commit_module._foreign_offer(state(offers={"n": posted, "s": foreign}))
+    # a version read that carried another process's offer
+    carried_by_winner = transaction_to_proto(carrying(neighbour, [stranger]))
+    assert commit_module._foreign_offer(state(transactions={2: carried_by_winner}))
+    own_carried = transaction_to_proto(carrying(stranger, [neighbour]))
+    assert not commit_module._foreign_offer(state(transactions={2: own_carried}))

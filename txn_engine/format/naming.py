@@ -24,7 +24,7 @@ import enum
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
@@ -44,6 +44,7 @@ __all__ = [
     "beacon_expiry",
     "beacon_name",
     "carrier_beacon",
+    "live_beacons",
     "detached_manifest_name",
     "detect_scheme",
     "forget_beacon",
@@ -157,7 +158,7 @@ def detect_scheme(names: Sequence[str]) -> NamingScheme | None:
 #: names there, beside its own ``latest_version_hint.json``), and first in a listing in byte
 #: order ('.' sorts before digits), so every listing of the versions shows it.
 BEACON_PREFIX = ".txn-engine-carrier-"
-_BEACON = r"\.txn-engine-carrier-([0-9]{20})-[0-9a-f]{32}"
+_BEACON = r"\.txn-engine-carrier-([0-9]{20})-([0-9a-f]{32})"
 _BEACON_NAME = re.compile(_BEACON, re.ASCII)
 #: beacon names in a listing joined by NULs (as :func:`scan_versions` joins it)
 _BEACONS = re.compile(rf"(?<=\x00){_BEACON}(?=\x00)", re.ASCII)
@@ -178,6 +179,20 @@ def beacon_expiry(name: str) -> int | None:
     """The expiry (Unix ms) of a beacon's name; None for any other name."""
     found = _BEACON_NAME.fullmatch(name)
     return int(found.group(1)) if found else None
+
+
+def live_beacons(uri: str, names: Iterable[str]) -> list[tuple[int, str]]:
+    """The ``(expiry ms, token)`` of the beacons among ``names`` that are live: not expired,
+    and not discredited in this process by a vain wait (:func:`forget_beacon`)."""
+    now_ms = time.time() * 1000
+    with _beacons_lock:
+        floor = _discredited.get(uri, 0)
+    found = (_BEACON_NAME.fullmatch(name) for name in names)
+    return [
+        (int(m.group(1)), m.group(2))
+        for m in found
+        if m is not None and int(m.group(1)) > max(now_ms, floor)
+    ]
 
 
 def _note_beacons(uri: str, text: str) -> tuple[str, ...]:

@@ -94,6 +94,8 @@ POLICIES: dict[str, Callable[[], RetryPolicy]] = {
     # the default policy with a txn_engine.Carrier running for the table in the benchmark's
     # own process (the writers are told nothing: they see its beacon)
     "carrier": RetryPolicy,
+    # the default before writers hosted a carrier themselves: every writer races
+    "racing": lambda: RetryPolicy(host_carrier=False),
 }
 REPO = Path(__file__).resolve().parents[1]
 ALL_STORES = ("s3", "azure", "gcs", "local")
@@ -871,7 +873,7 @@ def run(
             if compare_backoff and store.delay_ms:
                 previous = [
                     row
-                    for policy in ("no-offers", "late-offers", "unranked", "carrier")
+                    for policy in ("no-offers", "late-offers", "unranked", "racing", "carrier")
                     for row in contention(
                         store,
                         [n for n in sizes.procs if n >= 4] or list(sizes.procs),
@@ -918,9 +920,11 @@ def _slug(name: str) -> str:
 
 
 def plot_tail(results: dict[str, Any], path: Path) -> bool:
-    """p99 - p50 of txn_engine's contended cells on the delayed stores, the default beside
-    a carrier (``--compare-backoff``), in round trips (the store's measured conditional
-    PUT); False (nothing drawn) when no store has both."""
+    """p99 - p50 of txn_engine's contended cells on the delayed stores, in round trips (the
+    store's measured conditional PUT): with no carrier (``racing``), the default (writers
+    host one) and a carrier started for the run (``carrier``), those of them measured
+    (``--compare-backoff``); False (nothing drawn) when no store has the default and a
+    carrier."""
     stores = []
     for entry in results["stores"]:
         rows = {
@@ -940,7 +944,17 @@ def plot_tail(results: dict[str, Any], path: Path) -> bool:
     for ax, (entry, rows, cells) in zip(axes if len(stores) > 1 else [axes], stores, strict=True):
         rt = entry["floor"]["put_if_absent_ms"]
         xs = range(len(cells))
-        for k, (policy, label) in enumerate((("default", "default"), ("carrier", "carrier"))):
+        series = [
+            (policy, label)
+            for policy, label in (
+                ("racing", "no carrier (host_carrier=False)"),
+                ("default", "default (writers host one)"),
+                ("carrier", "a carrier started"),
+            )
+            if all((policy, n, rv) in rows for n, rv in cells)
+        ]
+        width = 0.8 / len(series)
+        for k, (policy, label) in enumerate(series):
             tails = [
                 (
                     rows[(policy, n, rv)]["txn_engine"]["p99_ms"]
@@ -949,14 +963,15 @@ def plot_tail(results: dict[str, Any], path: Path) -> bool:
                 / rt
                 for n, rv in cells
             ]
-            ax.bar([x + (k - 0.5) * 0.38 for x in xs], tails, width=0.38, label=label)
+            offset = (k - (len(series) - 1) / 2) * width
+            ax.bar([x + offset for x in xs], tails, width=width, label=label)
         ax.set_xticks(list(xs), [f"{n} {rv}" for n, rv in cells])
         ax.set_title(f"{entry['store']} (round trip {rt:.0f} ms)")
         ax.grid(True, axis="y", alpha=0.3)
     first = axes[0] if len(stores) > 1 else axes
     first.set_ylabel("p99 - p50, in round trips")
     first.legend(fontsize=8)
-    fig.suptitle("The contention tail of txn_engine: default against a running carrier")
+    fig.suptitle("The contention tail of txn_engine: p99 - p50 per schedule")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

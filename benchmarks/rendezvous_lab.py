@@ -29,6 +29,9 @@ from typing import Any
 
 import txn_engine as te
 from benchmarks import object_stores as ob
+from txn_engine.format.io import read_transaction_and_manifest
+from txn_engine.format.naming import list_versions
+from txn_engine.offers import CARRIER_KEY
 
 _START: Any = None
 _DONE: Any = None
@@ -68,11 +71,23 @@ def _writer(args: tuple[ob.Store, str, int, int, str, bool, bool]) -> dict[str, 
     return out
 
 
+def _carrier_versions(store: ob.Store, uri: str, since: int) -> int:
+    """How many versions after ``since`` a carrier created (their transactions say so)."""
+    storage = ob._storage(store, uri)
+    count = 0
+    for entry in list_versions(storage):
+        if entry.version > since:
+            pb, _ = read_transaction_and_manifest(storage, entry, None)
+            count += CARRIER_KEY in pb.transaction_properties
+    return count
+
+
 #: The lab's modes: (a carrier runs, the writers' policy in ``object_stores.POLICIES``).
 MODES = {
     "carrier": (True, "wait-for-carrier"),  # writers told of it: none races it
     "seen": (True, "default"),  # writers not told: they wait once they read its versions
-    "default": (False, "default"),  # no carrier: writers race
+    "default": (False, "default"),  # no carrier started: writers host one when they race
+    "racing": (False, "racing"),  # no carrier, none hosted: writers race
     # ``hosts`` of the writer processes each run a carrier thread of their own (not run by
     # default: a measurement of carriers inside the writers, docs/performance.md)
     "hosted": (False, "default"),
@@ -107,8 +122,10 @@ def run_lab(
                     chunksize=1,
                 )
                 done.set()
-                carrier_versions = carrier.get() if carrier is not None else 0
-                carrier_versions += sum(res["carrier_versions"] for res in results)
+                if carrier is not None:
+                    carrier.get()
+            # read from the table: carriers hosted by the writers report to no one
+            carrier_versions = _carrier_versions(store, uri, rv)
             lat = sorted(1000 * x for res in results for x in res["latencies"])
             landed = ob._fragment_count(store, uri) - before
             row: dict[str, Any] = {

@@ -75,17 +75,20 @@ def test_rendezvous_lab_accounts_for_every_commit(tmp_path: Path) -> None:
     from benchmarks.rendezvous_lab import main as lab_main
 
     args = ["--store", "s3", "--delay-ms", "5", "--writers", "2", "--commits", "2"]
-    assert lab_main([*args, "--runs", "1", "--out", str(tmp_path)]) == 0
-    carried, seen, default = json.loads((tmp_path / "rendezvous_lab.json").read_text())
-    assert (carried["mode"], seen["mode"], default["mode"]) == ("carrier", "seen", "default")
-    for row in (carried, seen, default):
+    modes = ["--modes", "carrier,seen,default,racing"]
+    assert lab_main([*args, *modes, "--runs", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "rendezvous_lab.json").read_text())
+    carried, racing = rows[0], rows[3]
+    assert [r["mode"] for r in rows] == ["carrier", "seen", "default", "racing"]
+    for row in rows:
         assert row["store"] == "s3+5ms"
         assert row["commits"] == 4
         assert row["failures"] == 0
         assert row["unaccounted"] == 0  # fragments added = acknowledged commits
         assert row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
-    assert default["carrier_versions"] == 0
-    assert 1 <= carried["carrier_versions"] <= carried["versions"]
+        assert 0 <= row["carrier_versions"] <= row["versions"]  # read from the table
+    assert racing["carrier_versions"] == 0  # none started, none hosted
+    assert carried["carrier_versions"] >= 1
     # hosted: a carrier thread in one of the two writer processes
     assert (
         lab_main(
@@ -134,3 +137,8 @@ def test_the_tail_plot_draws_the_default_beside_the_carrier(tmp_path: Path) -> N
     assert not out.exists()  # no carrier row: nothing to compare
     assert plot_tail({"stores": [store, {"store": "local", "floor": {}}]}, out)
     assert out.stat().st_size > 1000
+    # with the racing schedule beside them: three bars per cell
+    racing = {**store, "backoff": [*store["backoff"], row("racing", 8, "fresh", 450, 900)]}
+    three = tmp_path / "three.png"
+    assert plot_tail({"stores": [racing]}, three)
+    assert three.stat().st_size > out.stat().st_size  # one more series drawn

@@ -365,6 +365,8 @@ def host(
         running = _hosts.get(storage.uri)
         if running is not None and running.running:
             return False
+        for uri in [u for u, c in _hosts.items() if not c.running]:
+            del _hosts[uri]  # stopped ones are not kept (a process may touch many tables)
         carrier = Carrier(storage, idle_seconds=HOST_IDLE_SECONDS)
         carrier.hosted = True
         carrier._first_base = base

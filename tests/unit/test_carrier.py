@@ -842,3 +842,17 @@ def test_only_an_offer_of_another_process_makes_a_lost_race_host_a_carrier() -> 
     assert commit_module._foreign_offer(state(transactions={2: carried_by_winner}))
     own_carried = transaction_to_proto(carrying(stranger, [neighbour]))
     assert not commit_module._foreign_offer(state(transactions={2: own_carried}))
+
+
+@pytest.mark.usefixtures("quick_hosts", "foreign_offers")
+def test_a_process_keeps_no_stopped_hosted_carrier() -> None:
+    """A process that touches many tables does not keep a carrier per table: a stopped
+    one is dropped when the next is hosted."""
+    first, second = table(), table()
+    lose_a_race(first, RetryPolicy(host_carrier=True))
+    old = hosted(first.uri)
+    assert old is not None
+    old.close()
+    lose_a_race(second, RetryPolicy(host_carrier=True))
+    assert hosted(first.uri) is None
+    assert hosted(second.uri) is not None

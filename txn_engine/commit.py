@@ -782,6 +782,7 @@ def commit(
                 hosting(state.storage.uri)
                 or (
                     not carrier_lately(state.storage.uri)
+                    and budget.attempt_seconds() >= HOST_MIN_ATTEMPT_SECONDS
                     and (_foreign_winner(state) or _foreign_offer(state))
                 )
             ):
@@ -954,6 +955,13 @@ def _foreign_offer(state: _State) -> bool:
         if pb is not None
         for u in carried_uuids(pb)
     )
+
+
+#: A lost attempt hosts a carrier only if it took at least this long (seconds): where a
+#: round trip is cheaper (a store next door, the emulators without delay), racing costs
+#: less than the carrier's coordination (offer, listings, a thread hop each way).
+#: Measured in docs/performance.md (*Carriers hosted by the writers*).
+HOST_MIN_ATTEMPT_SECONDS = 0.02
 
 
 def _foreign_winner(state: _State) -> bool:

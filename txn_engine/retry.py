@@ -296,6 +296,11 @@ class RetryBudget:
         self._attempt_started = self.policy.clock()
         return self.attempts
 
+    def attempt_seconds(self) -> float:
+        """How long the attempt in progress (or the last one) has taken so far."""
+        started = self._attempt_started if self._attempt_started is not None else self.started
+        return self.policy.clock() - started
+
     def exhausted_reason(self) -> str | None:
         """Why no further attempt may start (``None`` if one may)."""
         p = self.policy

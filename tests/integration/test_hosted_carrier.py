@@ -57,9 +57,13 @@ def _beacons(storage: Any) -> list[tuple[int, str]]:
 
 
 def test_contending_writer_processes_host_one_carrier_and_take_it_down_on_exit(
-    moto_server: Any,
+    moto_server: Any, request: pytest.FixtureRequest
 ) -> None:
-    opts = moto_server.lance_options()
+    # 25 ms per request, as on a store over a network (a lost race hosts a carrier only
+    # when an attempt takes a network round trip: commit.HOST_MIN_ATTEMPT_SECONDS)
+    proxy = emu.LoopbackProxy(moto_server.endpoint, delay=0.025)
+    request.addfinalizer(proxy.stop)
+    opts = {**moto_server.lance_options(), "aws_endpoint": proxy.endpoint}
     uri = moto_server.uri(emu.unique_name("hosted"))
     lance.write_dataset(pa.table({"a": pa.array([0], pa.int64())}), uri, storage_options=opts)
     storage = open_storage(uri, opts)

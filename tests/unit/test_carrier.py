@@ -530,6 +530,7 @@ def quick_hosts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     process, no offer is another process's)."""
     monkeypatch.setattr(carrier_module, "HOST_IDLE_SECONDS", 0.4)
     monkeypatch.setattr(commit_module, "_foreign_offer", lambda state: True)
+    monkeypatch.setattr(commit_module, "HOST_MIN_ATTEMPT_SECONDS", 0.0)  # memory is fast
     yield
     with carrier_module._hosts_lock:
         carriers = list(carrier_module._hosts.values())
@@ -856,3 +857,17 @@ def test_a_process_keeps_no_stopped_hosted_carrier() -> None:
     lose_a_race(second, RetryPolicy(host_carrier=True))
     assert hosted(first.uri) is None
     assert hosted(second.uri) is not None
+
+
+@pytest.mark.usefixtures("quick_hosts")
+def test_a_race_lost_in_less_than_a_network_round_trip_hosts_no_carrier(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where an attempt is quicker than HOST_MIN_ATTEMPT_SECONDS (a store next door),
+    racing costs less than a carrier's coordination: a lost race hosts none."""
+    monkeypatch.setattr(commit_module, "HOST_MIN_ATTEMPT_SECONDS", 10.0)
+    store = table()
+    result = lose_a_race(store, RetryPolicy(host_carrier=True))
+    assert hosted(store.uri) is None
+    assert not result.carried
+    assert result.attempts == 2

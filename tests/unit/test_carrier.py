@@ -736,6 +736,7 @@ def test_a_hosted_carrier_that_carries_only_its_own_processs_offers_stops(
     carrying only offers this process posted make it leave (the other processes' writers
     stopped contending; this process's writers then create their own versions, one create
     each, instead of waiting)."""
+    monkeypatch.setattr(carrier_module, "HOST_IDLE_SECONDS", 30.0)  # only the lonely rule
     store = table()
     first: list[str] = []
     real = carrier_module.ours
@@ -758,7 +759,9 @@ def test_a_hosted_carrier_that_carries_only_its_own_processs_offers_stops(
     assert alone.attempts == 1
 
 
-def test_only_a_txn_engine_version_of_another_process_is_a_foreign_winner() -> None:
+def test_only_a_txn_engine_version_of_another_process_is_a_foreign_winner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """``_foreign_winner``: the version a commit just lost to, its manifest read back, was
     written by txn_engine (its writer library) in another process (its transaction's uuid
     is not this process's). A version pylance wrote, or one of this process, is not."""
@@ -787,7 +790,9 @@ def test_only_a_txn_engine_version_of_another_process_is_a_foreign_winner() -> N
     assert not lost_to(encode_manifest_file(mf.manifest, mf.indices, mf.transaction))
     note_ours(winner.uuid)  # this process's own
     assert not lost_to(data)
-    # a commit that lost to pylance alone hosts no carrier and does not wait
+    # a commit that lost to pylance alone hosts no carrier and does not wait (however
+    # long its attempt took)
+    monkeypatch.setattr(commit_module, "HOST_MIN_ATTEMPT_SECONDS", 0.0)
     lone = table()
     base = Dataset.open(lone)
     commit(lone, Transaction(base.version, Append([frag("w")])))
@@ -871,3 +876,25 @@ def test_a_race_lost_in_less_than_a_network_round_trip_hosts_no_carrier(
     assert hosted(store.uri) is None
     assert not result.carried
     assert result.attempts == 2
+
+
+def test_a_carrier_goes_on_from_the_manifest_it_wrote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a version of its own the carrier does not read that version back: its next
+    base is decoded from the bytes it created (one GET per carried version less)."""
+    reads: list[int] = []
+    real_at = carrier_module._at
+
+    def counted(storage: Any, version: int, scheme: Any) -> Dataset:
+        reads.append(version)
+        return real_at(storage, version, scheme)
+
+    monkeypatch.setattr(carrier_module, "_at", counted)
+    store = table()
+    with Carrier(store) as carrier:
+        wait_for_beacon(store)
+        for _ in range(3):
+            _, result = append(store)
+            assert result.carried
+    assert carrier.error is None
+    assert len(carrier.versions) == 3
+    assert not set(carrier.versions) & set(reads)  # none of its own versions read back

@@ -101,7 +101,7 @@ def test_a_partial_listing_holds_every_version_the_commit_loop_asks_for(
 ) -> None:
     """On a store that lists in byte order (memory, S3, GCS, Azure), ``scan_versions(s,
     since=n)`` stops at the first V2 name of a version <= n: it has the same latest, every
-    version >= n, the newest version below n, and nothing that a full listing lacks; with
+    version >= n, the newest version at or below n, and nothing that a full listing lacks; with
     a V1 name before its stopping point it is the full listing (mixed names refused)."""
     store = MemoryStorage()
     for name in names:
@@ -120,7 +120,9 @@ def test_a_partial_listing_holds_every_version_the_commit_loop_asks_for(
         return
     assert set(partial) <= set(full)
     assert [e for e in full if e.version >= since] == [e for e in partial if e.version >= since]
-    below = [e for e in full if e.version < since]
-    if below and full[-1].scheme is NamingScheme.V2:
-        assert below[-1] in partial
+    # where it stopped: the newest version at or below n (the newest below n when n is
+    # not there; n itself when it is, and nothing older is needed then)
+    at_or_below = [e for e in full if e.version <= since]
+    if at_or_below and full[-1].scheme is NamingScheme.V2:
+        assert at_or_below[-1] in partial
     assert (partial[-1] if partial else None) == (full[-1] if full else None)

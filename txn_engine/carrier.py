@@ -68,6 +68,8 @@ from txn_engine.format.naming import (
 )
 from txn_engine.offers import (
     CARRIER_KEY,
+    Offer,
+    OfferScan,
     carried_uuids,
     ours,
     peek,
@@ -143,6 +145,8 @@ class Carrier:
         self._looked = threading.Event()
         self._first_base: Dataset | None = None
         self._first_known: dict[int, transaction_pb2.Transaction | None] = {}
+        self._first_offers: dict[str, Offer] = {}
+        self._first_scan: OfferScan | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txn-engine-carrier", daemon=True)
         self._beacon = threading.Thread(
@@ -237,6 +241,9 @@ class Carrier:
         self._first_base = None
         # and knows the transactions its writer read (the offers were checked against them)
         first_known, self._first_known = self._first_known, {}
+        # and the offers it read, with its listing of them still running, if any
+        first_offers, first_scan = self._first_offers, self._first_scan
+        self._first_offers, self._first_scan = {}, None
         carried_at = time.monotonic()
         lonely = 0  # versions in a row that carried only this process's offers
         while not self._stop.is_set():
@@ -247,7 +254,8 @@ class Carrier:
             first_known = {}
             known[base.version] = base.manifest_file.transaction
             if memory is None:
-                remember(uri, known, {}, ())
+                remember(uri, known, first_offers, (), first_scan)
+                first_offers, first_scan = {}, None
             else:
                 remember(uri, known, memory.offers, memory.dead, memory.scan)
             txn = Transaction(base.version, Append(()), properties={CARRIER_KEY: "1"})
@@ -352,15 +360,18 @@ def host(
     storage: Storage,
     base: Dataset | None = None,
     known: Mapping[int, transaction_pb2.Transaction | None] | None = None,
+    offers: Mapping[str, Offer] | None = None,
+    scan: OfferScan | None = None,
 ) -> bool:
     """Start a carrier for the table at ``storage`` in this process, hosted (it steps down
     for a carrier that ranks before it and stops after :data:`HOST_IDLE_SECONDS` with
     nothing carried), unless this process's last one for the table still runs. ``base``:
     the latest version the caller knows (else the carrier reads it); ``known``: the
     transactions of the versions it read (the carrier does not read them again when it
-    checks offers against them). Returns whether one
-    was started. Called by a commit that lost a race while no carrier was seen
-    (``RetryPolicy.host_carrier``)."""
+    checks offers against them); ``offers`` and ``scan``: the offers it read and its
+    listing of them still running (the carrier's first version carries them without a
+    listing of its own). Returns whether one was started. Called by a commit that lost a
+    race while no carrier was seen (``RetryPolicy.host_carrier``)."""
     with _hosts_lock:
         running = _hosts.get(storage.uri)
         if running is not None and running.running:
@@ -371,6 +382,8 @@ def host(
         carrier.hosted = True
         carrier._first_base = base
         carrier._first_known = dict(known or {})
+        carrier._first_offers = dict(offers or {})
+        carrier._first_scan = scan
         carrier._token = _hosted_token()
         _hosts[storage.uri] = carrier.start()
         return True

@@ -788,7 +788,14 @@ def commit(
             ):
                 # lost to txn_engine writers of other processes, and no carrier seen: one
                 # starts here, and this commit (its offer posted) waits for it
-                host(state.storage, _known_latest(state), state.transactions)
+                if host(
+                    state.storage,
+                    _known_latest(state),
+                    state.transactions,
+                    state.offers,
+                    state.scan,
+                ):
+                    state.scan = None  # the carrier's now: this commit waits, reads no offers
                 state.carrier_seen_at = budget.policy.clock()
             if state.prefetched is not None and budget.chase(ranked=_ranked(state)):
                 continue  # the winner is known: retry on it at once (after its rank)

@@ -142,6 +142,7 @@ class Carrier:
         # the beacon's token ranks the carriers of a table (in byte order): "0..." (started
         # as a carrier) before any hosted one's (:func:`_hosted_token`)
         self._token = "0" + secrets.token_hex(16)[1:]
+        #: set once a hosted carrier's first look at the other beacons is done
         self._looked = threading.Event()
         self._first_base: Dataset | None = None
         self._first_known: dict[int, transaction_pb2.Transaction | None] = {}
@@ -295,13 +296,11 @@ class Carrier:
                 self._look(listing.beacons)
                 if listing.latest is not None:
                     newest = max(newest, listing.latest.version)
-            if newest != base.version:
-                with contextlib.suppress(TxnEngineError):  # unread: read again below
-                    found.append(_at(self.storage, newest, base.naming_scheme))
-                if not found:
-                    found.append(self._reopen())
-            else:
+            if newest == base.version:
                 found.append(base)
+                return
+            with contextlib.suppress(TxnEngineError):  # unread: the latest is read below
+                found.append(_at(self.storage, newest, base.naming_scheme))
 
         lister = threading.Thread(target=latest, name="txn-engine-carrier-list", daemon=True)
         lister.start()
@@ -309,8 +308,8 @@ class Carrier:
         if memory is not None and memory.scan is not None:
             memory.scan.wait(_SCAN_WAIT_SECONDS)
         lister.join()
-        if not found:  # the latest could not be read: the error ends the carrier
-            return self._reopen()
+        if not found:  # the newest could not be read: the latest, read again (an error
+            return self._reopen()  # there ends the carrier)
         return found[0]
 
     def _reopen(self) -> Dataset:

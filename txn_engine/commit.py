@@ -971,38 +971,39 @@ def _foreign_offer(state: _State) -> bool:
 HOST_MIN_ATTEMPT_SECONDS = 0.02
 
 
-def _foreign_winner(state: _State) -> bool:
-    """Whether the version this commit just lost to (its manifest at hand: read back from
-    the create it lost) was written by a txn_engine writer of another process: a writer
-    that makes offers, which a carrier would carry too (pylance's versions say "lance")."""
+def _latest_at_hand(state: _State) -> tuple[VersionEntry, ManifestFile] | None:
+    """The latest version this lost attempt listed, with its manifest when it is at hand
+    (read back from the create it lost, or read for the checks; never read here)."""
     listing = state.prefetched or state.listing
     latest = listing.latest if listing else None
     if latest is None or not (latest.version in state.manifests or latest.version in state.raw):
-        return False
+        return None
     try:
-        mf = state.manifest(latest.version)
-    except TxnEngineError:
+        return latest, state.manifest(latest.version)
+    except TxnEngineError:  # an unreadable winner: nothing at hand
+        return None
+
+
+def _foreign_winner(state: _State) -> bool:
+    """Whether the version this commit just lost to (its manifest at hand) was written by a
+    txn_engine writer of another process: a writer that makes offers, which a carrier would
+    carry too (pylance's versions say "lance")."""
+    at_hand = _latest_at_hand(state)
+    if at_hand is None:
         return False
-    pb = mf.transaction
+    mf = at_hand[1]
     return (
         mf.manifest.writer_version.library == WRITER_LIBRARY
-        and pb is not None
-        and not ours(pb.uuid)
+        and mf.transaction is not None
+        and not ours(mf.transaction.uuid)
     )
 
 
 def _known_latest(state: _State) -> Dataset | None:
-    """The latest version as this lost attempt read it, when its manifest is at hand (read
-    back from the create it lost, or read for the checks): a carrier hosted now starts
-    from it without a read. None otherwise."""
-    listing = state.prefetched or state.listing
-    latest = listing.latest if listing else None
-    if latest is None or not (latest.version in state.manifests or latest.version in state.raw):
-        return None
-    try:
-        return Dataset(state.storage, latest, state.manifest(latest.version))
-    except TxnEngineError:  # an unreadable winner: the carrier reads the latest itself
-        return None
+    """The latest version as this lost attempt read it, when its manifest is at hand: a
+    carrier hosted now starts from it without a read (else it reads the latest itself)."""
+    at_hand = _latest_at_hand(state)
+    return None if at_hand is None else Dataset(state.storage, *at_hand)
 
 
 def _may_host(state: _State, policy: RetryPolicy) -> bool:

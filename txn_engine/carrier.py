@@ -53,9 +53,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from txn_engine._proto import transaction_pb2
-from txn_engine.errors import TxnEngineError
+from txn_engine.errors import ObjectNotFoundError, TxnEngineError
 from txn_engine.format.io import read_manifest_entry
-from txn_engine.format.manifest_file import decode_manifest_file
+from txn_engine.format.manifest_file import MAX_MANIFEST_BYTES, decode_manifest_file
 from txn_engine.format.naming import (
     U64_MAX,
     VERSIONS_DIR,
@@ -77,7 +77,7 @@ from txn_engine.offers import (
     remember,
 )
 from txn_engine.storage import open_storage
-from txn_engine.storage.base import Storage
+from txn_engine.storage.base import Storage, get_bounded
 
 if TYPE_CHECKING:
     from txn_engine.dataset import Dataset
@@ -109,6 +109,13 @@ HOST_IDLE_SECONDS = 5.0
 #: of its own process: the writers of other processes have stopped contending, and its
 #: own would otherwise wait for it on every commit instead of creating their own versions.
 HOST_LONELY_VERSIONS = 4
+
+#: A writer waiting for a carrier, and a carrier waiting for offers, list the versions on
+#: every this many looks; the others read the next version by its name: one GET however
+#: long the history, where a listing's page grows with it (S3 pages hold 1,000 names).
+#: The listings keep the beacons in view (a carrier that stopped ends the writers' wait; a
+#: hosted carrier steps down for one that ranks before it).
+POLL_LIST_EVERY = 4
 
 
 class Carrier:
@@ -148,6 +155,7 @@ class Carrier:
         self._first_known: dict[int, transaction_pb2.Transaction | None] = {}
         self._first_offers: dict[str, Offer] = {}
         self._first_scan: OfferScan | None = None
+        self._waits = 0  # waits for offers (every few of them lists the versions)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txn-engine-carrier", daemon=True)
         self._beacon = threading.Thread(
@@ -288,14 +296,27 @@ class Carrier:
         checked against newer versions need a newer base), so that the next commit starts
         as soon as both are in."""
         found: list[Dataset] = []
+        self._waits += 1
+        probe = self._waits % POLL_LIST_EVERY != 0
 
         def latest() -> None:
             newest = checked
-            with contextlib.suppress(TxnEngineError):  # no listing: the base stays
-                listing = scan_versions(self.storage, since=checked)
-                self._look(listing.beacons)
-                if listing.latest is not None:
-                    newest = max(newest, listing.latest.version)
+            listed = not probe
+            if probe:  # most waits read the next version by its name: one GET
+                try:
+                    next_one = _probe(self.storage, checked + 1, base.naming_scheme)
+                except TxnEngineError:
+                    listed = True  # the listing decides
+                else:
+                    if next_one is not None:
+                        found.append(next_one)
+                        return
+            if listed:
+                with contextlib.suppress(TxnEngineError):  # no listing: the base stays
+                    listing = scan_versions(self.storage, since=checked)
+                    self._look(listing.beacons)
+                    if listing.latest is not None:
+                        newest = max(newest, listing.latest.version)
             if newest == base.version:
                 found.append(base)
                 return
@@ -331,8 +352,37 @@ def _created(storage: Storage, version: int, scheme: NamingScheme) -> Dataset:
     data = created_here(storage.uri, version)
     if data is None:
         return _at(storage, version, scheme)
+    with _published_lock:
+        _published[storage.uri] = (version, data)
     entry = VersionEntry(version, manifest_name(version, scheme), scheme)
     what = f"{storage.uri} version {version}"
+    return Dataset(storage, entry, decode_manifest_file(data, what=what))
+
+
+#: the last version a carrier of this process created, per table: its manifest file
+_published: dict[str, tuple[int, bytes]] = {}
+_published_lock = threading.Lock()
+
+
+def carried_here(uri: str, version: int) -> bytes | None:
+    """The manifest file of ``version`` of table ``uri`` when it is the last version a
+    carrier of this process created (its writers waiting for it need no read), else None."""
+    with _published_lock:
+        found = _published.get(uri)
+    return found[1] if found is not None and found[0] == version else None
+
+
+def _probe(storage: Storage, version: int, scheme: NamingScheme) -> Dataset | None:
+    """The dataset at ``version`` read by its name with one GET, None when it does not
+    exist (yet: versions are created in order, so neither does any newer one)."""
+    from txn_engine.dataset import Dataset
+
+    entry = VersionEntry(version, manifest_name(version, scheme), scheme)
+    what = f"{storage.uri} version {version}"
+    try:
+        data = get_bounded(storage, entry.path, MAX_MANIFEST_BYTES)
+    except ObjectNotFoundError:
+        return None
     return Dataset(storage, entry, decode_manifest_file(data, what=what))
 
 

@@ -72,7 +72,7 @@ import attrs
 
 from txn_engine._proto import transaction_pb2
 from txn_engine.builder import WRITER_LIBRARY, ManifestState, build_manifest, validate
-from txn_engine.carrier import host, hosting
+from txn_engine.carrier import POLL_LIST_EVERY, carried_here, host, hosting
 from txn_engine.codec import operation_kind_of, transaction_from_proto, transaction_to_proto
 from txn_engine.conflicts.detect import (
     Conflict,
@@ -276,6 +276,8 @@ class _State:
     #: a guard listing that already shows the version a lost create wanted: the next
     #: attempt starts from it instead of listing again
     prefetched: VersionListing | None = None
+    #: polls made while deferring to a carrier (every few of them is a listing)
+    polls: int = 0
     #: the create was lost in a race (not merely from a stale base): the retry on the
     #: winner waits its rank (``RetryPolicy.chase_ranks``)
     raced: bool = False
@@ -1037,7 +1039,7 @@ def _poll(state: _State, budget: RetryBudget) -> CommitResult | None:
     when nothing new appeared (the listing itself is the round trip on an object store)."""
     before = state.checked_up_to
     uri = state.storage.uri
-    found = _attempt(state, budget, None, create=False)
+    found = None if _probed_nothing(state) else _attempt(state, budget, None, create=False)
     if found is not None:  # no create was made for it here: the attempts are the earlier ones
         return attrs.evolve(found, attempts=budget.attempts)
     if budget.policy.wait_for_carrier is None and not (carrier_beacon(uri) or hosting(uri)):
@@ -1050,6 +1052,45 @@ def _poll(state: _State, budget: RetryBudget) -> CommitResult | None:
     if state.checked_up_to == before:
         budget.policy.sleep(_POLL_PAUSE)  # the listing paces the polls on an object store
     return None
+
+
+def _probed_nothing(state: _State) -> bool:
+    """A poll that reads the next version by its name: True when it is not there yet
+    (nothing new), False when the attempt's checks should run on it (read, or created by
+    a carrier of this process: no read, and added to the last listing), or on a listing.
+    Every :data:`~txn_engine.carrier.POLL_LIST_EVERY` polls a listing runs beside the
+    read (it keeps the beacons in view) and is used when the read found nothing. Only
+    where the listing is the list of versions (``state.guarded``), its scheme known."""
+    state.polls += 1
+    listing = state.listing
+    if not state.guarded or listing is None or listing.scheme is None:
+        return False
+    version = state.checked_up_to + 1
+    data = carried_here(state.storage.uri, version)
+    lister = None
+    if data is None:
+        if state.polls % POLL_LIST_EVERY == 0:
+            lister = _Guard(state.storage, since=_oldest_needed(state))
+        path = f"_versions/{manifest_name(version, listing.scheme)}"
+        try:
+            data = get_bounded(state.storage, path, MAX_MANIFEST_BYTES)
+        except ObjectNotFoundError:
+            pass
+        except StorageError:
+            data = None
+            if lister is None:
+                return False  # a listing decides
+    if data is not None:
+        state.raw[version] = data
+        state.prefetched = listing.with_version(version)
+        return False
+    if lister is None:
+        return True
+    listed = lister.result()
+    if listed is None:
+        return True  # no listing either: the next poll reads again
+    state.prefetched = listed
+    return False
 
 
 #: The window of an offer that could not be looked up (the offers directory did not list).

@@ -27,11 +27,13 @@ from txn_engine.format.naming import (
     BEACON_PREFIX,
     U64_MAX,
     VERSIONS_DIR,
+    NamingScheme,
     beacon_expiry,
     beacon_name,
     carrier_beacon,
     forget_beacon,
     list_versions,
+    manifest_name,
     scan_versions,
 )
 from txn_engine.model import DataFile, Fragment, LanceField
@@ -898,3 +900,90 @@ def test_a_carrier_goes_on_from_the_manifest_it_wrote(monkeypatch: pytest.Monkey
     assert carrier.error is None
     assert len(carrier.versions) == 3
     assert not set(carrier.versions) & set(reads)  # none of its own versions read back
+
+
+class Counted(ObjectStore):
+    """Counts, per thread name, the listings of ``_versions/`` and the manifest reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lists: list[str] = []
+        self.reads: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def _note(self, where: list[Any], what: Any) -> None:
+        with self._lock:
+            where.append(what)
+
+    def list_ordered(self, prefix: str) -> Iterator[str]:
+        if prefix.rstrip("/") == VERSIONS_DIR:
+            self._note(self.lists, threading.current_thread().name)
+        return super().list_ordered(prefix)
+
+    def size(self, path: str) -> int:
+        if path.startswith(f"{VERSIONS_DIR}/") and path.endswith(".manifest"):
+            self._note(self.reads, (threading.current_thread().name, path))
+        return super().size(path)
+
+
+def counted_table() -> Counted:
+    store = Counted()
+    commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
+    return store
+
+
+def test_a_waiting_writer_reads_the_next_version_by_name_and_lists_every_few_polls() -> None:
+    """A listing's page grows with the history; a read of the next version by its name
+    does not. The writer still lists now and then (the beacons stay in view)."""
+    store = counted_table()
+    stalled = Stalled(store).start()
+    wait_for_beacon(store)
+    store.lists.clear()
+    store.reads.clear()
+    result = append(store, TOLD)[1]  # waits out its patience for a carrier that carries nothing
+    stalled.close()
+    assert not result.carried
+    writer = threading.current_thread().name
+    lists = store.lists.count(writer)
+    next_name = f"{VERSIONS_DIR}/{manifest_name(2, NamingScheme.V2)}"
+    probes = sum(1 for who, path in store.reads if who == writer and path == next_name)
+    # the opening listing, the polls' listings, and the lost race's guard listing
+    assert probes >= 8
+    assert lists <= 2 + probes // (carrier_module.POLL_LIST_EVERY - 1) + 1
+    assert probes >= 2 * (lists - 2)
+
+
+def test_a_writer_finds_the_version_its_own_processs_carrier_created_without_reading_it() -> None:
+    store = counted_table()
+    writer = threading.current_thread().name
+    read_back = 0
+    with Carrier(store) as carrier:
+        for _ in range(6):
+            base = Dataset.open(store)
+            since = len(store.reads)
+            txn = Transaction(base.version, Append([frag(str(uuid.uuid4()))]))
+            result = commit(store, txn, base=base, retry_policy=TOLD)
+            assert result.carried
+            name = f"{VERSIONS_DIR}/{manifest_name(result.version, NamingScheme.V2)}"
+            read_back += (writer, name) in store.reads[since:]
+    assert carrier.error is None
+    # its bytes are in the process (carrier.carried_here): read only if a poll's read of
+    # the next version raced the carrier's create by a moment
+    assert read_back <= 1
+
+
+def test_an_idle_carrier_reads_the_next_version_by_name_and_lists_every_few_waits() -> None:
+    store = counted_table()
+    with Carrier(store) as carrier:
+        time.sleep(0.4)
+        u, result = append(store, RetryPolicy(wait_for_carrier=False, host_carrier=False))
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and len(store.lists) < 12:
+            time.sleep(0.01)
+    assert carrier.error is None and carrier.versions == []
+    lists = store.lists.count("txn-engine-carrier-list")
+    probes = sum(1 for who, _ in store.reads if who == "txn-engine-carrier-list")
+    assert lists >= 2
+    assert probes >= (carrier_module.POLL_LIST_EVERY - 2) * lists
+    # the version a writer created beside it was found (read by its name, or listed)
+    assert any(path.endswith(manifest_name(result.version, NamingScheme.V2)) for _, path in store.reads)

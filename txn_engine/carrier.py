@@ -53,7 +53,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from txn_engine._proto import transaction_pb2
-from txn_engine.errors import ObjectNotFoundError, TxnEngineError
+from txn_engine.errors import ObjectExistsError, ObjectNotFoundError, TxnEngineError
 from txn_engine.format.io import read_manifest_entry
 from txn_engine.format.manifest_file import MAX_MANIFEST_BYTES, decode_manifest_file
 from txn_engine.format.naming import (
@@ -68,9 +68,11 @@ from txn_engine.format.naming import (
 )
 from txn_engine.offers import (
     CARRIER_KEY,
+    HOSTS_DIR,
     Offer,
     OfferScan,
     carried_uuids,
+    claim_name,
     ours,
     peek,
     private_memory,
@@ -109,6 +111,14 @@ HOST_IDLE_SECONDS = 5.0
 #: of its own process: the writers of other processes have stopped contending, and its
 #: own would otherwise wait for it on every commit instead of creating their own versions.
 HOST_LONELY_VERSIONS = 4
+
+#: How long the beacon thread waits for the claim to be decided (seconds).
+_CLAIM_WAIT_SECONDS = 10.0
+
+#: A process whose carrier yielded to another writer's claim counts as carried for this
+#: long (seconds) without listing the elected carrier's beacon: its beacon is written one
+#: round trip after its claim.
+CLAIM_GRACE_SECONDS = 0.3
 
 #: A writer waiting for a carrier, and a carrier waiting for offers, list the versions on
 #: every this many looks; the others read the next version by its name: one GET however
@@ -155,6 +165,11 @@ class Carrier:
         self._first_known: dict[int, transaction_pb2.Transaction | None] = {}
         self._first_offers: dict[str, Offer] = {}
         self._first_scan: OfferScan | None = None
+        #: a hosted carrier's claim (:data:`HOSTS_DIR`), decided before it does anything
+        self._claim: str | None = None
+        self._claimed = threading.Event()
+        #: when it yielded to another writer's claim (time.monotonic), if it did
+        self.yielded_at: float | None = None
         self._waits = 0  # waits for offers (every few of them lists the versions)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txn-engine-carrier", daemon=True)
@@ -197,7 +212,9 @@ class Carrier:
         told. A new beacon every third of its life; removed on close (an expired one left
         behind by a crash means nothing, and cleanup removes it)."""
         current: str | None = None
-        while self._thread.is_alive():
+        if self._claim is not None:
+            self._claimed.wait(_CLAIM_WAIT_SECONDS)
+        while self._thread.is_alive() and not self._stop.is_set():
             expires_ms = int((time.time() + BEACON_SECONDS) * 1000)
             name = f"{VERSIONS_DIR}/{beacon_name(expires_ms, self._token)}"
             try:
@@ -227,13 +244,39 @@ class Carrier:
             self.stepped_down = True
             self._stop.set()
 
-    def _run(self) -> None:
+    def _take_claim(self) -> bool:
+        """A hosted carrier claims the hosting for the version its writer lost to: False
+        when another writer's carrier claimed it first (this one yields at once). A claim
+        that cannot be written is not a reason to yield (the beacons still rank them)."""
+        assert self._claim is not None
         try:
+            self.storage.put_if_absent(self._claim, self._token.encode())
+        except ObjectExistsError:
+            self.yielded_at = time.monotonic()
+            self.stepped_down = True
+            return False
+        except TxnEngineError:
+            self._claim = None
+            return True
+        finally:
+            self._claimed.set()
+        return True
+
+    def _run(self) -> None:
+        claimed = False
+        try:
+            if self._claim is not None:
+                if not self._take_claim():
+                    return
+                claimed = self._claim is not None
             self._serve()
         except BaseException as exc:  # the writers race on without a carrier
             self.error = exc
         finally:
             self._stop.set()  # the beacon comes down now, not at its next renewal
+            if claimed and self._claim is not None:
+                with contextlib.suppress(TxnEngineError):
+                    self.storage.delete(self._claim)
 
     def _serve(self) -> None:
         from txn_engine.commit import NothingToCarry, commit
@@ -423,7 +466,7 @@ def host(
     race while no carrier was seen (``RetryPolicy.host_carrier``)."""
     with _hosts_lock:
         running = _hosts.get(storage.uri)
-        if running is not None and running.running:
+        if running is not None and (running.running or _yielded_lately(running)):
             return False
         for uri in [u for u, c in _hosts.items() if not c.running]:
             del _hosts[uri]  # stopped ones are not kept (a process may touch many tables)
@@ -434,6 +477,8 @@ def host(
         carrier._first_offers = dict(offers or {})
         carrier._first_scan = scan
         carrier._token = _hosted_token()
+        if base is not None:
+            carrier._claim = f"{HOSTS_DIR}/{claim_name(base.version)}"
         _hosts[storage.uri] = carrier.start()
         return True
 
@@ -448,7 +493,15 @@ def hosting(uri: str) -> bool:
     """Whether this process's hosted carrier for table ``uri`` runs (it has not stopped or
     stepped down): its writers may wait for it before its beacon is listed."""
     carrier = hosted(uri)
-    return carrier is not None and carrier.running and not carrier.stepped_down
+    if carrier is None:
+        return False
+    return (carrier.running and not carrier.stepped_down) or _yielded_lately(carrier)
+
+
+def _yielded_lately(carrier: Carrier) -> bool:
+    """Whether ``carrier`` yielded to another writer's claim within the grace."""
+    at = carrier.yielded_at
+    return at is not None and time.monotonic() - at < CLAIM_GRACE_SECONDS
 
 
 def _close_hosts() -> None:

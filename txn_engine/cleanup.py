@@ -73,7 +73,7 @@ from txn_engine.format.naming import (
     scan_versions,
 )
 from txn_engine.lease import CLEANING_DIR, LeaseInfo, read_leases
-from txn_engine.offers import OFFERS_DIR, parse_offer_name
+from txn_engine.offers import HOSTS_DIR, OFFERS_DIR, parse_claim_name, parse_offer_name
 from txn_engine.storage import open_storage
 from txn_engine.storage._files import is_staging_name
 from txn_engine.storage.base import Storage
@@ -575,8 +575,10 @@ class PlannedDelete:
     """One object cleanup deletes, and why: ``"manifest"`` (a removed version),
     ``"old-version"`` (referenced only by removed versions), ``"orphan"`` (referenced by no
     manifest, older than the retention), ``"lease"`` (an expired lease object),
-    ``"offer"`` (an offer whose window has passed) or ``"beacon"`` (an expired carrier's
-    beacon in ``_versions/``, :func:`txn_engine.format.naming.beacon_name`)."""
+    ``"offer"`` (an offer whose window has passed), ``"beacon"`` (an expired carrier's
+    beacon in ``_versions/``, :func:`txn_engine.format.naming.beacon_name`) or ``"claim"``
+    (a claim to host a carrier for a version older than the latest,
+    :func:`txn_engine.offers.claim_name`)."""
 
     path: str
     reason: str
@@ -607,6 +609,7 @@ class CleanupPlan:
             "lease": 0,
             "offer": 0,
             "beacon": 0,
+            "claim": 0,
         }
         for d in self.deletes:
             out[d.reason] = out.get(d.reason, 0) + 1
@@ -643,6 +646,7 @@ class CleanupPlan:
             f"files to delete: {c['old-version']} of removed versions, {c['orphan']} orphans, "
             f"{c['lease']} expired leases, {c['offer']} expired offers, "
             + (f"{c['beacon']} expired carrier beacons, " if c["beacon"] else "")
+            + (f"{c['claim']} old carrier claims, " if c["claim"] else "")
             + f"{c['manifest']} manifests; {self.bytes} bytes",
         ]
         if self.oldest_lease_version is not None:
@@ -858,6 +862,8 @@ class _State:
     branch_dirs: set[str]
     listing: list[ObjectInfo]
     offers: list[ObjectInfo] = attrs.field(factory=list)
+    #: claims to host a carrier (:data:`txn_engine.offers.HOSTS_DIR`)
+    claims: list[ObjectInfo] = attrs.field(factory=list)
     #: carrier beacons in ``_versions/`` (names; :func:`txn_engine.format.naming.beacon_name`)
     beacons: tuple[str, ...] = ()
 
@@ -890,6 +896,7 @@ def _read_state(storage: Storage, aliases: set[str]) -> _State:
                 if obj.path not in seen:
                     listing.append(obj)
     offers = list_objects(storage, OFFERS_DIR)
+    claims = list_objects(storage, HOSTS_DIR)
     return _State(
         entries,
         refs,
@@ -900,6 +907,7 @@ def _read_state(storage: Storage, aliases: set[str]) -> _State:
         branch_dirs,
         listing,
         offers,
+        claims,
         listing_versions.beacons,
     )
 
@@ -973,6 +981,10 @@ def _build_plan(
         parsed = parse_offer_name(obj.path.rsplit("/", 1)[-1])
         if parsed is not None and parsed[0] <= latest:
             add(PlannedDelete(obj.path, "offer", obj.size, obj.mtime_ns))
+    for obj in state.claims:  # only the losers of a race to that version ever read it
+        claimed = parse_claim_name(obj.path.rsplit("/", 1)[-1])
+        if claimed is not None and claimed < latest:
+            add(PlannedDelete(obj.path, "claim", obj.size, obj.mtime_ns))
     for name in state.beacons:  # a carrier's beacon is a hint to wait, and only while live
         expires_ms = beacon_expiry(name)
         if expires_ms is not None and expires_ms * 1_000_000 <= now_ns:

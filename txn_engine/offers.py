@@ -72,6 +72,7 @@ from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 __all__ = [
     "CARRIER_KEY",
     "CARRIER_SECONDS",
+    "HOSTS_DIR",
     "OFFERS_DIR",
     "OFFER_BASE_KEY",
     "OFFER_WINDOW",
@@ -84,11 +85,13 @@ __all__ = [
     "carried_uuids",
     "carrier_lately",
     "carrying",
+    "claim_name",
     "forget_carrier",
     "inline_offer",
     "may_offer",
     "members_of",
     "offer_name",
+    "parse_claim_name",
     "parse_offer_name",
     "peek",
     "private_memory",
@@ -100,6 +103,10 @@ __all__ = [
 
 #: Where offers are written, beside ``_versions/`` (Lance ignores the directory).
 OFFERS_DIR = "_txn_engine_offers"
+
+#: Where the writers that lost a race to the same version claim the hosting of a carrier
+#: (:func:`claim_name`; :func:`txn_engine.carrier.host`), beside ``_versions/``.
+HOSTS_DIR = "_txn_engine_hosts"
 
 #: Property of an offered transaction: the uuid of the transaction of the version it was
 #: checked up to (its ``read_version``). A helper carries it only into a history where that
@@ -152,6 +159,21 @@ def parse_offer_name(name: str) -> tuple[int, str] | None:
     """``(valid_through, uuid)`` of an offer's file name, or None for any other name."""
     m = _NAME.match(name)
     return None if m is None else (int(m.group(1)), m.group(2))
+
+
+def claim_name(version: int) -> str:
+    """``{version:020d}.claim``: the claim, by the writers that lost a race to ``version``,
+    of hosting a carrier (one create-if-absent each: the first hosts)."""
+    return f"{version:020d}.claim"
+
+
+def parse_claim_name(name: str) -> int | None:
+    """The version of a claim's file name (:func:`claim_name`), or None for any other."""
+    m = _CLAIM_NAME.fullmatch(name)
+    return None if m is None else int(m.group(1))
+
+
+_CLAIM_NAME = re.compile(r"([0-9]{20})\.claim", re.ASCII)
 
 
 def inline_offer(name: str) -> bytes | None:

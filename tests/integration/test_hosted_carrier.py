@@ -1,8 +1,8 @@
 """Carriers hosted by the writers themselves, on a real object store (moto S3 through
 obstore): writer processes in the default policy that contend host carriers
-(``RetryPolicy.host_carrier``), the carriers converge on one beacon, every commit lands
-exactly once where its caller was told, pylance 14.0.2 reads every version, and the beacons
-come down when the processes exit."""
+(``RetryPolicy.host_carrier``), the carriers converge on one beacon (the losers of one race
+by a claim), every commit lands exactly once where its caller was told, pylance 14.0.2
+reads every version, and the beacons and the claims come down when the processes exit."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from txn_engine.dataset import Dataset
 from txn_engine.format.io import read_transaction
 from txn_engine.format.naming import VERSIONS_DIR, live_beacons
-from txn_engine.offers import CARRIER_KEY, carried_uuids
+from txn_engine.offers import CARRIER_KEY, HOSTS_DIR, carried_uuids
 from txn_engine.storage import open_storage
 
 from . import emulators as emu
@@ -125,3 +125,5 @@ def test_contending_writer_processes_host_one_carrier_and_take_it_down_on_exit(
     assert [p.returncode for p in procs] == [0] * n
     assert _beacons(storage) == []
     assert [name for name in storage.list(VERSIONS_DIR) if name.startswith(".")] == []
+    # the carrier that won the claim for a version took its claim down too
+    assert storage.list(HOSTS_DIR) == []

@@ -33,12 +33,14 @@ from txn_engine.format.naming import (
     carrier_beacon,
     forget_beacon,
     list_versions,
+    live_beacons,
     manifest_name,
     scan_versions,
 )
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.offers import (
     CARRIER_KEY,
+    HOSTS_DIR,
     OFFER_WINDOW,
     OFFERS_DIR,
     Offer,
@@ -46,6 +48,7 @@ from txn_engine.offers import (
     carried_uuids,
     carrier_lately,
     carrying,
+    claim_name,
     may_offer,
     note_ours,
     parse_offer_name,
@@ -976,14 +979,105 @@ def test_an_idle_carrier_reads_the_next_version_by_name_and_lists_every_few_wait
     store = counted_table()
     with Carrier(store) as carrier:
         time.sleep(0.4)
-        u, result = append(store, RetryPolicy(wait_for_carrier=False, host_carrier=False))
+        _u, result = append(store, RetryPolicy(wait_for_carrier=False, host_carrier=False))
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline and len(store.lists) < 12:
             time.sleep(0.01)
-    assert carrier.error is None and carrier.versions == []
+    assert carrier.error is None
+    assert carrier.versions == []
     lists = store.lists.count("txn-engine-carrier-list")
     probes = sum(1 for who, _ in store.reads if who == "txn-engine-carrier-list")
     assert lists >= 2
     assert probes >= (carrier_module.POLL_LIST_EVERY - 2) * lists
     # the version a writer created beside it was found (read by its name, or listed)
-    assert any(path.endswith(manifest_name(result.version, NamingScheme.V2)) for _, path in store.reads)
+    created = manifest_name(result.version, NamingScheme.V2)
+    assert any(path.endswith(created) for _, path in store.reads)
+
+
+def claimed_hosted(store: ObjectStore, base: Dataset, first: str) -> Carrier:
+    """A hosted carrier claiming the hosting for ``base``'s version, as :func:`host` does."""
+    c = Carrier(store, idle_seconds=30)
+    c.hosted = True
+    c._token = first + uuid.uuid4().hex[1:]
+    c._first_base = base
+    c._claim = f"{HOSTS_DIR}/{claim_name(base.version)}"
+    return c
+
+
+def test_the_carriers_hosted_by_the_losers_of_one_race_elect_one_by_claim() -> None:
+    store = table()
+    base = Dataset.open(store)
+    # the later token claims first: the claim, not the rank, decides among them
+    first, second = claimed_hosted(store, base, "2"), claimed_hosted(store, base, "1")
+    first.start()
+    assert first._claimed.wait(2)
+    second.start()
+    try:
+        wait_until(lambda: not second.running)
+        assert second.stepped_down
+        assert second.yielded_at is not None
+        assert second.error is None
+        wait_until(lambda: len(beacons(store)) == 1)
+        time.sleep(0.1)
+        assert first.running
+        assert not first.stepped_down
+        # the one that yielded wrote no beacon: the only one is the claimant's
+        (token,) = {
+            t for _, t in live_beacons(store.uri, store.list(VERSIONS_DIR)) if t.startswith("2")
+        }
+        assert store.get(f"{HOSTS_DIR}/{claim_name(base.version)}") == token.encode()
+        _, result = append(store)
+        assert result.carried
+        assert result.version in first.versions
+    finally:
+        first.close()
+        second.close()
+    assert first.error is None
+    # the claimant takes its claim down with its beacon
+    assert store.list(HOSTS_DIR) == []
+    assert beacons(store) == []
+
+
+@pytest.mark.usefixtures("quick_hosts")
+def test_a_process_whose_carrier_yielded_to_a_claim_counts_as_carried_for_a_moment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(carrier_module, "CLAIM_GRACE_SECONDS", 0.2)
+    store = table()
+    base = Dataset.open(store)
+    store.put(f"{HOSTS_DIR}/{claim_name(base.version)}", b"another process's")
+    assert carrier_module.host(store, base)
+    carrier = hosted(store.uri)
+    assert carrier is not None
+    wait_until(lambda: carrier.yielded_at is not None)
+    assert carrier.stepped_down
+    assert carrier_module.hosting(store.uri)  # its writers wait for the claimant's carrier
+    assert not carrier_module.host(store, base)  # and nobody here hosts again meanwhile
+    time.sleep(0.25)
+    assert not carrier_module.hosting(store.uri)
+    assert beacons(store) == []
+    assert carrier.versions == []
+
+
+class NoClaims(ObjectStore):
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        if path.startswith(f"{HOSTS_DIR}/"):
+            raise StorageError("throttled")
+        super().put_if_absent(path, data)
+
+
+def test_a_claim_that_cannot_be_written_does_not_stop_a_hosted_carrier() -> None:
+    store = NoClaims()
+    commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
+    c = claimed_hosted(store, Dataset.open(store), "1").start()
+    try:
+        wait_until(lambda: len(beacons(store)) == 1)
+        assert c.running
+        assert not c.stepped_down
+        assert c.yielded_at is None
+        _, result = append(store)
+        assert result.carried
+        assert result.version in c.versions
+    finally:
+        c.close()
+    assert c.error is None

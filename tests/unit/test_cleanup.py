@@ -638,3 +638,24 @@ def test_expired_carrier_beacons_are_removed_live_ones_kept() -> None:
     assert "1 expired carrier beacons" in plan.summary()
     cleanup(store, older_than=ZERO, keep_versions=100, progress=False, now_ns=now_ns)
     assert sorted(store.list("_versions")) == sorted(set(versions) - {expired.split("/")[1]})
+
+
+def test_carrier_claims_of_versions_before_the_latest_are_removed() -> None:
+    """A claim to host a carrier (``_txn_engine_hosts/{version}.claim``) is read only by
+    the writers that lost the race to that version: it is removed once a newer version
+    exists; the latest's, and any other file there, is kept whatever the retention."""
+    from txn_engine.offers import HOSTS_DIR, claim_name
+
+    store = MemoryStorage()
+    _history(store)  # latest is 5
+    old = [f"{HOSTS_DIR}/{claim_name(v)}" for v in (1, 4)]
+    kept = [f"{HOSTS_DIR}/{claim_name(5)}", f"{HOSTS_DIR}/notes.txt"]
+    for path in (*old, *kept):
+        store.put(path, b"token")
+    plan = cleanup(store, older_than=ZERO, keep_versions=100, dry_run=True, progress=False)
+    assert isinstance(plan, CleanupPlan)
+    assert sorted(d.path for d in plan.deletes) == sorted(old)
+    assert plan.counts["claim"] == 2
+    assert "2 old carrier claims" in plan.summary()
+    cleanup(store, older_than=ZERO, keep_versions=100, progress=False)
+    assert sorted(f"{HOSTS_DIR}/{n}" for n in store.list(HOSTS_DIR)) == sorted(kept)

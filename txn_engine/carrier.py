@@ -116,8 +116,10 @@ HOST_LONELY_VERSIONS = 4
 _CLAIM_WAIT_SECONDS = 10.0
 
 #: A process whose carrier yielded to another writer's claim counts as carried for this
-#: long (seconds) without listing the elected carrier's beacon: its beacon is written one
-#: round trip after its claim.
+#: long (seconds) without listing the elected carrier's beacon (written one round trip
+#: after its claim), and hosts none meanwhile. Measured against 1 s on moto S3 + 25 ms
+#: (lab, 8 x 8, 8 runs each, alternating): p99 - p50 47-161 ms against 66-163, medians
+#: of the runs 88 against 129 ms.
 CLAIM_GRACE_SECONDS = 0.3
 
 #: A writer waiting for a carrier, and a carrier waiting for offers, list the versions on

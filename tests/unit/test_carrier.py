@@ -644,6 +644,13 @@ def started_hosted(store: ObjectStore, first: str) -> Carrier:
     return c.start()
 
 
+def assert_carries(store: ObjectStore, carrier: Carrier) -> None:
+    """A writer's next commit (told of a carrier) is carried by ``carrier``."""
+    _, result = append(store)
+    assert result.carried
+    assert result.version in carrier.versions
+
+
 def test_hosted_carriers_step_down_for_one_that_ranks_before_them() -> None:
     store = table()
     with Carrier(store) as deployed, Carrier(store) as other_deployed:
@@ -671,9 +678,7 @@ def test_hosted_carriers_step_down_for_one_that_ranks_before_them() -> None:
         time.sleep(0.2)
         assert low.running
         assert not low.stepped_down
-        _, result = append(store)  # the one left carries
-        assert result.carried
-        assert result.version in low.versions
+        assert_carries(store, low)  # the one left carries
     finally:
         low.close()
         high.close()
@@ -1026,9 +1031,7 @@ def test_the_carriers_hosted_by_the_losers_of_one_race_elect_one_by_claim() -> N
             t for _, t in live_beacons(store.uri, store.list(VERSIONS_DIR)) if t.startswith("2")
         }
         assert store.get(f"{HOSTS_DIR}/{claim_name(base.version)}") == token.encode()
-        _, result = append(store)
-        assert result.carried
-        assert result.version in first.versions
+        assert_carries(store, first)
     finally:
         first.close()
         second.close()
@@ -1075,9 +1078,7 @@ def test_a_claim_that_cannot_be_written_does_not_stop_a_hosted_carrier() -> None
         assert c.running
         assert not c.stepped_down
         assert c.yielded_at is None
-        _, result = append(store)
-        assert result.carried
-        assert result.version in c.versions
+        assert_carries(store, c)
     finally:
         c.close()
     assert c.error is None

@@ -53,9 +53,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from txn_engine._proto import transaction_pb2
-from txn_engine.errors import ObjectExistsError, ObjectNotFoundError, TxnEngineError
-from txn_engine.format.io import read_manifest_entry
-from txn_engine.format.manifest_file import MAX_MANIFEST_BYTES, decode_manifest_file
+from txn_engine.errors import ObjectExistsError, TxnEngineError
+from txn_engine.format.io import read_manifest_entry, read_version_by_name
+from txn_engine.format.manifest_file import decode_manifest_file
 from txn_engine.format.naming import (
     U64_MAX,
     VERSIONS_DIR,
@@ -79,7 +79,7 @@ from txn_engine.offers import (
     remember,
 )
 from txn_engine.storage import open_storage
-from txn_engine.storage.base import Storage, get_bounded
+from txn_engine.storage.base import Storage
 
 if TYPE_CHECKING:
     from txn_engine.dataset import Dataset
@@ -388,47 +388,49 @@ class Carrier:
         return Dataset.open(self.storage)
 
 
-def _created(storage: Storage, version: int, scheme: NamingScheme) -> Dataset:
-    """The dataset at ``version``, which this thread's commit just created: from the bytes
-    it wrote (no request), else read (:func:`_at`)."""
-    from txn_engine.commit import created_here
-    from txn_engine.dataset import Dataset
-
-    data = created_here(storage.uri, version)
-    if data is None:
-        return _at(storage, version, scheme)
-    with _published_lock:
-        _published[storage.uri] = (version, data)
-    entry = VersionEntry(version, manifest_name(version, scheme), scheme)
-    what = f"{storage.uri} version {version}"
-    return Dataset(storage, entry, decode_manifest_file(data, what=what))
-
-
-#: the last version a carrier of this process created, per table: its manifest file
+#: the last version a carrier of this process created, per table: its manifest file (a
+#: version is created once, so its bytes are the same whichever carrier created it)
 _published: dict[str, tuple[int, bytes]] = {}
 _published_lock = threading.Lock()
 
 
+def publish_created(uri: str, version: int, data: bytes) -> None:
+    """A carrier's commit created ``version`` of table ``uri`` with manifest file ``data``
+    (:func:`carried_here`)."""
+    with _published_lock:
+        _published[uri] = (version, data)
+
+
 def carried_here(uri: str, version: int) -> bytes | None:
     """The manifest file of ``version`` of table ``uri`` when it is the last version a
-    carrier of this process created (its writers waiting for it need no read), else None."""
+    carrier of this process created (the carrier goes on from it, and the writers waiting
+    for it find it, without a read), else None."""
     with _published_lock:
         found = _published.get(uri)
     return found[1] if found is not None and found[0] == version else None
 
 
-def _probe(storage: Storage, version: int, scheme: NamingScheme) -> Dataset | None:
-    """The dataset at ``version`` read by its name with one GET, None when it does not
-    exist (yet: versions are created in order, so neither does any newer one)."""
+def _decoded(storage: Storage, version: int, scheme: NamingScheme, data: bytes) -> Dataset:
     from txn_engine.dataset import Dataset
 
     entry = VersionEntry(version, manifest_name(version, scheme), scheme)
-    what = f"{storage.uri} version {version}"
-    try:
-        data = get_bounded(storage, entry.path, MAX_MANIFEST_BYTES)
-    except ObjectNotFoundError:
-        return None
-    return Dataset(storage, entry, decode_manifest_file(data, what=what))
+    return Dataset(storage, entry, decode_manifest_file(data, what=f"{storage.uri}/{entry.path}"))
+
+
+def _created(storage: Storage, version: int, scheme: NamingScheme) -> Dataset:
+    """The dataset at ``version``, which the carrier's commit just created: from the bytes
+    it wrote (no request), else read (:func:`_at`)."""
+    data = carried_here(storage.uri, version)
+    if data is None:
+        return _at(storage, version, scheme)
+    return _decoded(storage, version, scheme, data)
+
+
+def _probe(storage: Storage, version: int, scheme: NamingScheme) -> Dataset | None:
+    """The dataset at ``version`` read by its name with one GET, None when it does not
+    exist yet (:func:`txn_engine.format.io.read_version_by_name`)."""
+    data = read_version_by_name(storage, version, scheme)
+    return None if data is None else _decoded(storage, version, scheme, data)
 
 
 def _at(storage: Storage, version: int, scheme: NamingScheme) -> Dataset:

@@ -72,7 +72,7 @@ import attrs
 
 from txn_engine._proto import transaction_pb2
 from txn_engine.builder import WRITER_LIBRARY, ManifestState, build_manifest, validate
-from txn_engine.carrier import POLL_LIST_EVERY, carried_here, host, hosting
+from txn_engine.carrier import POLL_LIST_EVERY, carried_here, host, hosting, publish_created
 from txn_engine.codec import operation_kind_of, transaction_from_proto, transaction_to_proto
 from txn_engine.conflicts.detect import (
     Conflict,
@@ -103,7 +103,11 @@ from txn_engine.errors import (
 )
 from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import check_writer_flags
-from txn_engine.format.io import read_manifest_entry, read_transaction_and_manifest
+from txn_engine.format.io import (
+    read_manifest_entry,
+    read_transaction_and_manifest,
+    read_version_by_name,
+)
 from txn_engine.format.manifest_file import (
     MAX_MANIFEST_BYTES,
     ManifestFile,
@@ -1067,29 +1071,23 @@ def _probed_nothing(state: _State) -> bool:
         return False
     version = state.checked_up_to + 1
     data = carried_here(state.storage.uri, version)
-    lister = None
     if data is None:
+        lister = None
         if state.polls % POLL_LIST_EVERY == 0:
             lister = _Guard(state.storage, since=_oldest_needed(state))
-        path = f"_versions/{manifest_name(version, listing.scheme)}"
         try:
-            data = get_bounded(state.storage, path, MAX_MANIFEST_BYTES)
-        except ObjectNotFoundError:
-            pass
+            data = read_version_by_name(state.storage, version, listing.scheme)
         except StorageError:
-            data = None
             if lister is None:
                 return False  # a listing decides
-    if data is not None:
-        state.raw[version] = data
-        state.prefetched = listing.with_version(version)
-        return False
-    if lister is None:
-        return True
-    listed = lister.result()
-    if listed is None:
-        return True  # no listing either: the next poll reads again
-    state.prefetched = listed
+        if data is None:
+            listed = None if lister is None else lister.result()
+            if listed is None:
+                return True  # nothing new (or no listing either: the next poll reads again)
+            state.prefetched = listed
+            return False
+    state.raw[version] = data
+    state.prefetched = listing.with_version(version)
     return False
 
 
@@ -1448,23 +1446,9 @@ def _land(
         copy.join()
     if state.carries_offers:
         state.transactions[target] = pb  # the next commit may check offers against it
-    if state.carrier:  # the carrier goes on from its own version without reading it back
-        _created.version = (state.storage.uri, target, data)
+    if state.carrier:  # it goes on from its own version, and its writers find it, unread
+        publish_created(state.storage.uri, target, data)
     return CommitResult(target, txn, budget.attempts, path)
-
-
-#: the version a carrier's commit created in this thread, with its manifest file's bytes
-_created = threading.local()
-
-
-def created_here(uri: str, version: int) -> bytes | None:
-    """The manifest file a carrier's :func:`commit` in this thread created as ``version``
-    of table ``uri`` (taken), if it was the last one it created; None otherwise."""
-    found: tuple[str, int, bytes] | None = getattr(_created, "version", None)
-    _created.version = None
-    if found is None or found[:2] != (uri, version):
-        return None
-    return found[2]
 
 
 def _list_after_landing(state: _State, version: int, path: str) -> VersionListing:

@@ -69,6 +69,18 @@ TOLD = RetryPolicy(wait_for_carrier=True)
 commit_module = importlib.import_module("txn_engine.commit")
 
 
+def a_state(store: MemoryStorage, txn: Transaction, **kw: Any) -> _State:
+    """A commit's state for ``txn`` on ``store``, checked up to version 1."""
+    return _State(
+        handler=commit_handler_for(store),
+        original=txn,
+        txn=txn,
+        options=ConflictOptions(),
+        checked_up_to=1,
+        **kw,
+    )
+
+
 def frag(tag: str) -> Fragment:
     return Fragment(0, (DataFile(f"{tag}.lance", (0,), (0,), 2, 2, 100),), 10)
 
@@ -397,14 +409,7 @@ def test_a_commit_that_raced_before_it_saw_a_carrier_races_on_the_next_ones_wait
         (True, True, True),
     ):
         store = ObjectStore()
-        state = _State(
-            handler=commit_handler_for(store),
-            original=Transaction(1, Append([frag("x")])),
-            txn=Transaction(1, Append([frag("x")])),
-            options=ConflictOptions(),
-            checked_up_to=1,
-            contended=contended,
-        )
+        state = a_state(store, Transaction(1, Append([frag("x")])), contended=contended)
         _saw_carrier(state, RetryPolicy(wait_for_carrier=told))
         assert carrier_lately(store.uri)
         assert (state.carrier_seen_at is not None) is waits
@@ -783,15 +788,8 @@ def test_only_a_txn_engine_version_of_another_process_is_a_foreign_winner(
     data = store.get(entry.path)
 
     def lost_to(raw: bytes) -> bool:
-        state = _State(
-            handler=commit_handler_for(store),
-            original=Transaction(1, Append([frag("mine")])),
-            txn=Transaction(1, Append([frag("mine")])),
-            options=ConflictOptions(),
-            checked_up_to=1,
-            raw={entry.version: raw},
-            listing=listing,
-        )
+        mine = Transaction(1, Append([frag("mine")]))
+        state = a_state(store, mine, raw={entry.version: raw}, listing=listing)
         return commit_module._foreign_winner(state)
 
     assert lost_to(data)
@@ -836,14 +834,7 @@ def test_only_an_offer_of_another_process_makes_a_lost_race_host_a_carrier() -> 
     stranger = Transaction(1, Append([frag("stranger")]))
 
     def state(**kw: Any) -> _State:
-        return _State(
-            handler=commit_handler_for(store),
-            original=mine,
-            txn=mine,
-            options=ConflictOptions(),
-            checked_up_to=1,
-            **kw,
-        )
+        return a_state(store, mine, **kw)
 
     posting = Posting(store, neighbour, 1 + OFFER_WINDOW, "base")  # posted by this process
     posting.wait_written(2)

@@ -28,6 +28,7 @@ from txn_engine.format.manifest_file import (
 )
 from txn_engine.format.naming import (
     U64_MAX,
+    VERSIONS_DIR,
     NamingScheme,
     VersionEntry,
     manifest_name,
@@ -44,6 +45,7 @@ __all__ = [
     "read_manifest_entry",
     "read_transaction",
     "read_transaction_and_manifest",
+    "read_version_by_name",
     "resolve_version",
 ]
 
@@ -201,6 +203,18 @@ def read_manifest_entry(storage: Storage, entry: VersionEntry) -> ManifestFile:
             f"{storage.uri}: version {entry.version} vanished ({entry.path})"
         ) from exc
     return decode_manifest_file(data, what=what)
+
+
+def read_version_by_name(storage: Storage, version: int, scheme: NamingScheme) -> bytes | None:
+    """The manifest file of main-line ``version`` (named in ``scheme``), read by its name
+    with one request (size-capped), or None when it does not exist. Versions are created in
+    order, so a missing one also means no newer one exists yet (cleanup removes only
+    older versions, which a listing, not this, must be trusted to show)."""
+    path = f"{VERSIONS_DIR}/{manifest_name(version, scheme)}"
+    try:
+        return get_bounded(storage, path, _mf.MAX_MANIFEST_BYTES)
+    except ObjectNotFoundError:
+        return None
 
 
 def read_manifest(

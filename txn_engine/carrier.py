@@ -49,6 +49,8 @@ import os
 import secrets
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +71,7 @@ from txn_engine.format.naming import (
 from txn_engine.offers import (
     CARRIER_KEY,
     HOSTS_DIR,
+    RECENT_SECONDS,
     Offer,
     OfferScan,
     carried_uuids,
@@ -388,26 +391,67 @@ class Carrier:
         return Dataset.open(self.storage)
 
 
-#: the last version a carrier of this process created, per table: its manifest file (a
-#: version is created once, so its bytes are the same whichever carrier created it)
-_published: dict[str, tuple[int, bytes]] = {}
-_published_lock = threading.Lock()
+#: How long the bytes of a version a carrier created stay at hand in its process (seconds),
+#: as long as what a commit remembers (:data:`~txn_engine.offers.RECENT_SECONDS`).
+CREATED_SECONDS = RECENT_SECONDS
+
+#: How many versions' bytes the process keeps at hand, over all tables, and how many bytes
+#: at most (the oldest go first).
+CREATED_MAX = 16
+CREATED_MAX_BYTES = 32 << 20
+
+#: the versions a carrier of this process created lately, per storage object (one table):
+#: (id(storage), manifest path) -> (a weak reference to that storage, until
+#: (time.monotonic), the manifest file). Keyed by the object the carrier and its writers
+#: share, not by the URI, and kept a moment only: a table deleted and made again under the
+#: same URI (a test's store of the same name) is another object, with other bytes at the
+#: same version, and an id reused after its object died fails the reference.
+_carried: OrderedDict[tuple[int, str], tuple[weakref.ref[Storage], float, bytes]] = OrderedDict()
+_carried_lock = threading.Lock()
+_carried_bytes = 0
 
 
-def publish_created(uri: str, version: int, data: bytes) -> None:
-    """A carrier's commit created ``version`` of table ``uri`` with manifest file ``data``
-    (:func:`carried_here`)."""
-    with _published_lock:
-        _published[uri] = (version, data)
+def publish_created(storage: Storage, path: str, data: bytes) -> None:
+    """A carrier's commit created the version at ``path`` in ``storage`` with manifest file
+    ``data`` (:func:`carried_here`). Storage objects that cannot be weakly referenced are
+    not kept (their versions are read, as from another process)."""
+    global _carried_bytes
+    try:
+        ref = weakref.ref(storage)
+    except TypeError:
+        return
+    key = (id(storage), path)
+    with _carried_lock:
+        old = _carried.pop(key, None)
+        if old is not None:
+            _carried_bytes -= len(old[2])
+        _carried[key] = (ref, time.monotonic() + CREATED_SECONDS, data)
+        _carried_bytes += len(data)
+        while _carried and (len(_carried) > CREATED_MAX or _carried_bytes > CREATED_MAX_BYTES):
+            _carried_bytes -= len(_carried.popitem(last=False)[1][2])
 
 
-def carried_here(uri: str, version: int) -> bytes | None:
-    """The manifest file of ``version`` of table ``uri`` when it is the last version a
-    carrier of this process created (the carrier goes on from it, and the writers waiting
-    for it find it, without a read), else None."""
-    with _published_lock:
-        found = _published.get(uri)
-    return found[1] if found is not None and found[0] == version else None
+def forget_created() -> None:
+    """Forget every version a carrier of this process created (:func:`publish_created`)."""
+    global _carried_bytes
+    with _carried_lock:
+        _carried.clear()
+        _carried_bytes = 0
+
+
+def carried_here(storage: Storage, path: str) -> bytes | None:
+    """The manifest file at ``path`` in ``storage`` (this very object) when a carrier of
+    this process created it within :data:`CREATED_SECONDS` (the carrier goes on from it,
+    and the writers waiting for it find it, without a read), else None."""
+    with _carried_lock:
+        found = _carried.get((id(storage), path))
+    if found is None or found[0]() is not storage or found[1] <= time.monotonic():
+        return None
+    return found[2]
+
+
+def _version_path(version: int, scheme: NamingScheme) -> str:
+    return f"{VERSIONS_DIR}/{manifest_name(version, scheme)}"
 
 
 def _decoded(storage: Storage, version: int, scheme: NamingScheme, data: bytes) -> Dataset:
@@ -420,7 +464,7 @@ def _decoded(storage: Storage, version: int, scheme: NamingScheme, data: bytes) 
 def _created(storage: Storage, version: int, scheme: NamingScheme) -> Dataset:
     """The dataset at ``version``, which the carrier's commit just created: from the bytes
     it wrote (no request), else read (:func:`_at`)."""
-    data = carried_here(storage.uri, version)
+    data = carried_here(storage, _version_path(version, scheme))
     if data is None:
         return _at(storage, version, scheme)
     return _decoded(storage, version, scheme, data)

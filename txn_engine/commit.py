@@ -115,6 +115,7 @@ from txn_engine.format.manifest_file import (
     encode_manifest_file,
 )
 from txn_engine.format.naming import (
+    VERSIONS_DIR,
     NamingScheme,
     VersionEntry,
     VersionListing,
@@ -1070,7 +1071,8 @@ def _probed_nothing(state: _State) -> bool:
     if not state.guarded or listing is None or listing.scheme is None:
         return False
     version = state.checked_up_to + 1
-    data = carried_here(state.storage.uri, version)
+    path = f"{VERSIONS_DIR}/{manifest_name(version, listing.scheme)}"
+    data = carried_here(state.storage, path)
     if data is None:
         lister = None
         if state.polls % POLL_LIST_EVERY == 0:
@@ -1447,7 +1449,7 @@ def _land(
     if state.carries_offers:
         state.transactions[target] = pb  # the next commit may check offers against it
     if state.carrier:  # it goes on from its own version, and its writers find it, unread
-        publish_created(state.storage.uri, target, data)
+        publish_created(storage, path, data)
     return CommitResult(target, txn, budget.attempts, path)
 
 

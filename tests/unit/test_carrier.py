@@ -4,6 +4,7 @@ races after its patience."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import threading
 import time
@@ -952,10 +953,23 @@ def test_a_waiting_writer_reads_the_next_version_by_name_and_lists_every_few_pol
     assert probes >= 2 * (lists - 2)
 
 
-def test_a_writer_finds_the_version_its_own_processs_carrier_created_without_reading_it() -> None:
+def test_a_writer_finds_the_version_its_own_processs_carrier_created_without_reading_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The carrier leaves the bytes of each version it created in the process
+    (``carrier.publish_created``, after its checks): a writer's poll after that takes them
+    without a read. A poll whose read went out before (it raced the create) may read it."""
     store = counted_table()
     writer = threading.current_thread().name
-    read_back = 0
+    published: dict[str, int] = {}  # path -> how many reads were noted when it was published
+    real_publish = commit_module.publish_created
+
+    def noted(storage: Any, path: str, data: bytes) -> None:
+        published.setdefault(path, len(store.reads))
+        real_publish(storage, path, data)
+
+    monkeypatch.setattr(commit_module, "publish_created", noted)
+    names = []
     with Carrier(store) as carrier:
         for _ in range(6):
             base = Dataset.open(store)
@@ -964,11 +978,95 @@ def test_a_writer_finds_the_version_its_own_processs_carrier_created_without_rea
             result = commit(store, txn, base=base, retry_policy=TOLD)
             assert result.carried
             name = f"{VERSIONS_DIR}/{manifest_name(result.version, NamingScheme.V2)}"
-            read_back += (writer, name) in store.reads[since:]
+            names.append(name)
+            # read after the carrier published it: the shortcut was missed
+            assert (writer, name) not in store.reads[max(since, published[name]) :]
     assert carrier.error is None
-    # its bytes are in the process (carrier.carried_here): read only if a poll's read of
-    # the next version raced the carrier's create by a moment
-    assert read_back <= 1
+    assert set(names) <= set(published)
+
+
+def test_a_carriers_versions_are_at_hand_per_storage_object_for_a_moment_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``carrier.carried_here`` answers for the very storage object the carrier created the
+    version through (the one its writers share), for ``CREATED_SECONDS``, within bounds:
+    a table made again under the same URI (another object) never gets the old table's
+    bytes for its own version of the same number."""
+    carrier_module.forget_created()
+    path = f"{VERSIONS_DIR}/{manifest_name(2, NamingScheme.V2)}"
+    a = ObjectStore("memory://same-name")
+    b = ObjectStore("memory://same-name")  # the table made again: same URI, other bytes
+    carrier_module.publish_created(a, path, b"a's version 2")
+    assert carrier_module.carried_here(a, path) == b"a's version 2"
+    assert carrier_module.carried_here(b, path) is None
+    other_version = f"{VERSIONS_DIR}/{manifest_name(3, NamingScheme.V2)}"
+    assert carrier_module.carried_here(a, other_version) is None
+    now = time.monotonic()
+    later = now + carrier_module.CREATED_SECONDS + 0.01
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    assert carrier_module.carried_here(a, path) is None  # a moment only
+    monkeypatch.undo()
+    names = [f"{VERSIONS_DIR}/{manifest_name(v, NamingScheme.V2)}" for v in range(1, 40)]
+    for name in names:
+        carrier_module.publish_created(a, name, b"x")
+    assert len(carrier_module._carried) == carrier_module.CREATED_MAX  # the oldest went
+    assert carrier_module.carried_here(a, names[0]) is None
+    assert carrier_module.carried_here(a, names[-1]) == b"x"
+    monkeypatch.setattr(carrier_module, "CREATED_MAX_BYTES", 10)
+    carrier_module.publish_created(a, names[0], b"y" * 8)
+    carrier_module.publish_created(a, names[1], b"z" * 8)
+    assert carrier_module.carried_here(a, names[0]) is None
+    assert carrier_module.carried_here(a, names[1]) == b"z" * 8
+    assert carrier_module._carried_bytes <= 10
+    # an object gone: whatever object takes its id next fails the weak reference
+    gone = ObjectStore()
+    carrier_module.publish_created(gone, path, b"gone's")
+    key = (id(gone), path)
+    del gone
+    gc.collect()
+    assert carrier_module._carried[key][0]() is None
+    carrier_module.forget_created()
+    assert carrier_module._carried_bytes == 0
+
+
+def test_a_writer_never_takes_a_carried_version_of_an_older_table_under_its_uri() -> None:
+    """A carrier of this process carried version 2 of a table; the table is made again
+    under the same URI and a writer waits for a carrier there: it reads the new table's
+    version 2 (carrying its own offer), not the old bytes (keyed by URI, as before, they
+    were taken for the new table's version 2: the writer then checked the wrong history,
+    and failed with HistoryUnavailableError or CommitStateUnknownError)."""
+    old = ObjectStore("memory://made-again")
+    commit(old, Transaction(0, Overwrite([frag("old-seed")], SCHEMA)))
+    with Carrier(old) as carrier:
+        wait_for_beacon(old)
+        _u, first = append(old)
+    assert first.carried
+    assert carrier.error is None
+
+    class SlowOffers(ObjectStore):
+        """Its carrier lists the offers slowly: the writer reads the next version by its
+        name several times before the carrier creates it."""
+
+        def list(self, prefix: str) -> list[str]:
+            if prefix.startswith(OFFERS_DIR):
+                time.sleep(0.05)
+            return super().list(prefix)
+
+    new = SlowOffers("memory://made-again")
+    commit(new, Transaction(0, Overwrite([frag("new-seed")], SCHEMA)))
+    landed: list[str] = []
+    with Carrier(new) as carrier:
+        wait_for_beacon(new)
+        for expected in range(first.version, first.version + 3):
+            u, result = append(new)
+            landed.append(u)
+            assert result.carried
+            assert result.version == expected  # the first: the number the old one carried
+    assert carrier.error is None
+    fragments = Dataset.open(new).manifest_file.manifest.fragments
+    assert {f.files[0].path for f in fragments} == {"new-seed.lance"} | {
+        f"{u}.lance" for u in landed
+    }
 
 
 def test_an_idle_carrier_reads_the_next_version_by_name_and_lists_every_few_waits() -> None:

@@ -66,6 +66,7 @@ from txn_engine.format.naming import (
     beacon_name,
     live_beacons,
     manifest_name,
+    manifest_path,
     scan_versions,
 )
 from txn_engine.offers import (
@@ -268,20 +269,20 @@ class Carrier:
         return True
 
     def _run(self) -> None:
-        claimed = False
+        claimed: str | None = None  # the claim this carrier holds (taken down when it stops)
         try:
             if self._claim is not None:
                 if not self._take_claim():
                     return
-                claimed = self._claim is not None
+                claimed = self._claim  # None: it could not be written
             self._serve()
         except BaseException as exc:  # the writers race on without a carrier
             self.error = exc
         finally:
             self._stop.set()  # the beacon comes down now, not at its next renewal
-            if claimed and self._claim is not None:
+            if claimed is not None:
                 with contextlib.suppress(TxnEngineError):
-                    self.storage.delete(self._claim)
+                    self.storage.delete(claimed)
 
     def _serve(self) -> None:
         from txn_engine.commit import NothingToCarry, commit
@@ -450,10 +451,6 @@ def carried_here(storage: Storage, path: str) -> bytes | None:
     return found[2]
 
 
-def _version_path(version: int, scheme: NamingScheme) -> str:
-    return f"{VERSIONS_DIR}/{manifest_name(version, scheme)}"
-
-
 def _decoded(storage: Storage, version: int, scheme: NamingScheme, data: bytes) -> Dataset:
     from txn_engine.dataset import Dataset
 
@@ -464,7 +461,7 @@ def _decoded(storage: Storage, version: int, scheme: NamingScheme, data: bytes) 
 def _created(storage: Storage, version: int, scheme: NamingScheme) -> Dataset:
     """The dataset at ``version``, which the carrier's commit just created: from the bytes
     it wrote (no request), else read (:func:`_at`)."""
-    data = carried_here(storage, _version_path(version, scheme))
+    data = carried_here(storage, manifest_path(version, scheme))
     if data is None:
         return _at(storage, version, scheme)
     return _decoded(storage, version, scheme, data)

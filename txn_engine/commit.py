@@ -115,12 +115,12 @@ from txn_engine.format.manifest_file import (
     encode_manifest_file,
 )
 from txn_engine.format.naming import (
-    VERSIONS_DIR,
     NamingScheme,
     VersionEntry,
     VersionListing,
     carrier_beacon,
     manifest_name,
+    manifest_path,
     scan_versions,
     transaction_file_name,
     transaction_path,
@@ -587,7 +587,7 @@ def _commit_new(
         clone_source = _state_of(read_manifest_entry(source, entry))
         target = op.ref_version
     scheme = naming or NamingScheme.V2
-    path = f"_versions/{manifest_name(target, scheme)}"
+    path = manifest_path(target, scheme)
     storage = handler.storage
     handler.finish_pending()
     listing = scan_versions(storage)
@@ -1071,7 +1071,7 @@ def _probed_nothing(state: _State) -> bool:
     if not state.guarded or listing is None or listing.scheme is None:
         return False
     version = state.checked_up_to + 1
-    path = f"{VERSIONS_DIR}/{manifest_name(version, listing.scheme)}"
+    path = manifest_path(version, listing.scheme)
     data = carried_here(state.storage, path)
     if data is None:
         lister = None
@@ -1395,7 +1395,7 @@ def _land(
         restore_source=restore_source,
     )
     data = encode_manifest_file(built.manifest, built.indices, pb, owned=True)
-    path = f"_versions/{manifest_name(target, scheme)}"
+    path = manifest_path(target, scheme)
     copy_path = transaction_path(name) if name else ""  # no name: inline only, no copy
     copy_data = pb.SerializeToString(deterministic=True) if copy_path else b""
     copy = None

@@ -28,10 +28,10 @@ from txn_engine.format.manifest_file import (
 )
 from txn_engine.format.naming import (
     U64_MAX,
-    VERSIONS_DIR,
     NamingScheme,
     VersionEntry,
     manifest_name,
+    manifest_path,
     scan_versions,
     transaction_path,
 )
@@ -210,9 +210,8 @@ def read_version_by_name(storage: Storage, version: int, scheme: NamingScheme) -
     with one request (size-capped), or None when it does not exist. Versions are created in
     order, so a missing one also means no newer one exists yet (cleanup removes only
     older versions, which a listing, not this, must be trusted to show)."""
-    path = f"{VERSIONS_DIR}/{manifest_name(version, scheme)}"
     try:
-        return get_bounded(storage, path, _mf.MAX_MANIFEST_BYTES)
+        return get_bounded(storage, manifest_path(version, scheme), _mf.MAX_MANIFEST_BYTES)
     except ObjectNotFoundError:
         return None
 

@@ -23,8 +23,10 @@ Per store (medians; ratio = txn_engine / pylance):
    directory (what a durable manifest create costs);
 2. *append latency*: one one-fragment Append on tables of 10 / 1,000 / 10,000 fragments,
    cold (from a URI) and warm (pylance: the returned ``LanceDataset``; txn_engine: ``base=``
-   an opened ``Dataset``); 1 warm-up and 5 timed commits each; where a proxy is in front of
-   the store, the requests of the last timed commit (the request-level profile);
+   an opened ``Dataset``); 1 warm-up and 5 timed commits each (25 on local disk); the
+   floor each is held to is a create-if-absent of a manifest that size, timed before and
+   after each timed commit (so both see the same disk and connections); where a proxy is in
+   front of the store, the requests of the last timed commit (the request-level profile);
 3. *contention*: 1 / 4 / 8 spawned processes x 5 Appends, fresh read version (open the
    latest, commit from that handle) and stale (every commit planned at the starting
    version), all starting at one barrier, one run per cell: commits/s, p50/p99 latency,
@@ -275,53 +277,88 @@ def floor(store: Store, runs: int) -> dict[str, float]:
     return out
 
 
+class _FloorProbe:
+    """One create-if-absent of ``nbytes`` at a time, timed: a conditional PUT through
+    obstore's raw client; on local disk an exclusive create, write and fsync of the file
+    and of its directory. Taken between the timed commits of a cell, so that the floor and
+    the commit it is held to see the same disk and the same connections."""
+
+    def __init__(self, store: Store, nbytes: int) -> None:
+        self._store = store
+        self._payload = os.urandom(nbytes)
+        self._label = f"floor{nbytes}-{os.urandom(4).hex()}"
+        self._i = 0
+        self._dir_fd: int | None = None
+        self._raw: Any = None
+        if store.kind == "local":
+            self._directory = Path(store.uri(self._label))
+            self._directory.mkdir(parents=True)
+            self._dir_fd = os.open(self._directory, os.O_RDONLY)
+        else:
+            self._raw = getattr(_storage(store, store.uri(self._label)), "store")  # noqa: B009
+
+    def once(self) -> float:
+        """Seconds for one more create (each of a new name)."""
+        self._i += 1
+        if self._dir_fd is not None:
+            path = self._directory / f"{self._i}.bin"
+            start = time.perf_counter()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, self._payload)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.fsync(self._dir_fd)
+            return time.perf_counter() - start
+        import obstore
+
+        start = time.perf_counter()
+        obstore.put(
+            self._raw,
+            f"{self._label}/{self._i}.bin",
+            self._payload,
+            mode="create",
+            use_multipart=False,
+        )
+        return time.perf_counter() - start
+
+    def read_back(self) -> float:
+        """Seconds to read the last object created back whole."""
+        start = time.perf_counter()
+        if self._dir_fd is not None:
+            (self._directory / f"{self._i}.bin").read_bytes()
+        else:
+            import obstore
+
+            bytes(obstore.get(self._raw, f"{self._label}/{self._i}.bin").bytes())
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        """Remove the local directory (the emulators are temporary)."""
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+            shutil.rmtree(self._directory)
+
+
 def _put_floor(
     store: Store, nbytes: int, runs: int, *, with_get: bool = False
 ) -> tuple[float, float]:
-    """Median ms of a create-if-absent of ``nbytes`` (a conditional PUT through obstore's raw
-    client; on local disk an exclusive create, write and fsync of the file and its
-    directory), and of reading it back (0 unless ``with_get``)."""
-    payload = os.urandom(nbytes)
+    """Median ms of a create-if-absent of ``nbytes`` (:class:`_FloorProbe`), and of reading
+    it back (0 unless ``with_get``); the first create, which also opens the connection, is
+    not counted."""
+    probe = _FloorProbe(store, nbytes)
     put, get = [], []
-    label = f"floor{nbytes}-{os.urandom(4).hex()}"
-    if store.kind == "local":
-        directory = Path(store.uri(label))
-        directory.mkdir(parents=True)
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            for i in range(runs + 1):
-                start = time.perf_counter()
-                fd = os.open(directory / f"{i}.bin", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                try:
-                    os.write(fd, payload)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.fsync(dir_fd)
-                elapsed = time.perf_counter() - start
-                start = time.perf_counter()
-                if with_get:
-                    (directory / f"{i}.bin").read_bytes()
-                if i:
-                    put.append(elapsed)
-                    get.append(time.perf_counter() - start)
-        finally:
-            os.close(dir_fd)
-        shutil.rmtree(directory)
-    else:
-        import obstore
-
-        raw = getattr(_storage(store, store.uri(label)), "store")  # noqa: B009
+    try:
         for i in range(runs + 1):
-            start = time.perf_counter()
-            obstore.put(raw, f"{label}/{i}.bin", payload, mode="create", use_multipart=False)
-            elapsed = time.perf_counter() - start
-            start = time.perf_counter()
-            if with_get:
-                bytes(obstore.get(raw, f"{label}/{i}.bin").bytes())
-            if i:  # the first request also opens the connection
+            elapsed = probe.once()
+            read = probe.read_back() if with_get else 0.0
+            if i:
                 put.append(elapsed)
-                get.append(time.perf_counter() - start)
+                get.append(read)
+    finally:
+        probe.close()
     return 1000 * statistics.median(put), 1000 * statistics.median(get) if with_get else 0.0
 
 
@@ -394,11 +431,15 @@ def append_latency(store: Store, n_fragments: int, runs: int, warm: bool) -> dic
     storage = _storage(store, t_uri)
     base = Dataset.open(storage)
     # the physical floor of this commit: one create-if-absent of a manifest this size,
-    # measured next to the timed commits
+    # measured between the timed commits
     out["manifest_bytes"] = base.manifest_file.size
-    out["floor_same_size_ms"], _ = _put_floor(store, base.manifest_file.size, runs * 2)
+    probe = _FloorProbe(store, base.manifest_file.size)
+    probe.once()  # the first create opens the connection
+    floors: list[float] = []
     version = base.version
     for i in range(runs + 1):
+        # one floor create before each commit and one after: the pairs see the same disk
+        floor_before = probe.once()
         with _requests(store) as requests:
             start = time.perf_counter()
             if warm:
@@ -412,10 +453,14 @@ def append_latency(store: Store, n_fragments: int, runs: int, warm: bool) -> dic
                 )
                 version = result.version
             elapsed = time.perf_counter() - start
+        floor_after = probe.once()
         if warm:
             base = Dataset.open(storage, version=result.version)  # pylance's handle is free
         if i:
             samples.append(elapsed)
+            floors += [floor_before, floor_after]
+    probe.close()
+    out["floor_same_size_ms"] = 1000 * statistics.median(floors)
     out["txn_engine_ms"] = 1000 * statistics.median(samples)
     out["txn_engine_requests"] = requests
     _drop(store, t_uri)
@@ -788,12 +833,17 @@ class Sizes:
     per_thread: int
     local_per: int = 5
     local_runs: int = 1
+    #: timed commits per Append latency cell on local disk (sub-millisecond commits, whose
+    #: fsyncs vary from one to the next: 5 samples decide little there)
+    local_latency_runs: int = 5
 
     @classmethod
     def of(cls, quick: bool) -> Sizes:
         if quick:
             return cls((10,), 2, 3, (2,), 2, 1, (False,), 2, 2)
-        return cls((10, 1_000, 10_000), 5, 15, (1, 4, 8), 8, 1, (False, True), 16, 2, 20, 3)
+        return cls(
+            (10, 1_000, 10_000), 5, 15, (1, 4, 8), 8, 1, (False, True), 16, 2, 20, 3, 25
+        )
 
 
 def run(
@@ -838,9 +888,10 @@ def run(
                 results["stores"].append(entry)
                 continue
             latency = []
+            latency_runs = sizes.local_latency_runs if store.kind == "local" else sizes.runs
             for n in sizes.fragments:
                 for warm in (False, True):
-                    cell = append_latency(store, n, sizes.runs, warm)
+                    cell = append_latency(store, n, latency_runs, warm)
                     row = {
                         "fragments": n,
                         "mode": "warm" if warm else "cold",

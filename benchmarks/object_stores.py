@@ -285,7 +285,6 @@ class _FloorProbe:
     the commit it is held to see the same disk and the same connections."""
 
     def __init__(self, store: Store, nbytes: int) -> None:
-        self._store = store
         self._payload = os.urandom(nbytes)
         self._label = f"floor{nbytes}-{os.urandom(4).hex()}"
         self._i = 0
@@ -431,15 +430,13 @@ def append_latency(store: Store, n_fragments: int, runs: int, warm: bool) -> dic
     samples = []
     storage = _storage(store, t_uri)
     base = Dataset.open(storage)
-    # the physical floor of this commit: one create-if-absent of a manifest this size,
-    # measured between the timed commits
-    out["manifest_bytes"] = base.manifest_file.size
-    # on local disk, one create before each commit and one after (the pairs see the same
-    # disk: its fsyncs vary several-fold from one minute to the next); on an emulator, in a
-    # block before the commits (a create of 1.5 MB there leaves it busy after it answers:
+    # the physical floor of this commit: one create-if-absent of a manifest this size. On
+    # local disk one before each commit and one after (the pairs see the same disk: its
+    # fsyncs vary several-fold from one minute to the next); on an emulator 10 in a block
+    # just before the commits (a create of 1.5 MB there leaves it busy after it answers:
     # azurite's warm 10,000-fragment commit took 13-15 ms paired, 10-12 without)
-    paired = store.kind == "local"
-    probe = _FloorProbe(store, base.manifest_file.size) if paired else None
+    out["manifest_bytes"] = base.manifest_file.size
+    probe = _FloorProbe(store, base.manifest_file.size) if store.kind == "local" else None
     if probe is None:
         out["floor_same_size_ms"], _ = _put_floor(store, base.manifest_file.size, runs * 2)
     floors: list[float] = []

@@ -535,7 +535,7 @@ class LoopbackProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PATCH = _handle
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -630,6 +630,15 @@ class LoopbackProxy:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """A client that went away mid-request (a process that exited with a request in flight
+    or a kept-alive connection open) is not an error of the proxy: no traceback on stderr."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
 
 
 @pytest.fixture

@@ -7,11 +7,15 @@ The full run (three emulators, each also behind a 25 ms proxy) is not part of th
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from benchmarks.report import render, targets
 from benchmarks.run import main
@@ -33,6 +37,31 @@ def test_delay_proxy_holds_every_request(
     assert seconds(slow.endpoint) >= 0.2
     assert len(slow.requests) == 1  # forwarded once, after the delay
     assert min(seconds(fast.endpoint) for _ in range(3)) < 0.2
+
+
+def test_the_proxy_says_nothing_when_a_client_goes_away(
+    moto_server: Any, loopback_proxy: Callable[..., Any], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A writer process that exits with a request held by the proxy, or with a kept-alive
+    connection open, is no error of the proxy: no traceback on stderr (the benchmarks'
+    logs stay readable), and the proxy goes on serving."""
+    slow = loopback_proxy(moto_server.endpoint, delay=0.2)
+    host, port = slow.endpoint.rsplit("/", 1)[1].split(":")
+    for k in range(1, 4):
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(b"GET /moto-api/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + 5
+        while len(slow.requests) < k and time.monotonic() < deadline:
+            time.sleep(0.005)  # the proxy has read it and holds it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # a reset, before the held response is written
+    time.sleep(0.5)
+    with urllib.request.urlopen(f"{slow.endpoint}/moto-api/", timeout=30) as response:
+        assert response.status == 200
+    assert len(slow.requests) == 4
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    assert "Exception occurred" not in err
 
 
 def test_quick_object_store_benchmark_through_benchmarks_run(tmp_path: Path) -> None:
@@ -142,3 +171,29 @@ def test_the_tail_plot_draws_the_default_beside_the_carrier(tmp_path: Path) -> N
     three = tmp_path / "three.png"
     assert plot_tail({"stores": [racing]}, three)
     assert three.stat().st_size > out.stat().st_size  # one more series drawn
+
+
+def test_the_tail_sweep_measures_each_delay_in_its_own_round_trips(tmp_path: Path) -> None:
+    """``benchmarks.tail_sweep``: the store behind each delay, its round trip measured there,
+    every cell's commits accounted for, p99 - p50 expressed in that round trip."""
+    from benchmarks.tail_sweep import main as sweep_main
+
+    plot = tmp_path / "tail_sweep.png"
+    args = ["--stores", "s3", "--delays", "5,40", "--writers", "2", "--commits", "2"]
+    assert sweep_main([*args, "--runs", "1", "--out", str(tmp_path), "--plot", str(plot)]) == 0
+    out = json.loads((tmp_path / "tail_sweep.json").read_text())
+    summary = {(s["delay_ms"], s["read_version"]): s for s in out["summary"]}
+    assert set(summary) == {(5.0, "fresh"), (5.0, "stale"), (40.0, "fresh"), (40.0, "stale")}
+    for (delay, _), s in summary.items():
+        # every request waits the delay: so does the measured round trip
+        assert delay <= s["round_trip_ms"] < delay + 40
+        assert s["runs"] == 1
+        assert s["failures"] == s["unaccounted"] == 0
+        assert s["p50_rt"] <= s["p99_rt"]
+        assert s["gap_rt"] == s["gap_rt_min"] == s["gap_rt_max"]
+    for row in out["rows"]:
+        rt = row["round_trip_ms"]
+        gap = summary[(row["delay_ms"], row["read_version"])]["gap_rt"]
+        assert abs((row["p99_ms"] - row["p50_ms"]) / rt - gap) < 1e-9
+        assert row["commits"] == 4
+    assert plot.stat().st_size > 1000

@@ -1,0 +1,188 @@
+"""The contention tail across store latencies (issue 14, item 4: 20-100 ms per request).
+
+    python -m benchmarks.tail_sweep [--stores s3,azure,gcs] [--delays 25,50,100]
+                                    [--writers 4,8] [--commits 8] [--runs 3]
+                                    [--modes default] [--out DIR] [--plot FILE]
+
+For each store and each delay, the store is started behind a loopback proxy that holds every
+request for that delay; its round trip is measured (one conditional PUT of 1 KiB, median of
+15), then the contention cells of :mod:`benchmarks.rendezvous_lab` run ``--runs`` times each
+(``--writers`` processes x ``--commits`` Appends, fresh and stale, in each of ``--modes``),
+interleaved. Reported per store, delay, mode and cell: p50, p99 and p99 - p50 in round trips
+(the median and the range over the runs), failures and the landed check. If the tail is
+bound by the protocol (round trips on the critical path), p99 - p50 in round trips stays
+the same as the delay grows; if by the machine (CPU of the writer processes, the emulator),
+it shrinks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks import object_stores as ob
+from benchmarks.rendezvous_lab import MODES, run_lab
+
+
+def sweep(
+    kinds: list[str],
+    delays: list[float],
+    writers: list[int],
+    commits: int,
+    runs: int,
+    modes: tuple[str, ...] = ("default",),
+) -> list[dict[str, Any]]:
+    """One row per store, delay, mode, writers, read version and run (the lab's rows, with
+    the delay and the round trip measured on that store)."""
+    rows: list[dict[str, Any]] = []
+    for kind in kinds:
+        for delay in delays:
+            with (
+                tempfile.TemporaryDirectory() as work,
+                ob.started_stores([kind], delay, Path(work)) as stores,
+            ):
+                store = stores[-1]  # the delayed one
+                round_trip = ob.floor(store, 15)["put_if_absent_ms"]
+                print(f"{store.name}: round trip {round_trip:.1f} ms", flush=True)
+                for run in range(runs):
+                    for n in writers:
+                        for stale in (False, True):
+                            for row in run_lab(store, n, commits, 1, stale, modes):
+                                row.update(
+                                    kind=kind, delay_ms=delay, round_trip_ms=round_trip, run=run
+                                )
+                                row.pop("latencies_ms", None)
+                                rows.append(row)
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per store, delay, mode and cell: p50, p99 and p99 - p50 in round trips over the
+    runs (median, min, max), failures and unaccounted commits summed."""
+    cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["kind"], row["delay_ms"], row["mode"], row["writers"], row["read_version"])
+        cells.setdefault(key, []).append(row)
+    out = []
+    for (kind, delay, mode, n, rv), runs in sorted(cells.items()):
+        rt = runs[0]["round_trip_ms"]
+        gaps = [(r["p99_ms"] - r["p50_ms"]) / rt for r in runs]
+        out.append(
+            {
+                "kind": kind,
+                "delay_ms": delay,
+                "round_trip_ms": rt,
+                "mode": mode,
+                "writers": n,
+                "read_version": rv,
+                "runs": len(runs),
+                "p50_rt": statistics.median(r["p50_ms"] / rt for r in runs),
+                "p99_rt": statistics.median(r["p99_ms"] / rt for r in runs),
+                "gap_rt": statistics.median(gaps),
+                "gap_rt_min": min(gaps),
+                "gap_rt_max": max(gaps),
+                "failures": sum(r["failures"] for r in runs),
+                "unaccounted": sum(r["unaccounted"] for r in runs),
+            }
+        )
+    return out
+
+
+def render(summary: list[dict[str, Any]]) -> str:
+    """A markdown table of :func:`summarize`'s rows."""
+    lines = [
+        "| store | delay ms | round trip ms | mode | cell | runs | p50 RT | p99 RT "
+        "| p99 - p50 RT: median (range) | failed | unaccounted |",
+        "|---|---:|---:|---|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for s in summary:
+        lines.append(
+            f"| {s['kind']} | {s['delay_ms']:g} | {s['round_trip_ms']:.1f} | {s['mode']} "
+            f"| {s['writers']} {s['read_version']} | {s['runs']} | {s['p50_rt']:.1f} "
+            f"| {s['p99_rt']:.1f} | {s['gap_rt']:.1f} ({s['gap_rt_min']:.1f}-"
+            f"{s['gap_rt_max']:.1f}) | {s['failures']} | {s['unaccounted']} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(summary: list[dict[str, Any]], path: Path) -> None:
+    """p99 - p50 in round trips against the delay, one panel per store, one line per cell
+    (the median over the runs, the range as a bar)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = sorted({s["kind"] for s in summary})
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 3.8), sharey=True)
+    panels = axes if len(kinds) > 1 else [axes]
+    for ax, kind in zip(panels, kinds, strict=True):
+        cells = sorted(
+            {(s["mode"], s["writers"], s["read_version"]) for s in summary if s["kind"] == kind}
+        )
+        for mode, n, rv in cells:
+            pts = sorted(
+                (s["delay_ms"], s)
+                for s in summary
+                if (s["kind"], s["mode"], s["writers"], s["read_version"]) == (kind, mode, n, rv)
+            )
+            xs = [d for d, _ in pts]
+            ys = [s["gap_rt"] for _, s in pts]
+            lo = [s["gap_rt"] - s["gap_rt_min"] for _, s in pts]
+            hi = [s["gap_rt_max"] - s["gap_rt"] for _, s in pts]
+            label = f"{n} {rv}" if len({c[0] for c in cells}) == 1 else f"{mode} {n} {rv}"
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
+        ax.axhline(3, color="grey", linestyle="--", linewidth=1)
+        ax.set_title(kind)
+        ax.set_xlabel("delay per request, ms")
+        ax.grid(True, alpha=0.3)
+    panels[0].set_ylabel("p99 - p50, in round trips")
+    panels[0].legend(fontsize=8)
+    fig.suptitle("The contention tail of txn_engine against the store's latency")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", default="s3,azure,gcs", type=ob.parse_stores)
+    parser.add_argument("--delays", default="25,50,100", type=_floats)
+    parser.add_argument("--writers", default="4,8", type=lambda t: [int(x) for x in _floats(t)])
+    parser.add_argument("--commits", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--modes", default="default", help=f"comma-separated, of {', '.join(MODES)}"
+    )
+    parser.add_argument("--out", type=Path, default=ob.REPO / "benchmarks" / "results")
+    parser.add_argument("--plot", type=Path, default=None, help="draw the tail to this PNG")
+    args = parser.parse_args(argv)
+    kinds = [k for k in args.stores if k != "local"]
+    if not kinds:
+        parser.error("the sweep needs an object store (s3, azure, gcs)")
+    modes = tuple(m for m in args.modes.split(",") if m)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"unknown modes {unknown}; known: {', '.join(MODES)}")
+    rows = sweep(kinds, args.delays, args.writers, args.commits, args.runs, modes)
+    summary = summarize(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tail_sweep.json").write_text(
+        json.dumps({"rows": rows, "summary": summary}, indent=2)
+    )
+    print(render(summary))
+    if args.plot is not None:
+        plot(summary, args.plot)
+    return 0 if all(s["failures"] == 0 and s["unaccounted"] == 0 for s in summary) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

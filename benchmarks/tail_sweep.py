@@ -152,11 +152,15 @@ def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x]
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", default="s3,azure,gcs", type=ob.parse_stores)
     parser.add_argument("--delays", default="25,50,100", type=_floats)
-    parser.add_argument("--writers", default="4,8", type=lambda t: [int(x) for x in _floats(t)])
+    parser.add_argument("--writers", default="4,8", type=_ints)
     parser.add_argument("--commits", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(

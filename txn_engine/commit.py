@@ -798,7 +798,7 @@ def commit(
                 if host(
                     state.storage,
                     _known_latest(state),
-                    state.transactions,
+                    _known_transactions(state),
                     state.offers,
                     state.scan,
                 ):
@@ -1004,6 +1004,17 @@ def _foreign_winner(state: _State) -> bool:
         and mf.transaction is not None
         and not ours(mf.transaction.uuid)
     )
+
+
+def _known_transactions(state: _State) -> dict[int, transaction_pb2.Transaction | None]:
+    """The transactions of the versions this commit has read, its base's among them (a
+    stale base's too: the offers of the writers it raced are checked up to that version,
+    and a carrier it hosts would otherwise read it before its first create)."""
+    known = dict(state.transactions)
+    for version, mf in state.manifests.items():
+        if known.get(version) is None and mf.transaction is not None:
+            known[version] = mf.transaction
+    return known
 
 
 def _known_latest(state: _State) -> Dataset | None:

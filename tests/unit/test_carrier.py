@@ -610,6 +610,51 @@ def test_a_writer_that_loses_a_race_hosts_a_carrier_the_next_commits_wait_for() 
     assert again.running
 
 
+class Interposed(ObjectStore):
+    """An object store where another writer's commit lands just before the next manifest
+    create (``before``): that create loses the race."""
+
+    before: Any = None
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        before, self.before = self.before, None
+        if before is not None and path.startswith(f"{VERSIONS_DIR}/"):
+            before()
+        super().put_if_absent(path, data)
+
+
+@pytest.mark.usefixtures("quick_hosts")
+def test_a_carrier_hosted_by_a_stale_writer_knows_its_read_versions_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The offers of the writers that lost a race are checked up to their read version: a
+    carrier hosted by a writer with a stale base (a ManifestFile, listed before its
+    create) gets that version's transaction from it, so it does not read the version again
+    before its first create (a round trip: traced on GCS + 100 ms, stale writers)."""
+    handed: list[dict[int, Any]] = []
+
+    def host(storage: Any, base: Any, known: Any, offers: Any, scan: Any) -> bool:
+        handed.append(dict(known))
+        return False  # none started: the commit races on
+
+    monkeypatch.setattr(commit_module, "host", host)
+    store = Interposed()
+    commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
+    read = Dataset.open(store, version=1).manifest_file
+    store.before = lambda: commit(store, Transaction(1, Append([frag("winner")])))
+    result = commit(
+        store,
+        Transaction(1, Append([frag("stale")])),
+        base=read,
+        retry_policy=RetryPolicy(host_carrier=True),
+    )
+    assert result.version == 3  # it lost version 2, then landed on it
+    assert handed, "the lost race hosted no carrier"
+    known = handed[0]
+    assert known.get(1) is not None
+    assert known[1].uuid == read.transaction.uuid
+
+
 class NetworkStore(ObjectStore):
     """An object store in memory that says it is over the network (an ``s3://`` URI)."""
 

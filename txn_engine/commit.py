@@ -891,8 +891,12 @@ def _offer(
 
 
 #: A writer waiting for a carrier races again when no carrier version has appeared for this
-#: many of its shortest attempts (no carrier runs, or it cannot carry the offer) ...
-PATIENCE_ATTEMPTS = 4
+#: many of its shortest attempts (no carrier runs, or it cannot carry the offer) ... A
+#: shortest attempt is about one round trip, and a carrier a lost race has just started needs
+#: up to about 7 for its first version (its claim, two listings of the offers, its create,
+#: and a read-back and a second create when the first race's winner takes that version).
+#: With 4, its waiters on a 100 ms store raced it (docs/performance.md, *Offers*).
+PATIENCE_ATTEMPTS = 8
 
 #: ... and at least this long (seconds).
 MIN_PATIENCE = 0.3

@@ -180,6 +180,29 @@ def test_a_writer_told_of_a_carrier_that_is_not_there_races_after_its_patience()
     assert pb.uuid == u
 
 
+def test_a_waiter_gives_a_starting_carrier_eight_of_its_attempts() -> None:
+    """A writer whose offer is written waits for the carrier it saw for ``PATIENCE_ATTEMPTS``
+    (8) of its shortest attempts: a carrier that a lost race has just started needs up to
+    about 7 round trips for its first version. With 4, the waiters of a starting carrier
+    on a 100 ms store raced it after 4 round trips and took the version it was creating."""
+    store = table()
+    now = [1000.0]
+    policy = RetryPolicy(clock=lambda: now[0])
+    txn = Transaction(1, Append([frag("waiter")]))
+    base_uuid = Dataset.open(store, version=1).manifest_file.transaction.uuid
+    state = a_state(store, txn, offer_after=1, fresh_base=True, carrier_seen_at=now[0])
+    state.posting = Posting(store, txn, 1 + OFFER_WINDOW, base_uuid)
+    state.posting.wait_written(2)
+    assert state.posting.written
+    budget = policy.budget()
+    budget.shortest_attempt_seconds = 0.1  # a round trip of 100 ms
+    for waited in (0.0, 0.39, 0.41, 0.79):  # 0.41: past a patience of 4 attempts
+        now[0] = 1000.0 + waited
+        assert commit_module._defers(state, budget), waited
+    now[0] = 1000.0 + 0.81
+    assert not commit_module._defers(state, budget)  # no carrier version: it races
+
+
 def test_a_writer_not_told_races_at_once() -> None:
     store = table()
     started = time.monotonic()

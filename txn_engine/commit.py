@@ -880,9 +880,7 @@ def _offer(
     elif not carrier and (not state.contended or budget.attempts < state.offer_after):
         return
     checked = state.checked_up_to
-    base = state.transactions.get(checked)
-    if base is None and checked in state.manifests:
-        base = state.manifests[checked].transaction
+    base = _transaction_of(state, checked)
     if base is None:
         return  # the transaction of the version checked up to is not known: no offer
     state.posting = Posting(
@@ -1010,14 +1008,24 @@ def _foreign_winner(state: _State) -> bool:
     )
 
 
+def _transaction_of(state: _State, version: int) -> transaction_pb2.Transaction | None:
+    """The transaction of ``version`` as this commit knows it: read since the read version,
+    or in a manifest it holds (its base: a stale base is held only there); None if neither."""
+    pb = state.transactions.get(version)
+    if pb is None and version in state.manifests:
+        pb = state.manifests[version].transaction
+    return pb
+
+
 def _known_transactions(state: _State) -> dict[int, transaction_pb2.Transaction | None]:
-    """The transactions of the versions this commit has read, its base's among them (a
-    stale base's too: the offers of the writers it raced are checked up to that version,
-    and a carrier it hosts would otherwise read it before its first create)."""
+    """The transactions of the versions this commit has read, its base's among them: the
+    offers of the writers it raced are checked up to that version, and a carrier it hosts
+    would otherwise read it again before its first create."""
     known = dict(state.transactions)
-    for version, mf in state.manifests.items():
-        if known.get(version) is None and mf.transaction is not None:
-            known[version] = mf.transaction
+    for version in state.manifests:
+        pb = _transaction_of(state, version)
+        if pb is not None:
+            known[version] = pb
     return known
 
 

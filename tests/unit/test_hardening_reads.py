@@ -453,3 +453,22 @@ def test_commit_on_exhausted_fragment_ids_is_a_typed_error() -> None:
     new = Fragment(0, (DataFile("1.lance", (0,), (0,), 2, 0, 10),), 3)
     with pytest.raises(LimitExceededError, match="max_fragment_id"):
         commit(storage, Transaction(1, Append([new])))
+
+
+@pytest.mark.parametrize("physical_rows", [None, 10])
+def test_arrow_deletion_file_with_a_non_utf8_column_name_is_corrupt(
+    physical_rows: int | None,
+) -> None:
+    """A column name that is not UTF-8 (pyarrow raises UnicodeDecodeError reading it) is a
+    corrupt deletion file, not a crash; the message does not echo the undecodable name.
+    Found by the hostile-deletion-file fuzz at 2,000 examples."""
+    good = encode_arrow_deletions(BitMap([1, 2]))
+    assert good.count(b"row_id") == 2  # the schema is in the header and in the footer
+    hostile = good.replace(b"row_id", b"\xff\xffw_id")
+    with pytest.raises(CorruptDeletionFileError, match="not UTF-8"):
+        decode_deletion_file(hostile, ARROW, physical_rows=physical_rows)
+    # one bad byte in the footer's copy of the name (the one a file reader reads)
+    last = good.rindex(b"row_id")
+    once = good[:last] + b"\xff" + good[last + 1 :]
+    with pytest.raises(CorruptDeletionFileError, match="not UTF-8"):
+        decode_deletion_file(once, ARROW, physical_rows=physical_rows)

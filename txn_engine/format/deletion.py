@@ -390,6 +390,24 @@ def decode_deletion_file(
     return result
 
 
+def _check_arrow_schema(schema: pa.Schema, what: str) -> None:
+    """Exactly one UInt32 column ``row_id``, else CorruptDeletionFileError. A hostile file
+    may name its columns in bytes that are not UTF-8 (pyarrow raises UnicodeDecodeError
+    reading the name): corrupt too, and the name is not echoed."""
+    try:
+        names = schema.names
+    except UnicodeDecodeError as exc:
+        raise CorruptDeletionFileError(
+            f"{what}: a column name of the Arrow schema is not UTF-8 ({len(schema)} columns)"
+        ) from exc
+    types = [str(schema.field(i).type) for i in range(len(schema))]
+    if names != ["row_id"] or schema.field(0).type != pa.uint32():
+        got = ", ".join(f"{n!r}: {t}" for n, t in zip(names, types, strict=True))
+        raise CorruptDeletionFileError(
+            f"{what}: schema must be exactly one UInt32 column 'row_id', got ({got})"
+        )
+
+
 def _decode(data: bytes, file_type: int, what: str) -> BitMap:
     if file_type == _BITMAP:
         try:
@@ -398,11 +416,7 @@ def _decode(data: bytes, file_type: int, what: str) -> BitMap:
             raise CorruptDeletionFileError(f"{what}: invalid Roaring bitmap: {exc}") from exc
     try:
         reader = pa.ipc.open_file(pa.BufferReader(data))
-        schema = reader.schema
-        if len(schema) != 1 or schema[0].name != "row_id" or schema[0].type != pa.uint32():
-            raise CorruptDeletionFileError(
-                f"{what}: schema must be exactly one UInt32 column 'row_id', got {schema}"
-            )
+        _check_arrow_schema(reader.schema, what)
         table = reader.read_all()
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise CorruptDeletionFileError(f"{what}: not an Arrow IPC file: {exc}") from exc

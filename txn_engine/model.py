@@ -17,7 +17,7 @@ import attrs
 from pyroaring import BitMap
 
 from txn_engine._proto import table_pb2
-from txn_engine.errors import CorruptDeletionFileError, InvalidOperationError
+from txn_engine.errors import CorruptDeletionFileError, FormatError, InvalidOperationError
 from txn_engine.format.fields import LanceField, frozen_map
 
 __all__ = [
@@ -433,6 +433,19 @@ def _index_files(value: Iterable[IndexFile]) -> tuple[IndexFile, ...]:
     return tuple(value)
 
 
+def decode_fragment_bitmap(data: bytes, index_name: str) -> BitMap:
+    """An index's ``fragment_bitmap`` (Roaring bytes) as read from a manifest or a
+    transaction; FormatError when the bytes are not a valid bitmap (pyroaring's own
+    ValueError does not escape)."""
+    try:
+        return BitMap.deserialize(data)
+    except (ValueError, OverflowError, MemoryError) as exc:
+        raise FormatError(
+            f"index {index_name!r}: fragment_bitmap is not a valid Roaring bitmap "
+            f"({len(data)} bytes: {exc})"
+        ) from exc
+
+
 def _bitmap(value: Iterable[int] | None) -> frozenset[int] | None:
     return None if value is None else frozenset(int(v) for v in value)
 
@@ -487,7 +500,9 @@ class IndexMetadata:
             name=pb.name,
             fields=tuple(pb.fields),
             dataset_version=pb.dataset_version,
-            fragment_bitmap=BitMap.deserialize(pb.fragment_bitmap) if pb.fragment_bitmap else None,
+            fragment_bitmap=(
+                decode_fragment_bitmap(pb.fragment_bitmap, pb.name) if pb.fragment_bitmap else None
+            ),
             index_details=IndexDetails(pb.index_details.type_url, pb.index_details.value)
             if pb.HasField("index_details")
             else None,

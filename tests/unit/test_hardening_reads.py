@@ -472,3 +472,21 @@ def test_arrow_deletion_file_with_a_non_utf8_column_name_is_corrupt(
     once = good[:last] + b"\xff" + good[last + 1 :]
     with pytest.raises(CorruptDeletionFileError, match="not UTF-8"):
         decode_deletion_file(once, ARROW, physical_rows=physical_rows)
+
+
+def test_index_fragment_bitmap_that_is_not_roaring_is_a_format_error() -> None:
+    """An inline transaction (or manifest index) whose index names bytes that are not a
+    Roaring bitmap as its fragment_bitmap: FormatError, not pyroaring's ValueError. Found
+    by the mutated-manifest fuzz at the nightly profile (seed 2215)."""
+    from txn_engine.builder._common import index_bitmap
+    from txn_engine.codec import transaction_from_proto
+
+    txn = transaction_pb2.Transaction(read_version=1, uuid=UUID)
+    removed = txn.create_index.removed_indices.add(name="i1", fragment_bitmap=b"\x00\x01bad")
+    removed.uuid.uuid = bytes(16)
+    with pytest.raises(FormatError, match=r"i1.*not a valid Roaring"):
+        transaction_from_proto(txn)
+    with pytest.raises(FormatError, match="not a valid Roaring"):
+        index_bitmap(table_pb2.IndexMetadata(name="i2", fragment_bitmap=b"\xff" * 9))
+    good = table_pb2.IndexMetadata(name="i3", fragment_bitmap=BitMap([0, 2]).serialize())
+    assert index_bitmap(good) == BitMap([0, 2])

@@ -22,7 +22,7 @@ from txn_engine.format.rowids import (
     fresh_version_sequence,
 )
 from txn_engine.format.schema import max_field_id as max_field_id_ever
-from txn_engine.model import Fragment, LanceField
+from txn_engine.model import Fragment, LanceField, decode_fragment_bitmap
 from txn_engine.transaction import Transaction
 
 WRITER_LIBRARY = "txn_engine"
@@ -178,7 +178,9 @@ def check_schema(fields: Sequence[LanceField], what: str) -> None:
 
 
 def index_bitmap(index: table_pb2.IndexMetadata) -> BitMap | None:
-    return BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else None
+    if not index.fragment_bitmap:
+        return None
+    return decode_fragment_bitmap(index.fragment_bitmap, index.name)
 
 
 def covers_an_existing_fragment(

@@ -400,9 +400,8 @@ def _check_arrow_schema(schema: pa.Schema, what: str) -> None:
         raise CorruptDeletionFileError(
             f"{what}: a column name of the Arrow schema is not UTF-8 ({len(schema)} columns)"
         ) from exc
-    types = [str(schema.field(i).type) for i in range(len(schema))]
     if names != ["row_id"] or schema.field(0).type != pa.uint32():
-        got = ", ".join(f"{n!r}: {t}" for n, t in zip(names, types, strict=True))
+        got = ", ".join(f"{field.name!r}: {field.type}" for field in schema)
         raise CorruptDeletionFileError(
             f"{what}: schema must be exactly one UInt32 column 'row_id', got ({got})"
         )

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from txn_engine._proto import table_pb2, transaction_pb2
 from txn_engine.builder._common import index_bitmap
+from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
 from txn_engine.format.rowids import (
     decode_row_id_sequence,
     decode_version_sequence,
@@ -485,7 +486,8 @@ def valid_transaction(
     elif kind == "Rewrite":
         start = draw(st.integers(0, len(frags) - 1))
         count = draw(st.integers(1, min(3, len(frags) - start)))
-        if manifest.reader_feature_flags & 2:
+        stable = bool(manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+        if stable:
             # stable row ids: Lance refuses a group that joins fragments an index covers
             # with fragments it does not (the index is not remapped); the group stops at
             # the first fragment covered by other indices than the group's first
@@ -499,7 +501,7 @@ def valid_transaction(
                 (k for k in range(1, count) if covering(frags[start + k].id) != first), count
             )
         olds = [Fragment.from_proto(f) for f in frags[start : start + count]]
-        if manifest.reader_feature_flags & 2:  # stable row ids: the rows keep their ids
+        if stable:  # the rows keep their ids
             # (compaction carries each row's id and versions into the new fragment)
             row_ids: list[int] = []
             created: list[tuple[int, int]] = []

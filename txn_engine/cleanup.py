@@ -55,6 +55,7 @@ from typing import IO, Any
 
 import attrs
 
+from txn_engine import jsontext
 from txn_engine._proto import table_pb2
 from txn_engine.errors import (
     CleanupAbortedError,
@@ -716,7 +717,7 @@ def _read_json_refs(storage: Storage, directory: str) -> list[tuple[str, dict[st
             continue
         path = f"{directory}/{name}"
         try:
-            obj = json.loads(storage.get(path))
+            obj = jsontext.loads(storage.get(path))
         except FileNotFoundError:
             continue  # deleted meanwhile
         except (ValueError, UnicodeDecodeError) as exc:

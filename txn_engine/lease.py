@@ -57,6 +57,7 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from txn_engine import jsontext
 from txn_engine.errors import (
     DatasetNotFoundError,
     InvalidStorageArgumentError,
@@ -125,7 +126,7 @@ def _count(value: object) -> TypeGuard[int]:
 
 def _decode(path: str, data: bytes) -> LeaseInfo:
     try:
-        obj = json.loads(data)
+        obj = jsontext.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         return LeaseInfo(path, None, 0, 0, "", error=f"not JSON: {exc}")
     if not isinstance(obj, dict):
@@ -170,7 +171,7 @@ def running_cleanups(storage: Storage, now_ns: int) -> list[int]:
         if not name.endswith(".json"):
             continue
         try:
-            obj = json.loads(storage.get(f"{CLEANING_DIR}/{name}"))
+            obj = jsontext.loads(storage.get(f"{CLEANING_DIR}/{name}"))
         except (FileNotFoundError, ValueError, UnicodeDecodeError):
             continue
         expires = obj.get("expires_at_ns") if isinstance(obj, dict) else None

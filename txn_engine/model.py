@@ -8,7 +8,6 @@ Each type converts to and from its protobuf message with ``to_proto`` / ``from_p
 from __future__ import annotations
 
 import enum
-import json
 import uuid as uuid_mod
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import attrs
 from pyroaring import BitMap
 
+from txn_engine import jsontext
 from txn_engine._proto import table_pb2
 from txn_engine.errors import CorruptDeletionFileError, FormatError, InvalidOperationError
 from txn_engine.format.fields import LanceField, frozen_map
@@ -263,7 +263,7 @@ class Fragment:
         if hasattr(value, "to_json") and not isinstance(value, (str, bytes, Mapping)):
             value = value.to_json()
         try:
-            data: Any = json.loads(value) if isinstance(value, (str, bytes)) else value
+            data: Any = jsontext.loads(value) if isinstance(value, (str, bytes)) else value
             if not isinstance(data, Mapping):
                 raise TypeError(f"expected a JSON object, got {type(data).__name__}")
             if data.get("overlays"):

@@ -31,13 +31,13 @@ worth knowing, such as history removed by cleanup).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from txn_engine import jsontext
 from txn_engine._proto import table_pb2
 from txn_engine.codec import transaction_from_proto
 from txn_engine.errors import InvalidStorageArgumentError, StorageError, TxnEngineError
@@ -199,7 +199,7 @@ def _pinned_versions(storage: Storage) -> set[int]:
             if not name.endswith(".json"):
                 continue
             try:
-                obj = json.loads(storage.get(f"{directory}/{name}"))
+                obj = jsontext.loads(storage.get(f"{directory}/{name}"))
             except (TxnEngineError, ValueError):
                 continue
             if isinstance(obj, dict) and obj.get(parent) is None:

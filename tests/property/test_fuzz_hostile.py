@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import json
 import os
 import struct
 import tempfile
@@ -31,6 +32,7 @@ import time
 import tracemalloc
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 import attrs
@@ -40,6 +42,7 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from txn_engine._proto import table_pb2
+from txn_engine.cleanup import cleanup
 from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import TxnEngineError
@@ -56,6 +59,8 @@ from txn_engine.format.io import (
 )
 from txn_engine.format.manifest_file import FOOTER_SIZE, decode_manifest_file
 from txn_engine.format.naming import list_versions
+from txn_engine.format.refs import list_branches, list_tags
+from txn_engine.lease import CLEANING_DIR, LEASES_DIR, read_leases, running_cleanups
 from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
 from txn_engine.ops import Append, Delete, Overwrite
 from txn_engine.retry import RetryPolicy
@@ -520,6 +525,90 @@ def fuzz_version_listing(seed: Seed, data: st.DataObject) -> None:
     exercise(seed, extra, local=data.draw(st.booleans()))
 
 
+# ---- JSON side files: tags, branches, leases, cleanup markers --------------------------------
+
+_JSON_KEYS = (
+    "version", "branch", "createdAt", "updatedAt", "manifestSize", "metadata",
+    "parentVersion", "parentBranch", "createAt", "created_at_ns", "expires_at_ns", "owner",
+)  # fmt: skip
+_JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+    st.sampled_from(["1", "2026-11-28T00:00:00.123456789Z", "9999-99-99T00:00:00Z"]),
+)
+_JSON_VALUES = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+#: texts json.loads accepts (or half accepts) that serde_json would not
+_JSON_ODDITIES = (
+    b'{"version": 1e400}',
+    b'{"parentVersion": -1e400}',
+    b'{"version": NaN}',
+    b'{"version": Infinity, "expires_at_ns": 1}',
+    b'{"version": 1, "createdAt": 1e300, "updatedAt": -1e18}',
+    b'{"version": 1, "created_at_ns": 1, "expires_at_ns": 18446744073709551616}',
+    b'{"version": 1, "metadata": {"a": "\\ud800"}}',
+    b"\xef\xbb\xbf{}",
+    b'{"version": 1}\xff',
+)
+
+
+@st.composite
+def json_side_files(draw: st.DrawFn) -> bytes:
+    """What another process could leave in a tag, branch, lease or marker file: drawn
+    objects with the fields txn_engine reads, garbage, nesting from a few levels to far
+    past Python's recursion limit, and numbers json.loads takes but serde_json refuses."""
+    kind = draw(st.sampled_from(["object", "bytes", "nested", "oddity"]))
+    if kind == "object":
+        keys = draw(st.lists(st.sampled_from(_JSON_KEYS), max_size=6, unique=True))
+        return json.dumps({k: draw(_JSON_VALUES) for k in keys}).encode()
+    if kind == "bytes":
+        return draw(st.binary(max_size=48))
+    if kind == "nested":
+        depth = draw(st.sampled_from([127, 128, 129, 900, 5000, 200_000]))
+        inner = "[" * depth + "]" * depth
+        if draw(st.booleans()):
+            inner = '{"version": 1, "metadata": ' + inner + "}"
+        return inner.encode()
+    return draw(st.sampled_from(_JSON_ODDITIES))
+
+
+def fuzz_json_side_files(seed: Seed, data: st.DataObject) -> None:
+    """Hostile JSON under ``_refs/`` and ``_txn_engine/`` read by every reader of them:
+    tags, branches, leases, running cleanups, ``verify`` and ``cleanup`` (dry run and
+    real). A real cleanup that goes through must keep every version a valid tag pins."""
+    files: dict[str, bytes] = {}
+    for _ in range(data.draw(st.integers(1, 3))):
+        directory = data.draw(
+            st.sampled_from(["_refs/tags", "_refs/branches", LEASES_DIR, CLEANING_DIR])
+        )
+        name = data.draw(st.sampled_from(["t", "b", "a%2Fb", "%ZZ", "x.y"]))
+        files[f"{directory}/{name}.json"] = data.draw(json_side_files())
+    size = sum(len(v) for v in {**seed, **files}.values())
+    bounded(lambda: list_tags(storage_from(seed, files)), size, "list_tags")
+    bounded(lambda: list_branches(storage_from(seed, files)), size, "list_branches")
+    bounded(lambda: read_leases(storage_from(seed, files)), size, "read_leases")
+    bounded(lambda: running_cleanups(storage_from(seed, files), 0), size, "running_cleanups")
+    bounded(lambda: verify(storage_from(seed, files), deep=True), size, "verify --deep")
+    for dry_run in (True, False):
+        store = storage_from(seed, files)
+
+        def run(store: Storage = store, dry_run: bool = dry_run) -> None:
+            cleanup(store, older_than=timedelta(0), dry_run=dry_run, progress=False)
+
+        bounded(run, size, "cleanup")
+        for path, blob in files.items():  # cleanup never removes what it could not read
+            if path.startswith("_refs/"):
+                assert store.get(path) == blob, path
+
+
 @FUZZ
 @given(st.data())
 def test_mutated_manifest_bytes(data: st.DataObject) -> None:
@@ -548,6 +637,12 @@ def test_hostile_deletion_files(data: st.DataObject) -> None:
 @given(st.data())
 def test_odd_version_listings(data: st.DataObject) -> None:
     fuzz_version_listing(library_seed(), data)
+
+
+@FUZZ
+@given(st.data())
+def test_hostile_json_side_files(data: st.DataObject) -> None:
+    fuzz_json_side_files(library_seed(), data)
 
 
 def test_seed_reads_cleanly() -> None:

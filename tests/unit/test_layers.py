@@ -22,6 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "txn_engine"
 LAYERS: dict[str, int] = {
     # foundations: no imports of the library but each other
     "_version": 0,
+    "jsontext": 0,
     "_proto": 0,
     "errors": 0,
     "redact": 0,

@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TextIO
 
 import attrs
 
+from txn_engine import jsontext
 from txn_engine._proto import table_pb2
 from txn_engine.dataset import Dataset, version_history
 from txn_engine.errors import TxnEngineError
@@ -518,7 +519,7 @@ def _option_item(text: str) -> str:
         raise argparse.ArgumentTypeError("expected name=value")
     if value.startswith("{"):
         try:
-            json.loads(value)
+            jsontext.loads(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"the value of {key!r} is not valid JSON") from None
     return text
@@ -544,7 +545,7 @@ def _parse_options(items: Sequence[str]) -> dict[str, Any] | None:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"storage option {item!r} is not KEY=VALUE")
-        options[key] = json.loads(value) if value.startswith("{") else value
+        options[key] = jsontext.loads(value) if value.startswith("{") else value
     return options or None
 
 

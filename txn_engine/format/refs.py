@@ -30,6 +30,7 @@ from typing import Any
 
 import attrs
 
+from txn_engine import jsontext
 from txn_engine.errors import (
     CorruptManifestError,
     InvalidOperationError,
@@ -133,7 +134,10 @@ def _time(value: Any) -> _dt.datetime | None:
     if value is None:
         return None
     if isinstance(value, (int, float)):
-        return _dt.datetime.fromtimestamp(value, tz=_dt.UTC)
+        try:
+            return _dt.datetime.fromtimestamp(value, tz=_dt.UTC)
+        except (OverflowError, ValueError, OSError):  # beyond what a datetime holds
+            return None
     text = str(value)
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
@@ -162,7 +166,7 @@ def _metadata(value: Any) -> tuple[tuple[str, str], ...]:
 def _load(storage: Storage, path: str) -> dict[str, Any]:
     data = storage.get(path)
     try:
-        out = json.loads(data)
+        out = jsontext.loads(data)
     except ValueError as exc:
         raise CorruptManifestError(f"{storage.uri}: {path} is not JSON: {exc}") from exc
     if not isinstance(out, dict):

@@ -12,13 +12,13 @@ have two spellings that are merged (the prefixed keys win):
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from txn_engine import jsontext
 from txn_engine.errors import InvalidOperationError
 from txn_engine.redact import RedactingFilter, redact_options
 
@@ -97,8 +97,8 @@ class WriteOptions:
 
 def _json_object(name: str, text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        value = jsontext.loads(text)
+    except ValueError as exc:
         raise InvalidOperationError(f"option {name!r} must be a JSON object: {exc}") from exc
     if not isinstance(value, dict):
         raise InvalidOperationError(

@@ -56,6 +56,7 @@ from typing import Any, Literal
 
 import attrs
 
+from txn_engine import jsontext
 from txn_engine._proto import transaction_pb2
 from txn_engine.errors import (
     DatasetNotFoundError,
@@ -156,7 +157,7 @@ def read_record(storage: Storage, key: str) -> dict[str, Any] | None:
     except ObjectNotFoundError:
         return None
     try:
-        value = json.loads(data)
+        value = jsontext.loads(data)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -286,7 +287,7 @@ def _json_objects(storage: Storage, directory: str) -> Iterator[tuple[str, dict[
         if not name.endswith(".json"):
             continue
         try:
-            value = json.loads(storage.get(f"{directory}/{name}"))
+            value = jsontext.loads(storage.get(f"{directory}/{name}"))
         except ObjectNotFoundError:
             continue
         except ValueError as exc:

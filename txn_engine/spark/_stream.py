@@ -40,6 +40,7 @@ import attrs
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from txn_engine import jsontext
 from txn_engine.errors import (
     DatasetNotFoundError,
     HistoryUnavailableError,
@@ -144,7 +145,7 @@ def resolve_query_id(options: StreamOptions) -> str:
     try:
         with fsspec.open(path, "r") as handle:
             text = handle.readline()
-        query_id = json.loads(text)["id"]
+        query_id = jsontext.loads(text)["id"]
     except Exception as exc:
         raise InvalidOperationError(
             f"cannot read the query id from {redact_uri(path)} ({exc!r}); give "
@@ -199,7 +200,7 @@ def read_progress(storage: Storage, query_id: str) -> StreamProgress | None:
     except ObjectNotFoundError:
         return None
     try:
-        data = json.loads(raw)
+        data = jsontext.loads(raw)
         pending = data.get("pending_batch_id")
         after = data.get("pending_after")
         progress = StreamProgress(
@@ -589,7 +590,7 @@ class TxnLanceStreamWriter(DataSourceStreamArrowWriter):
             str(f["path"])
             for m in ours
             for text in m.fragments
-            for f in json.loads(text).get("files", ())
+            for f in jsontext.loads(text).get("files", ())
         }
         for key in dict.fromkeys(
             [*(m.write_key for m in ours), *_staged_of_batch(storage, txn_uuid)]

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from txn_engine import jsontext
 from txn_engine.errors import (
     CommitStateUnknownError,
     DatasetNotFoundError,
@@ -128,7 +129,10 @@ def _fragment_json(value: FragmentLike) -> dict[str, Any]:
     if hasattr(value, "to_json"):
         value = value.to_json()
     if isinstance(value, (str, bytes)):
-        value = json.loads(value)
+        try:
+            value = jsontext.loads(value)
+        except ValueError as exc:
+            raise InvalidOperationError(f"fragment metadata is not JSON: {exc}") from exc
     if not isinstance(value, Mapping):
         raise InvalidOperationError(
             f"expected fragment metadata (dict, JSON text or FragmentMetadata), "

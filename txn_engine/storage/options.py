@@ -39,6 +39,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from txn_engine import jsontext
 from txn_engine.errors import InvalidStorageArgumentError
 
 __all__ = [
@@ -509,7 +510,7 @@ def _int_option(name: str, values: Mapping[str, str]) -> int:
 
 def _json_object(name: str, text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = jsontext.loads(text)
     except ValueError:
         raise InvalidStorageArgumentError(f"{name} is not valid JSON") from None
     if not isinstance(value, dict):

@@ -53,6 +53,20 @@ def pylance_seed() -> dict[str, bytes]:
         return dict(fuzz.snapshot(LocalStorage(uri)))
 
 
+@functools.lru_cache(maxsize=1)
+def pylance_refs() -> dict[str, bytes]:
+    """A tag and a branch as pylance 14 writes them (on version 1 of a table of its own:
+    their content, not their target, is what the fuzz mutates)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        uri = str(Path(tmp) / "refs")
+        lance.write_dataset(pa.table({"a": [1, 2]}), uri)
+        ds = lance.dataset(uri)
+        ds.tags.create("t1", 1)
+        ds.create_branch("br1", 1)
+        refs = Path(uri) / "_refs"
+        return {f"_refs/{p.parent.name}/{p.name}": p.read_bytes() for p in refs.glob("*/*.json")}
+
+
 def test_pylance_seed_reads_cleanly() -> None:
     seed = pylance_seed()
     kinds = {p.rsplit(".", 1)[1] for p in fuzz.paths(seed, "_deletions")}
@@ -91,3 +105,13 @@ def test_pylance_deletion_files(data: st.DataObject) -> None:
 @given(st.data())
 def test_pylance_version_listings(data: st.DataObject) -> None:
     fuzz.fuzz_version_listing(pylance_seed(), data)
+
+
+def test_pylance_refs_are_the_files_the_fuzz_mutates() -> None:
+    assert sorted(pylance_refs()) == ["_refs/branches/br1.json", "_refs/tags/t1.json"]
+
+
+@fuzz.FUZZ
+@given(st.data())
+def test_pylance_json_side_files(data: st.DataObject) -> None:
+    fuzz.fuzz_json_side_files(pylance_seed(), data, pylance_refs())

@@ -59,7 +59,7 @@ from txn_engine.format.io import (
 )
 from txn_engine.format.manifest_file import FOOTER_SIZE, decode_manifest_file
 from txn_engine.format.naming import list_versions
-from txn_engine.format.refs import list_branches, list_tags
+from txn_engine.format.refs import create_tag, list_branches, list_tags
 from txn_engine.lease import CLEANING_DIR, LEASES_DIR, read_leases, running_cleanups
 from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
 from txn_engine.ops import Append, Delete, Overwrite
@@ -116,6 +116,14 @@ def library_seed() -> dict[str, bytes]:
         updated = attrs.evolve(base, deletion_file=DeletionFile.from_proto(dv))
         commit(store, Transaction(version, Delete([updated], predicate="x")))
     return snapshot(store)
+
+
+@functools.lru_cache(maxsize=1)
+def library_refs() -> dict[str, bytes]:
+    """A tag on version 2 of :func:`library_seed`, as txn_engine writes it."""
+    store = storage_from(library_seed())
+    create_tag(store, "kept", 2, metadata={"by": "fuzz"})
+    return {f"_refs/tags/{n}": store.get(f"_refs/tags/{n}") for n in store.list("_refs/tags")}
 
 
 def storage_from(seed: Seed, replace: Mapping[str, bytes] | None = None) -> MemoryStorage:
@@ -580,12 +588,20 @@ def json_side_files(draw: st.DrawFn) -> bytes:
     return draw(st.sampled_from(_JSON_ODDITIES))
 
 
-def fuzz_json_side_files(seed: Seed, data: st.DataObject) -> None:
+def fuzz_json_side_files(
+    seed: Seed, data: st.DataObject, real: Mapping[str, bytes] | None = None
+) -> None:
     """Hostile JSON under ``_refs/`` and ``_txn_engine/`` read by every reader of them:
     tags, branches, leases, running cleanups, ``verify`` and ``cleanup`` (dry run and
-    real). A real cleanup that goes through must keep every version a valid tag pins."""
+    real). ``real``: tag and branch files a writer wrote, also drawn with byte mutations.
+    Cleanup never removes a file it could not read, and one that goes through keeps every
+    version a tag it could read pins."""
     files: dict[str, bytes] = {}
     for _ in range(data.draw(st.integers(1, 3))):
+        if real and data.draw(st.booleans()):
+            path = data.draw(st.sampled_from(sorted(real)))
+            files[path] = data.draw(byte_mutations(real[path]))
+            continue
         directory = data.draw(
             st.sampled_from(["_refs/tags", "_refs/branches", LEASES_DIR, CLEANING_DIR])
         )
@@ -597,16 +613,26 @@ def fuzz_json_side_files(seed: Seed, data: st.DataObject) -> None:
     bounded(lambda: read_leases(storage_from(seed, files)), size, "read_leases")
     bounded(lambda: running_cleanups(storage_from(seed, files), 0), size, "running_cleanups")
     bounded(lambda: verify(storage_from(seed, files), deep=True), size, "verify --deep")
+    versions = {e.version for e in list_versions(storage_from(seed))}
     for dry_run in (True, False):
         store = storage_from(seed, files)
+        finished: list[bool] = []
 
-        def run(store: Storage = store, dry_run: bool = dry_run) -> None:
+        def run(
+            store: Storage = store, dry_run: bool = dry_run, done: list[bool] = finished
+        ) -> None:
             cleanup(store, older_than=timedelta(0), dry_run=dry_run, progress=False)
+            done.append(True)
 
         bounded(run, size, "cleanup")
         for path, blob in files.items():  # cleanup never removes what it could not read
             if path.startswith("_refs/"):
                 assert store.get(path) == blob, path
+        if finished:
+            left = {e.version for e in list_versions(store)}
+            for tag in list_tags(store):  # it went through, so every tag reads
+                if tag.branch is None and tag.version in versions:
+                    assert tag.version in left, f"tagged version {tag.version} removed"
 
 
 @FUZZ
@@ -642,7 +668,7 @@ def test_odd_version_listings(data: st.DataObject) -> None:
 @FUZZ
 @given(st.data())
 def test_hostile_json_side_files(data: st.DataObject) -> None:
-    fuzz_json_side_files(library_seed(), data)
+    fuzz_json_side_files(library_seed(), data, library_refs())
 
 
 def test_seed_reads_cleanly() -> None:

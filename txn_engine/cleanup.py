@@ -737,6 +737,16 @@ def _int_field(obj: Mapping[str, Any], key: str, path: str) -> int:
     return value
 
 
+def _branch_field(obj: Mapping[str, Any], key: str, path: str) -> None:
+    """A ref's branch is null (the main line) or a name: anything else (``[]``, ``5``) is a
+    damaged file whose pin cannot be placed, so cleanup stops rather than guess."""
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise CleanupAbortedError(
+            f"{path}: {key!r} is not a branch name; nothing deleted", path=path
+        )
+
+
 def _pinned_by_refs(storage: Storage, aliases: set[str]) -> tuple[set[int], set[str], set[str]]:
     """Main-line versions pinned by tags and branch bases, plus the files of this table
     that branch manifests reference (through base paths)."""
@@ -744,10 +754,12 @@ def _pinned_by_refs(storage: Storage, aliases: set[str]) -> tuple[set[int], set[
     files: set[str] = set()
     dirs: set[str] = set()
     for path, obj in _read_json_refs(storage, TAGS_DIR):
+        _branch_field(obj, "branch", path)
         if obj.get("branch") is None:
             versions.add(_int_field(obj, "version", path))
         # a tag on a branch version is protected through the branch's files below
     for path, obj in _read_json_refs(storage, BRANCHES_DIR):
+        _branch_field(obj, "parentBranch", path)
         if obj.get("parentBranch") is None:
             versions.add(_int_field(obj, "parentVersion", path))
         name = path.rsplit("/", 1)[1][: -len(".json")].replace("%2F", "/")

@@ -138,3 +138,22 @@ def test_spark_json_inputs_are_typed_errors() -> None:
         _fragment_json("{not json")
     with pytest.raises(InvalidOperationError, match="not JSON"):
         _fragment_json(_nested(5000))
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("_refs/tags/t.json", b'{"branch": [], "version": 1}'),
+        ("_refs/tags/t.json", b'{"branch": 5, "version": 1}'),
+        ("_refs/branches/b.json", b'{"parentBranch": {}, "parentVersion": 1}'),
+    ],
+)
+def test_cleanup_stops_at_a_ref_whose_branch_is_not_a_name(path: str, body: bytes) -> None:
+    """Such a tag would pin version 1 on no branch cleanup can find: it is damaged, and
+    cleanup deletes nothing rather than drop the pin (it used to go on, and removed v1)."""
+    store = _table()
+    store.put(path, body)
+    before = _versions(store)
+    with pytest.raises(CleanupAbortedError, match="not a branch name"):
+        cleanup(store, older_than=timedelta(0), progress=False)
+    assert _versions(store) == before

@@ -257,3 +257,18 @@ def test_deletion_files_we_write_are_honoured_by_pylance(
     frag_meta = theirs.get_fragment(frag.id).metadata
     assert frag_meta.deletion_file is not None
     assert frag_meta.deletion_file.num_deleted_rows == len(offsets)
+
+
+@pytest.mark.parametrize("digits", [21, 25])
+def test_v1_listing_with_a_name_past_a_u64_matches_pylance(tmp_path: Path, digits: int) -> None:
+    """Beside a V1 table's manifests, a name of more than 19 digits is no u64 and pylance
+    skips it; so does txn_engine (it took 21+ digits for the latest version before)."""
+    uri = str(tmp_path / "v1")
+    lance.write_dataset(pa.table({"a": [1]}), uri, enable_v2_manifest_paths=False)
+    lance.write_dataset(pa.table({"a": [2]}), uri, mode="append")
+    versions = Path(uri) / "_versions"
+    shutil.copy(versions / "2.manifest", versions / f"{'1' * digits}.manifest")
+    ours = [e.version for e in list_versions(LocalStorage(uri))]
+    theirs = [v["version"] for v in lance.dataset(uri).versions()]
+    assert ours == theirs == [1, 2]
+    assert Dataset.open(LocalStorage(uri)).version == lance.dataset(uri).version == 2

@@ -49,6 +49,8 @@ def test_parse_round_trips() -> None:
         "5.txn",
         "05.manifest",  # V1 with a leading zero: no Lance writes one
         "\u0665.manifest",  # a non-ASCII digit
+        "1" * 21 + ".manifest",  # no u64: pylance 14 skips it
+        "1" * 5000 + ".manifest",  # int() of it raised ValueError (Python's digit limit)
     ],
 )
 def test_staging_detached_and_junk_are_ignored(name: str) -> None:
@@ -119,3 +121,12 @@ def test_scan_versions_answers_without_listing_again() -> None:
     assert empty.latest is None
     assert empty.scheme is None
     assert empty.after(0) == []
+
+
+@pytest.mark.parametrize("digits", [21, 25, 5000])
+def test_v1_names_past_a_u64_are_not_versions(digits: int) -> None:
+    """pylance 14.0.2 lists versions [1, 2] beside a 25-digit V1 name; txn_engine took it
+    for the latest version (21+ digits) or raised ValueError (past 4,300 digits)."""
+    storage = _store("1.manifest", "2.manifest", "1" * digits + ".manifest")
+    assert [e.version for e in list_versions(storage)] == [1, 2]
+    assert [e.version for e in scan_versions(storage, since=1)] == [1, 2]

@@ -120,8 +120,8 @@ def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
     if not name.endswith(_SUFFIX) or name.startswith("d"):
         return None
     stem = name[: -len(_SUFFIX)]
-    if not stem.isdigit() or not stem.isascii():
-        return None
+    if not stem.isdigit() or not stem.isascii() or len(stem) > 20:
+        return None  # more than 20 digits is no u64 (Lance skips the name too)
     number = int(stem)
     if len(name) != _V2_NAME_LEN and stem != str(number):
         return None  # a V1 name with leading zeros: no Lance writes one
@@ -227,7 +227,9 @@ def forget_beacon(uri: str) -> None:
 
 
 _V2_STEMS = re.compile(r"\x00([0-9]{20})\.manifest(?=\x00)", re.ASCII)
-_V1_STEMS = re.compile(r"\x00(0|[1-9][0-9]{0,18}|[1-9][0-9]{20,})\.manifest(?=\x00)", re.ASCII)
+#: V1 names: a u64 in decimal without leading zeros, at most 19 digits (20 make a V2 name; a
+#: longer one is no u64, and Lance skips it)
+_V1_STEMS = re.compile(r"\x00(0|[1-9][0-9]{0,18})\.manifest(?=\x00)", re.ASCII)
 _U64_MAX_STEM = f"{U64_MAX:020d}"
 
 
@@ -329,7 +331,7 @@ class VersionListing:
 
 
 _V2_NAME = re.compile(r"([0-9]{20})\.manifest", re.ASCII)
-_V1_NAME = re.compile(r"(?:0|[1-9][0-9]{0,18}|[1-9][0-9]{20,})\.manifest", re.ASCII)
+_V1_NAME = re.compile(r"(?:0|[1-9][0-9]{0,18})\.manifest", re.ASCII)
 
 
 def _newest_names(ordered: Iterator[str], since: int) -> list[str] | None:

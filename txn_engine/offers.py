@@ -138,7 +138,7 @@ RECENT_SECONDS = 1.0
 #: At most this many versions' transactions are kept for the next commit.
 RECENT_VERSIONS = 64
 
-_NAME = re.compile(r"^(\d{20})-([0-9a-f-]{36})(?:\.([A-Za-z0-9_-]{1,1000}))?\.txn$")
+_NAME = re.compile(r"([0-9]{20})-([0-9a-f-]{36})(?:\.([A-Za-z0-9_-]{1,1000}))?\.txn", re.ASCII)
 
 #: Property of a carrier's own transaction (:mod:`txn_engine.carrier`): an empty Append
 #: that exists only to carry offers; it is never offered itself.
@@ -157,7 +157,7 @@ def offer_name(valid_through: int, uuid: str, inline: bytes | None = None) -> st
 
 def parse_offer_name(name: str) -> tuple[int, str] | None:
     """``(valid_through, uuid)`` of an offer's file name, or None for any other name."""
-    m = _NAME.match(name)
+    m = _NAME.fullmatch(name)
     return None if m is None else (int(m.group(1)), m.group(2))
 
 
@@ -179,7 +179,7 @@ _CLAIM_NAME = re.compile(r"([0-9]{20})\.claim", re.ASCII)
 def inline_offer(name: str) -> bytes | None:
     """The encoded transaction an offer's file name carries (:func:`offer_name` with
     ``inline``), or None when it carries none or is not an offer's name."""
-    m = _NAME.match(name)
+    m = _NAME.fullmatch(name)
     if m is None or m.group(3) is None:
         return None
     payload = m.group(3)

@@ -107,6 +107,10 @@ def test_offer_names_carry_the_window_and_the_uuid() -> None:
     assert parse_offer_name(offer_name(42, u)) == (42, u)
     for junk in ("x.txn", f"{42:020d}-{u}.bin", f"42-{u}.txn", f"{42:020d}-not-a-uuid.txn"):
         assert parse_offer_name(junk) is None
+    # digits are ASCII (int() would read ARABIC-INDIC DIGIT ZERO) and the name ends at .txn
+    for junk in (f"{chr(0x660) * 20}-{u}.txn", f"{42:020d}-{u}.txn\n"):
+        assert parse_offer_name(junk) is None
+        assert inline_offer(junk) is None
 
 
 def test_an_offer_name_may_carry_the_offer_itself() -> None:

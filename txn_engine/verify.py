@@ -45,6 +45,7 @@ from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import FLAG_BASE_PATHS, FLAG_DELETION_FILES
 from txn_engine.format.io import read_manifest_entry, read_transaction
 from txn_engine.format.naming import list_versions
+from txn_engine.format.schema import major_version
 from txn_engine.offers import carried_in_order
 from txn_engine.redact import redact_uri
 from txn_engine.storage import open_storage
@@ -298,8 +299,8 @@ def _pylance14_or_txn_engine(m: table_pb2.Manifest) -> bool:
     library = m.writer_version.library
     if library != "lance":
         return True
-    major = m.writer_version.version.split(".")[0]
-    return major.isdigit() and int(major) >= 14
+    major = major_version(m.writer_version.version)
+    return major is not None and major >= 14
 
 
 def _check_deletions(

@@ -55,9 +55,10 @@ from txn_engine.format.rowids import (
     decode_row_id_sequence,
     encode_row_id_segments,
 )
+from txn_engine.format.schema import major_version
 from txn_engine.storage import LocalStorage, MemoryStorage
 from txn_engine.storage.base import Storage, get_bounded
-from txn_engine.verify import verify
+from txn_engine.verify import _pylance14_or_txn_engine, verify
 
 UUID = "12345678-1234-4234-8234-123456789abc"
 ARROW, BITMAP = table_pb2.DeletionFile.ARROW_ARRAY, table_pb2.DeletionFile.BITMAP
@@ -490,3 +491,22 @@ def test_index_fragment_bitmap_that_is_not_roaring_is_a_format_error() -> None:
         index_bitmap(table_pb2.IndexMetadata(name="i2", fragment_bitmap=b"\xff" * 9))
     good = table_pb2.IndexMetadata(name="i3", fragment_bitmap=BitMap([0, 2]).serialize())
     assert index_bitmap(good) == BitMap([0, 2])
+
+
+@pytest.mark.parametrize(
+    ("text", "major"),
+    [("2.1", 2), ("0.39.0", 0), ("14", 14), ("\u00b2", None), ("1" * 5000 + ".0", None),
+     ("\u0663.0", None), ("", None), ("x.1", None), ("2x", None)],
+)  # fmt: skip
+def test_major_version_of_table_strings_never_raises(text: str, major: int | None) -> None:
+    assert major_version(text) == major
+
+
+def test_verify_reads_a_writer_version_that_is_not_a_number() -> None:
+    """verify's fragment-id check asks which writer wrote a manifest; a writer version of
+    ``²`` (isdigit() but no int()) raised ValueError out of it."""
+    m = table_pb2.Manifest()
+    m.writer_version.library = "lance"
+    for text, expected in (("\u00b2", False), ("1" * 5000, False), ("14.0.2", True)):
+        m.writer_version.version = text
+        assert _pylance14_or_txn_engine(m) is expected

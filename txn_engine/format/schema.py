@@ -75,6 +75,7 @@ from txn_engine.errors import FormatError, InvalidOperationError, LimitExceededE
 from txn_engine.format.fields import LanceField
 
 __all__ = [
+    "major_version",
     "EXTENSION_METADATA_KEY",
     "EXTENSION_NAME_KEY",
     "MAX_SCHEMA_DEPTH",
@@ -389,10 +390,23 @@ def _primary_key(metadata: Mapping[str, bytes]) -> tuple[bool, int | None]:
     return is_key or position is not None, position
 
 
+#: the leading number of a version string ("2.1", "0.39.0"): ASCII digits, at most 9 of them
+_MAJOR = re.compile(r"([0-9]{1,9})(?:\.|\Z)", re.ASCII)
+
+
+def major_version(text: str) -> int | None:
+    """The major number of a version string read from a table (``"2.1"`` gives 2,
+    ``"0.39.0"`` 0), or None when it does not start with one: a string a table holds is
+    input, so ``"\u00b2"`` (``isdigit()`` but no ``int()``) or 5,000 digits (past
+    ``int()``'s limit) give None instead of an escaped ValueError."""
+    match = _MAJOR.match(text)
+    return None if match is None else int(match[1])
+
+
 def _version_tuple(data_storage_version: str) -> tuple[int, int]:
     if data_storage_version in ("legacy", "0.1"):
         return (0, 1)
-    match = re.fullmatch(r"(\d+)\.(\d+)", data_storage_version)
+    match = re.fullmatch(r"([0-9]{1,9})\.([0-9]{1,9})", data_storage_version, re.ASCII)
     if match is None:
         raise InvalidOperationError(
             f"data_storage_version {data_storage_version!r} is not 'legacy' or 'MAJOR.MINOR'"

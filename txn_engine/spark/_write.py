@@ -1005,11 +1005,12 @@ def _merges_in_one_version(manifest: Any) -> bool:
     added first, then the rows appended) nor for legacy (v1) data files, whose field ids
     live in the files themselves."""
     from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
+    from txn_engine.format.schema import major_version
 
     if manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS:
         return False
-    major = (_data_format(manifest) or "").split(".", 1)[0]
-    return major.isdigit() and int(major) >= 2
+    major = major_version(_data_format(manifest) or "")
+    return major is not None and major >= 2
 
 
 def _data_format(manifest: Any) -> str | None:

@@ -17,7 +17,7 @@ from txn_engine import writers
 from txn_engine._proto import file_pb2
 from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
-from txn_engine.errors import LimitExceededError
+from txn_engine.errors import FormatError, LimitExceededError
 from txn_engine.format.schema import (
     MAX_SCHEMA_DEPTH,
     arrow_to_fields,
@@ -196,3 +196,31 @@ def test_overwrite_with_a_40000_level_arrow_schema_is_refused_fast(tmp_path: Pat
         writers.overwrite(str(tmp_path / "t.lance"), [], schema)
     assert time.perf_counter() - started < 5
     assert not (tmp_path / "t.lance" / "_versions").exists()
+
+
+@pytest.mark.parametrize(
+    "logical",
+    [
+        "fixed_size_binary:1099511627776",  # pyarrow: OverflowError escaped
+        "fixed_size_binary:-5",  # pyarrow made fixed_size_binary[-5]
+        "fixed_size_binary:\u0663",  # int() reads ARABIC-INDIC DIGIT THREE
+        "fixed_size_list:int8:1099511627776",
+        "decimal:128:5:99999999999999999999",  # OverflowError from pyarrow's C long
+    ],
+)
+def test_hostile_sizes_in_a_logical_type_are_format_errors(logical: str) -> None:
+    with pytest.raises(FormatError, match="logical type"):
+        fields_to_arrow([LanceField(0, -1, "a", logical)])
+
+
+def test_fixed_sizes_pylance_writes_still_read() -> None:
+    schema = fields_to_arrow(
+        [
+            LanceField(0, -1, "a", "fixed_size_binary:0"),  # pylance 14 writes binary(0)
+            LanceField(1, -1, "b", "fixed_size_binary:16"),
+            LanceField(2, -1, "c", "fixed_size_list:float:128"),
+        ]
+    )
+    assert schema.field("a").type == pa.binary(0)
+    assert schema.field("b").type == pa.binary(16)
+    assert schema.field("c").type == pa.list_(pa.field("item", pa.float32()), 128)

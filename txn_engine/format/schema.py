@@ -571,6 +571,15 @@ def arrow_to_schema_metadata(schema: pa.Schema) -> dict[str, bytes]:
 _AnyField = file_pb2.Field | LanceField
 
 
+def _width(text: str) -> int:
+    """A fixed size in a logical type (``fixed_size_binary:16``): ASCII digits below 2^31
+    (Arrow's int32 sizes; pylance 14 writes ``fixed_size_binary:0``), else ValueError
+    (not OverflowError, nor a negative width pyarrow would take)."""
+    if not re.fullmatch(r"[0-9]{1,10}", text, re.ASCII) or int(text) >= 2**31:
+        raise ValueError(f"fixed size {text[:20]!r} is not in 0..2^31-1")
+    return int(text)
+
+
 def _parse(logical: str, children: Sequence[pa.Field]) -> pa.DataType:
     """The Arrow type of a Lance logical type string; ValueError when it is unknown or
     does not fit ``children``."""
@@ -606,12 +615,12 @@ def _parse(logical: str, children: Sequence[pa.Field]) -> pa.DataType:
             item = children[0]
         else:
             item = pa.field("item", _parse(inner, ()))
-        return pa.list_(item, int(size))
+        return pa.list_(item, _width(size))
     if head == "dict" and len(parts) >= 4:
         value, index, _ordered = logical[len("dict:") :].rsplit(":", 2)
         return pa.dictionary(_parse(index, ()), _parse(value, ()))
     if head == "fixed_size_binary" and len(parts) == 2:
-        return pa.binary(int(parts[1]))
+        return pa.binary(_width(parts[1]))
     if head == "timestamp" and len(parts) >= 3 and parts[1] in _UNITS:
         tz = ":".join(parts[2:])
         return pa.timestamp(parts[1], None if tz in ("-", "") else tz)
@@ -705,7 +714,7 @@ def _build_field(f: _AnyField, children: list[pa.Field]) -> pa.Field:
             if children and not _takes_children(f.logical_type):
                 raise ValueError("a field of this type cannot have child fields")
             dtype = _parse(f.logical_type, children)
-        except (ValueError, TypeError, pa.ArrowException) as exc:
+        except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
             raise FormatError(
                 f"field {f.name!r} of Lance logical type {f.logical_type!r}: {exc}"
             ) from exc

@@ -61,6 +61,7 @@ from txn_engine.format.io import (
 from txn_engine.format.manifest_file import FOOTER_SIZE, decode_manifest_file
 from txn_engine.format.naming import list_versions
 from txn_engine.format.refs import create_tag, list_branches, list_tags
+from txn_engine.format.schema import fields_to_arrow
 from txn_engine.lease import CLEANING_DIR, LEASES_DIR, read_leases, running_cleanups
 from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
 from txn_engine.ops import Append, Delete, Overwrite
@@ -638,6 +639,38 @@ def fuzz_json_side_files(
                     assert version in left, f"version {version} tagged by {name} removed"
 
 
+# ---- Lance logical types ------------------------------------------------------------------------
+
+_LOGICAL_HEADS = (
+    "fixed_size_binary", "fixed_size_list", "decimal", "timestamp", "time32", "time64",
+    "duration", "dict", "struct", "list", "large_list", "list.struct", "int8", "float",
+    "string", "binary", "bool", "null", "date32:day", "lance.bfloat16", "map", "json",
+)  # fmt: skip
+_LOGICAL_PARTS = st.one_of(
+    st.integers(-(2**70), 2**70).map(str),
+    st.sampled_from(["", "\u0663", "1e3", "0x10", " 1", "-0", "128", "256", "s", "ns", "-"]),
+    st.sampled_from(_LOGICAL_HEADS),
+    st.text(max_size=5),
+)
+
+
+@st.composite
+def logical_types(draw: st.DrawFn) -> str:
+    """``head:part:...``: Lance's logical-type grammar with hostile sizes and names."""
+    parts = [draw(st.sampled_from(_LOGICAL_HEADS))]
+    parts += draw(st.lists(_LOGICAL_PARTS, max_size=4))
+    return ":".join(parts)
+
+
+def fuzz_logical_types(data: st.DataObject) -> None:
+    """A manifest's field types are strings a writer chose: ``fields_to_arrow`` (behind
+    ``Dataset.schema``) raises FormatError for any it cannot map, nothing else."""
+    types = data.draw(st.lists(logical_types(), min_size=1, max_size=3))
+    fields = [LanceField(i, -1 if i == 0 else 0, f"f{i}", x) for i, x in enumerate(types)]
+    for chosen in (fields, fields[:1]):
+        bounded(lambda chosen=chosen: fields_to_arrow(chosen), 0, "fields_to_arrow")
+
+
 @FUZZ
 @given(st.data())
 def test_mutated_manifest_bytes(data: st.DataObject) -> None:
@@ -672,6 +705,12 @@ def test_odd_version_listings(data: st.DataObject) -> None:
 @given(st.data())
 def test_hostile_json_side_files(data: st.DataObject) -> None:
     fuzz_json_side_files(library_seed(), data, library_refs())
+
+
+@FUZZ
+@given(st.data())
+def test_hostile_logical_types(data: st.DataObject) -> None:
+    fuzz_logical_types(data)
 
 
 def test_seed_reads_cleanly() -> None:

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import uuid as uuid_mod
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +19,7 @@ from txn_engine.model import (
     IndexMetadata,
     LanceField,
     MemWal,
+    uuid_bytes,
     uuid_text,
 )
 from txn_engine.ops import (
@@ -104,8 +104,8 @@ def _enc_create_index(op: CreateIndex, pb: T) -> None:
     c.removed_indices.extend(i.to_proto() for i in op.removed_indices)
 
 
-def _uuid_pb(value: str) -> table_pb2.UUID:
-    return table_pb2.UUID(uuid=uuid_mod.UUID(value).bytes)
+def _uuid_pb(value: str, what: str) -> table_pb2.UUID:
+    return table_pb2.UUID(uuid=uuid_bytes(value, what))
 
 
 def _enc_rewrite(op: Rewrite, pb: T) -> None:
@@ -117,8 +117,8 @@ def _enc_rewrite(op: Rewrite, pb: T) -> None:
         gp.new_fragments.extend(f.to_proto() for f in g.new_fragments)
     for ri in op.rewritten_indices:
         rp = r.rewritten_indices.add()
-        rp.old_id.CopyFrom(_uuid_pb(ri.old_id))
-        rp.new_id.CopyFrom(_uuid_pb(ri.new_id))
+        rp.old_id.CopyFrom(_uuid_pb(ri.old_id, "Rewrite: rewritten index old_id"))
+        rp.new_id.CopyFrom(_uuid_pb(ri.new_id, "Rewrite: rewritten index new_id"))
         if ri.new_index_details is not None:
             rp.new_index_details.type_url = ri.new_index_details.type_url
             rp.new_index_details.value = ri.new_index_details.value
@@ -155,7 +155,10 @@ def _enc_update(op: Update, pb: T) -> None:
     u.new_fragments.extend(f.to_proto() for f in op.new_fragments)
     u.fields_modified.extend(op.fields_modified)
     for sst in op.compacted_sstables:
-        u.compacted_sstables.add(shard_id=_uuid_pb(sst.shard_id), generation=sst.generation)
+        u.compacted_sstables.add(
+            shard_id=_uuid_pb(sst.shard_id, "a compacted SSTable shard_id"),
+            generation=sst.generation,
+        )
     u.fields_for_preserving_frag_bitmap.extend(op.fields_for_preserving_frag_bitmap)
     u.update_mode = int(op.update_mode)  # type: ignore[assignment]
     if op.inserted_rows is not None:

@@ -46,6 +46,15 @@ def uuid_text(raw: bytes) -> str:
     return str(uuid_mod.UUID(bytes=bytes(raw))) if len(raw) == 16 else ""
 
 
+def uuid_bytes(text: str, what: str) -> bytes:
+    """The 16 bytes of the uuid ``text`` names (any form :class:`uuid.UUID` reads);
+    InvalidOperationError naming ``what`` when it is not a uuid (``""``, ``"x"``)."""
+    try:
+        return uuid_mod.UUID(text).bytes
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InvalidOperationError(f"{what}: {str(text)[:64]!r} is not a uuid") from exc
+
+
 def _ints(value: Iterable[int]) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
@@ -476,7 +485,7 @@ class IndexMetadata:
         pb = table_pb2.IndexMetadata(
             name=self.name, fields=self.fields, dataset_version=self.dataset_version
         )
-        pb.uuid.uuid = uuid_mod.UUID(self.uuid).bytes
+        pb.uuid.uuid = uuid_bytes(self.uuid, f"index {self.name!r}")
         if self.fragment_bitmap is not None:
             pb.fragment_bitmap = BitMap(sorted(self.fragment_bitmap)).serialize()
         if self.index_details is not None:

@@ -8,7 +8,6 @@ fragment).
 
 from __future__ import annotations
 
-import uuid as uuid_mod
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
@@ -33,7 +32,7 @@ from txn_engine.builder._policy import Predicate, RuleContext, expect
 from txn_engine.builder._registry import Build, Handler, fragments_overlap, register
 from txn_engine.builder.index import index_vs_rewrite
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
-from txn_engine.model import uuid_text
+from txn_engine.model import uuid_bytes, uuid_text
 from txn_engine.ops import CreateIndex, ReserveFragments, Rewrite
 from txn_engine.transaction import Transaction
 
@@ -86,7 +85,7 @@ class RewriteHandler(Handler[Rewrite]):
                 )
         known = {bytes(i.uuid.uuid) for i in current.indices}
         for ri in op.rewritten_indices:
-            if uuid_mod.UUID(ri.old_id).bytes not in known:
+            if uuid_bytes(ri.old_id, "Rewrite: rewritten index old_id") not in known:
                 raise invalid(f"Rewrite: rewritten index {ri.old_id} does not exist")
         reuse = op.frag_reuse_index
         if reuse is not None:
@@ -178,7 +177,7 @@ def _apply_rewrite(
                 bm = (bm - old) | new
             set_bitmap(index, bm)
         if ri is not None:
-            index.uuid.uuid = uuid_mod.UUID(ri.new_id).bytes
+            index.uuid.uuid = uuid_bytes(ri.new_id, "Rewrite: rewritten index new_id")
             if ri.new_index_details is not None:
                 index.index_details.type_url = ri.new_index_details.type_url
                 index.index_details.value = ri.new_index_details.value

@@ -26,7 +26,7 @@ from txn_engine.builder._common import (
 from txn_engine.builder._policy import Predicate, RuleContext, expect
 from txn_engine.builder._registry import Build, Handler, register
 from txn_engine.format.schema import max_field_id as max_field_id_ever
-from txn_engine.model import MemWal
+from txn_engine.model import MemWal, uuid_bytes
 from txn_engine.ops import CreateIndex, DataReplacement, Rewrite, Update, UpdateMemWalState
 from txn_engine.transaction import Transaction
 
@@ -157,7 +157,7 @@ class CreateIndexHandler(Handler[CreateIndex]):
         ever: list[int] = []  # max field id ever used, computed lazily
         seen: set[str] = set()
         for index in op.new_indices:
-            key = str(uuid_mod.UUID(index.uuid))
+            key = str(uuid_mod.UUID(bytes=uuid_bytes(index.uuid, "CreateIndex: a new index")))
             if key in seen:
                 raise invalid(f"CreateIndex: uuid {key} is given to two new indices")
             seen.add(key)
@@ -185,7 +185,10 @@ class CreateIndexHandler(Handler[CreateIndex]):
         # pylance 14 removes exactly the listed uuids: a new index with the name of an
         # existing one is another segment of it (delta index), not a replacement (Lance
         # 1.0 replaced by name; measured). A re-added uuid replaces its old entry.
-        removed = {uuid_mod.UUID(i.uuid).bytes for i in (*op.removed_indices, *op.new_indices)}
+        removed = {
+            uuid_bytes(i.uuid, "CreateIndex: an index")
+            for i in (*op.removed_indices, *op.new_indices)
+        }
         build.indices = [i for i in build.indices if i.uuid.uuid not in removed]
         build.indices.extend(i.to_proto() for i in op.new_indices)
         return None

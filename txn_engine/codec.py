@@ -9,7 +9,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from txn_engine._proto import table_pb2, transaction_pb2
-from txn_engine.errors import FormatError, UnknownOperationError
+from txn_engine.errors import (
+    FormatError,
+    InvalidOperationError,
+    TxnEngineError,
+    UnknownOperationError,
+)
 from txn_engine.model import (
     BasePath,
     DataFile,
@@ -253,13 +258,24 @@ def encode_operation(op: Operation, pb: T) -> None:
 
 
 def transaction_to_proto(txn: Transaction) -> transaction_pb2.Transaction:
-    """The protobuf form of ``txn`` (what goes into ``.txn`` files and manifests)."""
-    pb = transaction_pb2.Transaction(read_version=txn.read_version, uuid=txn.uuid)
-    if txn.tag is not None:
-        pb.tag = txn.tag
-    for k, v in txn.properties:
-        pb.transaction_properties[k] = v
-    encode_operation(txn.operation, pb)
+    """The protobuf form of ``txn`` (what goes into ``.txn`` files and manifests).
+
+    Raises InvalidOperationError when a value does not fit its Lance field (a fragment id
+    or size past a u64, a negative size, a string that is not text): the commit loop
+    encodes before it writes anything, so such a transaction writes nothing."""
+    try:
+        pb = transaction_pb2.Transaction(read_version=txn.read_version, uuid=txn.uuid)
+        if txn.tag is not None:
+            pb.tag = txn.tag
+        for k, v in txn.properties:
+            pb.transaction_properties[k] = v
+        encode_operation(txn.operation, pb)
+    except TxnEngineError:
+        raise
+    except (ValueError, TypeError, OverflowError) as exc:  # protobuf's range/type checks
+        raise InvalidOperationError(
+            f"{type(txn.operation).__name__}: a value does not fit its Lance field ({exc})"
+        ) from exc
     return pb
 
 

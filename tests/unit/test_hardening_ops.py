@@ -11,7 +11,7 @@ from txn_engine.commit import commit
 from txn_engine.errors import InvalidOperationError
 from txn_engine.format.naming import list_versions
 from txn_engine.model import DataFile, Fragment, IndexMetadata, LanceField
-from txn_engine.ops import CreateIndex, Overwrite, Rewrite, RewriteGroup, RewrittenIndex
+from txn_engine.ops import Append, CreateIndex, Overwrite, Rewrite, RewriteGroup, RewrittenIndex
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
 from txn_engine.transaction import Transaction
@@ -41,3 +41,44 @@ def test_a_uuid_that_is_not_one_is_an_invalid_operation(bad: str) -> None:
         with pytest.raises(InvalidOperationError, match="is not a uuid"):
             commit(store, txn, retry_policy=RetryPolicy(max_attempts=1))
     assert [e.version for e in list_versions(store)] == [1]  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"id": 2**64}, "fragment id past a u64"),
+        ({"physical_rows": 2**70}, "row count past a u64"),
+    ],
+)
+def test_a_fragment_value_past_its_field_is_an_invalid_operation(
+    change: dict[str, int], field: str
+) -> None:
+    """protobuf's 'Value out of range' ValueError escaped commit for these."""
+    store, version, frag = _seeded_table()
+    new = attrs.evolve(frag, files=(attrs.evolve(frag.files[0], path="b.lance"),), **change)
+    txn = Transaction(version, Append([new]))
+    with pytest.raises(InvalidOperationError, match="does not fit its Lance field"):
+        transaction_to_proto(txn)
+    with pytest.raises(InvalidOperationError, match="does not fit its Lance field"):
+        commit(store, txn, retry_policy=RetryPolicy(max_attempts=1))
+    assert [e.version for e in list_versions(store)] == [1], field
+
+
+def test_a_negative_file_size_is_an_invalid_operation() -> None:
+    store, version, frag = _seeded_table()
+    bad = attrs.evolve(frag.files[0], path="b.lance", file_size_bytes=-5)
+    with pytest.raises(InvalidOperationError, match="does not fit its Lance field"):
+        commit(store, Transaction(version, Append([attrs.evolve(frag, files=(bad,))])))
+
+
+@pytest.mark.parametrize(
+    "path", ["", "../x.lance", "/abs.lance", "a//b.lance", "./a.lance", "a\x00b"]
+)
+def test_a_data_file_path_no_reader_can_open_is_refused(path: str) -> None:
+    """pylance 14.0.2 commits these (measured: '../x.lance', '', '/abs.lance') and every
+    scan of the table then fails; txn_engine refuses them and writes nothing."""
+    store, version, frag = _seeded_table()
+    bad = attrs.evolve(frag, files=(attrs.evolve(frag.files[0], path=path),))
+    with pytest.raises(InvalidOperationError, match="cannot be read back"):
+        commit(store, Transaction(version, Append([bad])), retry_policy=RetryPolicy(max_attempts=1))
+    assert [e.version for e in list_versions(store)] == [1]

@@ -101,6 +101,22 @@ def invalid(message: str) -> InvalidOperationError:
     return InvalidOperationError(message)
 
 
+def _check_data_path(path: str, what: str) -> None:
+    """A new data file's path must name a file a reader can open under ``data/`` (or its
+    base): pylance 14 commits ``""``, ``"../x.lance"`` or ``"/x.lance"`` and then fails
+    every scan; txn_engine refuses them before anything is written."""
+    if (
+        not path
+        or "\x00" in path
+        or path.startswith("/")
+        or any(segment in ("", ".", "..") for segment in path.split("/"))
+    ):
+        raise invalid(
+            f"{what}: data file path {path[:200]!r} cannot be read back (empty, absolute, "
+            "a NUL, or an empty, '.' or '..' segment)"
+        )
+
+
 def check_new_fragments(
     current: ManifestState | None, fragments: Sequence[Fragment], schema_ids: set[int], what: str
 ) -> None:
@@ -126,6 +142,7 @@ def check_new_fragments(
         if not frag.files:
             raise invalid(f"{what}: fragment {frag.id} has no data files")
         for df in frag.files:
+            _check_data_path(df.path, what)
             unknown = [f for f in df.fields if f >= 0 and f not in schema_ids]
             if unknown and current is not None:
                 # ids of columns dropped since the writer planned (a concurrent Project) are

@@ -64,7 +64,7 @@ from txn_engine.format.refs import create_tag, list_branches, list_tags
 from txn_engine.format.schema import fields_to_arrow
 from txn_engine.lease import CLEANING_DIR, LEASES_DIR, read_leases, running_cleanups
 from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
-from txn_engine.ops import Append, Delete, Overwrite
+from txn_engine.ops import Append, Delete, Overwrite, Update
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import LocalStorage, MemoryStorage
 from txn_engine.storage.base import Storage
@@ -671,6 +671,81 @@ def fuzz_logical_types(data: st.DataObject) -> None:
         bounded(lambda chosen=chosen: fields_to_arrow(chosen), 0, "fields_to_arrow")
 
 
+# ---- operations a caller builds ------------------------------------------------------------------
+
+_OP_INTS = st.one_of(
+    st.sampled_from([-1, 2**31, 2**32, 2**63, 2**64, -(2**63), 2**70]), st.integers(0, 20)
+)
+_OP_TEXTS = st.one_of(
+    st.sampled_from(["a.lance", "b.lance", "\ud800", "../x.lance", "d/e.lance", ""]),
+    st.text(max_size=6),
+)
+
+
+@st.composite
+def hostile_fragments(draw: st.DrawFn) -> Fragment:
+    """A fragment with values from the edges of (and past) their protobuf fields."""
+    df = DataFile(
+        draw(_OP_TEXTS),
+        tuple(draw(st.lists(_OP_INTS, max_size=2))),
+        tuple(draw(st.lists(_OP_INTS, max_size=2))),
+        draw(_OP_INTS),
+        draw(_OP_INTS),
+        draw(_OP_INTS),
+        base_id=draw(st.one_of(st.none(), _OP_INTS)),
+    )
+    deletion = None
+    if draw(st.booleans()):
+        deletion = DeletionFile(
+            file_type=draw(st.sampled_from([0, 1])),
+            read_version=draw(_OP_INTS),
+            id=draw(_OP_INTS),
+            num_deleted_rows=draw(_OP_INTS),
+        )
+    return Fragment(draw(_OP_INTS), (df,), draw(_OP_INTS), deletion_file=deletion)
+
+
+def fuzz_operations(data: st.DataObject) -> None:
+    """Append, Overwrite, Delete and Update built with hostile values are committed: only
+    TxnEngineError escapes, and a refused commit writes no version."""
+    store = MemoryStorage()
+    commit(store, Transaction(0, Overwrite([_frag()], SCHEMA)))
+    kind = data.draw(st.sampled_from(["append", "overwrite", "delete", "update"]))
+    frag = data.draw(hostile_fragments())
+    op: Any
+    if kind == "append":
+        op = Append([frag])
+    elif kind == "overwrite":
+        field = LanceField(
+            data.draw(_OP_INTS),
+            data.draw(st.sampled_from([-1, 0, 2**40])),
+            data.draw(_OP_TEXTS),
+            data.draw(st.sampled_from(["int64", "string", "fixed_size_binary:-1", "x"])),
+        )
+        op = Overwrite([frag], (field,))
+    elif kind == "delete":
+        ids = tuple(data.draw(st.lists(_OP_INTS, max_size=2)))
+        op = Delete([frag], deleted_fragment_ids=ids, predicate=data.draw(_OP_TEXTS))
+    else:
+        removed = tuple(data.draw(st.lists(_OP_INTS, max_size=2)))
+        op = Update(
+            removed_fragment_ids=removed,
+            updated_fragments=[frag],
+            new_fragments=[data.draw(hostile_fragments())],
+        )
+    read_version = data.draw(st.sampled_from([1, 0, 2**64, -1]))
+    tag = data.draw(st.one_of(st.none(), _OP_TEXTS))
+
+    def run() -> None:
+        try:
+            commit(store, Transaction(read_version, op, tag=tag), retry_policy=_policy())
+        except TxnEngineError:
+            assert [e.version for e in list_versions(store)] == [1], "a refused commit wrote"
+            raise
+
+    bounded(run, 0, "commit of a hostile operation")
+
+
 @FUZZ
 @given(st.data())
 def test_mutated_manifest_bytes(data: st.DataObject) -> None:
@@ -711,6 +786,12 @@ def test_hostile_json_side_files(data: st.DataObject) -> None:
 @given(st.data())
 def test_hostile_logical_types(data: st.DataObject) -> None:
     fuzz_logical_types(data)
+
+
+@FUZZ
+@given(st.data())
+def test_hostile_operations(data: st.DataObject) -> None:
+    fuzz_operations(data)
 
 
 def test_seed_reads_cleanly() -> None:

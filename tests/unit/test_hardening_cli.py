@@ -393,3 +393,16 @@ def test_show_marks_a_timestamp_out_of_range_and_shows_the_rest(
     assert shown["version"] == 3
     assert main(["show", uri]) == 0
     assert "out of range" in capsys.readouterr().out
+
+
+def test_show_takes_a_tag_named_by_a_unicode_digit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``²`` is a valid tag name (alphanumeric) and ``isdigit()``: show read it as a version
+    number, and ``int()`` failed."""
+    from txn_engine.format.refs import create_tag
+
+    uri = _history(tmp_path, 3)
+    create_tag(open_storage(uri), "\u00b2", 2)
+    assert main(["show", uri, "--version", "\u00b2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["version"] == 2

@@ -92,7 +92,7 @@ def _tags_by_version(ds: Dataset) -> dict[int, list[str]]:
 
 def _version_or_tag(text: str) -> int | str:
     """``--version`` of show: a number, or a tag name."""
-    return int(text) if text.isdigit() else text
+    return int(text) if text.isascii() and text.isdigit() else text  # "²" is a tag name
 
 
 # --------------------------------------------------------------------------- log

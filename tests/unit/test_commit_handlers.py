@@ -42,6 +42,7 @@ from txn_engine.storage import (
     commit_handler_for,
     open_storage,
 )
+from txn_engine.storage.external import is_staging_manifest_name
 from txn_engine.testing.conformance import (
     CommitHandlerConformance,
     HandlerStorage,
@@ -366,3 +367,47 @@ def test_a_lost_claim_response_lands_exactly_once_through_the_loop(error: Except
     assert entry is not None
     assert entry.path.endswith(manifest(2))  # finalized
     assert Dataset.open(view).count_rows() == 20
+
+
+@pytest.mark.parametrize(
+    "staged",
+    [
+        "_versions/5.manifest-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",  # another version's name
+        "data/7.manifest-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",  # outside _versions/
+    ],
+)
+def test_finalize_refuses_an_entry_that_is_not_its_versions_staging_manifest(
+    staged: str,
+) -> None:
+    """A manifest store entry (another implementation's, or damaged) for version 7 that
+    points at version 5's staging name would have been copied over version 5's manifest
+    with a plain put (or into data/): finalize now refuses it and writes nothing."""
+    inner, handler, entry = _entry_for_version_7(staged)
+    before = {d: sorted(inner.list(d)) for d in ("_versions", "data")}
+    with pytest.raises(StorageError, match="not a staging manifest of that version"):
+        handler.finalize(entry)
+    assert inner.get(manifest(5, NamingScheme.V1)) == b"version 5"
+    assert {d: sorted(inner.list(d)) for d in ("_versions", "data")} == before
+
+
+def test_a_staging_name_in_unicode_digits_is_not_one() -> None:
+    """``\\d`` took ARABIC-INDIC digits: finalize copied such an object to
+    ``_versions/\u0667.manifest``; it is not a staging name, so nothing is copied."""
+    staged = "_versions/\u0667.manifest-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    assert not is_staging_manifest_name(staged.rpartition("/")[2])
+    inner, handler, entry = _entry_for_version_7(staged)
+    handler.finalize(entry)
+    assert "\u0667.manifest" not in inner.list("_versions")
+
+
+def _entry_for_version_7(
+    staged: str,
+) -> tuple[MemoryStorage, ExternalCommitHandler, ManifestLocation]:
+    inner = MemoryStorage()
+    handler = ExternalCommitHandler(inner, InMemoryManifestStore(), base_uri="ds")
+    inner.put(manifest(5, NamingScheme.V1), b"version 5")
+    inner.put(staged, b"hostile")
+    handler.store.put_if_not_exists("ds", 7, f"ds/{staged}", 7, None)
+    entry = handler.store.get("ds", 7)
+    assert entry is not None
+    return inner, handler, entry

@@ -82,7 +82,7 @@ __all__ = [
 VERSIONS_DIR: Final = "_versions"
 _VERSIONS_PREFIX: Final = VERSIONS_DIR + "/"
 COMMITTER: Final = "txn_engine"
-_STAGING = re.compile(r"\A(\d+\.manifest)-[0-9a-fA-F-]{32,36}\Z")
+_STAGING = re.compile(r"\A([0-9]+)\.manifest-[0-9a-fA-F-]{32,36}\Z", re.ASCII)
 _BUCKET_PROTOCOLS: Final = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
 
 
@@ -396,6 +396,13 @@ def default_base_uri(inner: Storage) -> str:
     return inner.uri.rstrip("/")
 
 
+def _names_version(stem: str, version: int) -> bool:
+    """Whether manifest name stem ``stem`` is ``version``'s, in the V1 or the V2 scheme."""
+    if len(stem) == 20:  # V2: u64::MAX - version, zero-padded
+        return int(stem) == 2**64 - 1 - version
+    return stem == str(version)
+
+
 def is_staging_manifest_name(name: str) -> bool:
     """Whether ``name`` is a staging manifest (``<name>.manifest-<uuid>``)."""
     return _STAGING.match(name) is not None
@@ -485,7 +492,14 @@ class ExternalCommitHandler:
         match = _STAGING.match(name)
         if match is None:
             return rel  # already final
-        final = f"{directory}/{match.group(1)}" if directory else match.group(1)
+        if directory != VERSIONS_DIR or not _names_version(match.group(1), location.version):
+            # finalizing would copy it over another version's manifest, or outside _versions/
+            raise StorageError(
+                f"manifest store entry for version {location.version} of {self.base_uri!r} "
+                f"points at {location.path!r}, not a staging manifest of that version; "
+                "nothing finalized"
+            )
+        final = f"{directory}/{match.group(1)}.manifest"
         try:
             if data is None:
                 data = self.inner.get(rel)

@@ -720,7 +720,7 @@ def _read_json_refs(storage: Storage, directory: str) -> list[tuple[str, dict[st
             obj = jsontext.loads(storage.get(path))
         except FileNotFoundError:
             continue  # deleted meanwhile
-        except (ValueError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # jsontext: anything that is not strict JSON
             raise CleanupAbortedError(
                 f"{path}: unreadable ({exc}); nothing deleted", path=path
             ) from exc

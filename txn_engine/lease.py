@@ -127,7 +127,7 @@ def _count(value: object) -> TypeGuard[int]:
 def _decode(path: str, data: bytes) -> LeaseInfo:
     try:
         obj = jsontext.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except ValueError as exc:  # jsontext: anything that is not strict JSON
         return LeaseInfo(path, None, 0, 0, "", error=f"not JSON: {exc}")
     if not isinstance(obj, dict):
         return LeaseInfo(path, None, 0, 0, "", error="not a JSON object")
@@ -172,7 +172,7 @@ def running_cleanups(storage: Storage, now_ns: int) -> list[int]:
             continue
         try:
             obj = jsontext.loads(storage.get(f"{CLEANING_DIR}/{name}"))
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+        except (FileNotFoundError, ValueError):
             continue
         expires = obj.get("expires_at_ns") if isinstance(obj, dict) else None
         if _count(expires) and expires > now_ns:

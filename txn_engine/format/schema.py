@@ -75,7 +75,6 @@ from txn_engine.errors import FormatError, InvalidOperationError, LimitExceededE
 from txn_engine.format.fields import LanceField
 
 __all__ = [
-    "major_version",
     "EXTENSION_METADATA_KEY",
     "EXTENSION_NAME_KEY",
     "MAX_SCHEMA_DEPTH",
@@ -88,6 +87,7 @@ __all__ = [
     "field_paths",
     "fields_to_arrow",
     "logical_type_of",
+    "major_version",
     "max_field_id",
     "project_fields",
     "through_c_data_interface",

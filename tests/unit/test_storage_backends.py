@@ -766,6 +766,29 @@ def test_fsspec_spellings_are_aliases() -> None:
     assert "bbbb-2" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "value",
+    [str(2**32), "99999999999999999999999", "-1", "1_000", " 7", "7 ", "\u0667", "1e3", "", "x"],
+)
+@pytest.mark.parametrize("name", ["client_max_retries", "client_retry_timeout"])
+def test_integer_options_out_of_range_or_not_ascii_digits_are_typed_errors(
+    name: str, value: str
+) -> None:
+    # 10**23 seconds made timedelta raise OverflowError out of open_storage; "1_000" and
+    # Arabic-Indic digits were taken by int() though Lance refuses them
+    resolved = resolve_options("s3", {name: value})
+    with pytest.raises(InvalidStorageArgumentError, match=f"{name} must be a whole number"):
+        resolved.obstore_arguments()
+
+
+def test_integer_options_at_the_bounds() -> None:
+    _, _, retry = resolve_options(
+        "s3", {"client_max_retries": "0", "client_retry_timeout": str(2**32 - 1)}
+    ).obstore_arguments()
+    assert retry["max_retries"] == 0
+    assert retry["retry_timeout"].total_seconds() == 2**32 - 1
+
+
 def test_azure_and_gcs_lance_names_translate_for_fsspec(tmp_path: Path) -> None:
     azure = resolve_options(
         "az",

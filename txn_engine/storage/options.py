@@ -498,14 +498,21 @@ _BOOL_CLIENT: Final = frozenset(
 )
 
 
+#: the largest value of an integer option (``client_max_retries``, ``client_retry_timeout``
+#: in seconds): far past any real use, and within what obstore and ``timedelta`` convert
+_MAX_INT_OPTION: Final = 2**32 - 1
+
+
 def _int_option(name: str, values: Mapping[str, str]) -> int:
-    try:
-        number = int(values[name])
-    except ValueError:
-        raise InvalidStorageArgumentError(f"{name} must be an integer") from None
-    if number < 0:
-        raise InvalidStorageArgumentError(f"{name} must be >= 0")
-    return number
+    """The option's value as an integer in ``[0, _MAX_INT_OPTION]``: ASCII digits only, as
+    Lance parses it (Python's ``int`` would also take ``"1_000"``, ``" 7 "`` or an
+    Arabic-Indic seven), else InvalidStorageArgumentError."""
+    text = values[name]
+    if not (text.isascii() and text.isdigit()) or len(text) > 10 or int(text) > _MAX_INT_OPTION:
+        raise InvalidStorageArgumentError(
+            f"{name} must be a whole number from 0 to {_MAX_INT_OPTION}, got {text[:40]!r}"
+        )
+    return int(text)
 
 
 def _json_object(name: str, text: str) -> dict[str, Any]:

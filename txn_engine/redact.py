@@ -19,10 +19,12 @@ harmless value under such a key is hidden too.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 __all__ = [
     "MASK",
@@ -128,10 +130,27 @@ def redact_text(text: object, secrets: Iterable[str] = ()) -> str:
     """``text`` with URI user info, ``key=value`` pairs whose key looks secret, and every
     literal in ``secrets`` (values the caller knows are secret) replaced by ``"***"``."""
     out = str(text)
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+    forms = {form for s in secrets if s for form in _spellings(s)}
+    for secret in sorted(forms, key=len, reverse=True):
         out = out.replace(secret, MASK)
     out = redact_userinfo(out)
     return _PAIR.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", out)
+
+
+def _spellings(secret: str) -> set[str]:
+    """``secret`` as a library may quote it in a message: verbatim, percent-encoded in a
+    URL (gcsfs put a token given as credentials into ``?access_token=`` of the URL its
+    connection error names), or escaped as in a repr or JSON."""
+    forms = {
+        secret,
+        quote(secret, safe=""),
+        quote(secret),
+        quote_plus(secret),
+        quote_plus(secret, safe="/"),
+        secret.encode("unicode_escape").decode("ascii"),
+        json.dumps(secret)[1:-1],
+    }
+    return {form for form in forms if form}
 
 
 class RedactingFilter(logging.Filter):

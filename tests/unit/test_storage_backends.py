@@ -866,6 +866,31 @@ def test_filesystem_construction_errors_hide_secrets() -> None:
     assert info.value.__cause__ is None
 
 
+class _QuotingFS(AbstractFileSystem):
+    """Raises as gcsfs did for a token given as credentials: the URL of the failed request,
+    with the token percent-encoded in its query, in the message."""
+
+    protocol = "txntestquotefs"
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise ConnectionError(
+            f"Max retries exceeded with url: /tokeninfo?access_token={quote(kwargs['token'], safe='')}"
+            f" (user {kwargs['username']}, repr {kwargs['token']!r})"
+        )
+
+
+@pytest.mark.parametrize("secret", ["SECba3fc03c/", "tok+en=with/odd&chars", "new\nline"])
+def test_filesystem_construction_errors_hide_encoded_secrets(secret: str) -> None:
+    # found by fuzzing open_storage: the exact value was masked, its percent-encoding was not
+    fsspec.register_implementation("txntestquotefs", _QuotingFS, clobber=True)
+    with pytest.raises(StorageError) as info:
+        open_storage("txntestquotefs://x/ds", {"username": "alice", "token": secret})
+    text = str(info.value)
+    for form in (secret, quote(secret, safe=""), quote(secret), secret.replace("/", "%2F")):
+        assert form not in text
+    assert "alice" in text
+
+
 # -------------------------------------------------------------------------- recording
 
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from txn_engine.errors import InvalidStorageArgumentError, StorageError, TxnEngineError
+from txn_engine.redact import redact_text
 from txn_engine.storage.base import Storage, is_storage
 from txn_engine.storage.external import (
     DynamoDBManifestStore,
@@ -229,10 +230,12 @@ def _open_fsspec(
         raise
     except Exception as exc:
         # the message of a constructor error may quote an option value: mask the secrets
-        text = str(exc)
-        for name, value in options.items():
-            if is_secret(str(name)) and isinstance(value, str) and len(value) >= 4:
-                text = text.replace(value, "***")
+        secrets = [
+            value
+            for name, value in options.items()
+            if is_secret(str(name)) and isinstance(value, str) and len(value) >= 4
+        ]
+        text = redact_text(str(exc), secrets)
         raise StorageError(
             f"cannot create the {scheme}:// filesystem ({type(exc).__name__}: {text}) with "
             f"options {redact(options)}"

@@ -39,6 +39,7 @@ from txn_engine.errors import (
     StorageError,
     TxnEngineError,
 )
+from txn_engine.redact import redact_text
 from txn_engine.storage._paths import check_path, check_prefix, check_range
 from txn_engine.storage._probe import ensure_conditional_create
 from txn_engine.storage.base import DEFAULT_OBJECT_STORE_READ_CONCURRENCY, OBJECT_KEY_BYTES
@@ -235,9 +236,7 @@ class ObstoreStorage:
 
     def _scrub(self, exc: BaseException) -> str:
         text = str(exc).split("\n\nDebug source:", 1)[0].strip()
-        for secret in self._secrets:
-            if len(secret) >= 4:
-                text = text.replace(secret, "***")
+        text = redact_text(text, [secret for secret in self._secrets if len(secret) >= 4])
         text = _SAS_QUERY.sub(r"\1***", text)
         return f"{type(exc).__name__}: {text}"
 

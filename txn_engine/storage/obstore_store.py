@@ -45,7 +45,7 @@ from txn_engine.storage._probe import ensure_conditional_create
 from txn_engine.storage.base import DEFAULT_OBJECT_STORE_READ_CONCURRENCY, OBJECT_KEY_BYTES
 from txn_engine.storage.options import StorageOptions, resolve_options, store_kind
 
-__all__ = ["ObstoreStorage", "obstore_available"]
+__all__ = ["ObstoreStorage", "is_backend_panic", "obstore_available"]
 
 _GS_SCHEMES = {"gs": "gs", "gcs": "gs"}
 _CLIENT_ERROR = re.compile(r"status code: 4\d\d")
@@ -72,6 +72,14 @@ def _obstore() -> Any:
         raise StorageError(
             "the obstore backend needs the obstore package (pip install 'txn_engine[obstore]')"
         ) from exc
+
+
+def is_backend_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a panic of the Rust code under obstore (pyo3's ``PanicException``,
+    which derives from ``BaseException``, not ``Exception``): handle it as any other failure
+    of the request. object_store 0.14 panics, for one, on a request whose URL it built from
+    an option holding a character a URI cannot (``aws_container_credentials_relative_uri``)."""
+    return type(exc).__name__ == "PanicException"
 
 
 def _exceptions() -> Any:
@@ -177,8 +185,8 @@ class ObstoreStorage:
             raise InvalidStorageArgumentError(
                 f"cannot configure the obstore {kind} store for {self._where()}: {self._scrub(exc)}"
             ) from None
-        except BaseException as exc:  # pyo3 PanicException derives from BaseException
-            if type(exc).__name__ != "PanicException":
+        except BaseException as exc:
+            if not is_backend_panic(exc):
                 raise
             raise InvalidStorageArgumentError(
                 f"cannot configure the obstore {kind} store for {self._where()}: {self._scrub(exc)}"
@@ -271,7 +279,9 @@ class ObstoreStorage:
             errors.UnknownConfigurationKeyError,
         ) as exc:
             raise StorageError(f"{op} {path} failed: {self._scrub(exc)}") from self._cause(exc)
-        except Exception as exc:
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and not is_backend_panic(exc):
+                raise  # KeyboardInterrupt, SystemExit, ...
             message = self._scrub(exc)
             if write and not _CLIENT_ERROR.search(message):
                 raise AmbiguousWriteError(

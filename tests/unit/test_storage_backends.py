@@ -314,6 +314,33 @@ def test_local_file_uris(tmp_path: Path) -> None:
     assert LocalStorage(target).root == target  # PathLike
 
 
+@pytest.mark.parametrize("root", ["a\x00b", "file:///tmp/a%00b", "a\ud800b"])
+def test_local_root_no_path_can_hold_is_refused(root: str) -> None:
+    # found by fuzzing URIs: the first request raised ValueError ("embedded null byte")
+    # or UnicodeEncodeError ("surrogates not allowed")
+    with pytest.raises(InvalidStorageArgumentError, match="NUL byte or a lone surrogate"):
+        open_storage(root)
+
+
+def test_object_paths_with_a_lone_surrogate_are_refused(tmp_path: Path) -> None:
+    st = LocalStorage(tmp_path)
+    for call in (
+        lambda: st.exists("a\ud800b"),
+        lambda: st.get("_versions/\ud800.manifest"),
+        lambda: st.put("data/\udbff.lance", b"x"),
+        lambda: st.list("a\ud800"),
+        lambda: MemoryStorage().put_if_absent("x\ud800", b"x"),
+    ):
+        with pytest.raises(InvalidStorageArgumentError, match="lone surrogate"):
+            call()
+    # a non-UTF-8 name the OS listed (surrogateescape) still names its file
+    st.put("data/\udcff", b"x")
+    assert st.list("data") == ["\udcff"]
+    assert st.get("data/\udcff") == b"x"
+    st.delete("data/\udcff")
+    assert st.list("data") == []
+
+
 def _process_contender(root: str, paths: int, barrier: Any, results: Any, idx: int) -> None:
     st = LocalStorage(root)
     barrier.wait()
@@ -1035,7 +1062,7 @@ def test_a_panic_under_obstore_is_a_storage_error(monkeypatch: pytest.MonkeyPatc
 def test_only_panics_and_exceptions_are_mapped(monkeypatch: pytest.MonkeyPatch) -> None:
     from txn_engine.storage import obstore_store
 
-    PanicException = type("PanicException", (BaseException,), {})  # noqa: N806
+    PanicException = type("PanicException", (BaseException,), {})
     storage = open_storage("s3://bkt/t.lance", {"txn_engine_backend": "obstore"})
 
     class Raising:

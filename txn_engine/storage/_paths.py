@@ -2,20 +2,38 @@
 
 All backends share these rules so that a path that works on one works on all of them:
 ``/``-separated, relative to the dataset root, no empty, ``.`` or ``..`` segments, no
-backslashes or NUL bytes.
+backslashes, NUL bytes or lone surrogates.
 """
 
 from __future__ import annotations
 
 from txn_engine.errors import InvalidStorageArgumentError
 
-__all__ = ["check_path", "check_prefix", "check_range"]
+__all__ = ["check_path", "check_prefix", "check_range", "is_os_encodable"]
+
+
+def is_os_encodable(value: str) -> bool:
+    """Whether ``value`` can name a file: UTF-8, where the surrogates ``\\udc80``-``\\udcff``
+    stand for the bytes of a non-UTF-8 name the OS listed (``surrogateescape``); any other
+    lone surrogate cannot be encoded, and the OS call would raise ``UnicodeEncodeError``."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_segments(value: str, what: str) -> None:
     if "\\" in value or "\x00" in value:
         raise InvalidStorageArgumentError(
             f"storage {what} {value!r} contains a backslash or NUL byte; use '/' separators"
+        )
+    if not is_os_encodable(value):
+        raise InvalidStorageArgumentError(
+            f"storage {what} {value!r} holds a lone surrogate, which no file or object "
+            "name can hold"
         )
     for segment in value.split("/"):
         if segment in ("", ".", ".."):

@@ -31,7 +31,7 @@ from txn_engine.storage._files import (
     replace_atomic,
     write_staging,
 )
-from txn_engine.storage._paths import check_path, check_prefix, check_range
+from txn_engine.storage._paths import check_path, check_prefix, check_range, is_os_encodable
 
 __all__ = ["LocalStorage", "local_path_from_uri"]
 
@@ -54,6 +54,11 @@ def local_path_from_uri(root: str | os.PathLike[str]) -> str:
         text = unquote(parts.path)
         if not text:
             raise InvalidStorageArgumentError(f"file URI {os.fspath(root)!r} has no path")
+    if "\x00" in text or not is_os_encodable(text):
+        raise InvalidStorageArgumentError(
+            f"local path {os.fspath(root)!r} holds a NUL byte or a lone surrogate, which no "
+            "path can hold"
+        )
     return os.path.abspath(os.path.expanduser(text))
 
 

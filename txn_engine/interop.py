@@ -374,13 +374,20 @@ def as_transaction(value: object) -> Transaction:
     from txn_engine.transaction import Transaction
 
     if isinstance(value, Transaction):
-        return value
-    if is_pylance(value, "Transaction"):
+        txn = value
+    elif is_pylance(value, "Transaction"):
         v: Any = value
-        return Transaction(
+        txn = Transaction(
             int(v.read_version),
             as_operation(v.operation),
             uuid=str(v.uuid),
             properties=dict(v.transaction_properties or {}),
         )
-    raise _refuse("a txn_engine.Transaction or a pylance Transaction", value)
+    else:
+        raise _refuse("a txn_engine.Transaction or a pylance Transaction", value)
+    read = txn.read_version
+    if type(read) is not int or not 0 <= read < 1 << 63:
+        raise InvalidOperationError(
+            f"a transaction's read_version is a version number (0 to 2**63 - 1), got {read!r}"
+        )
+    return txn

@@ -59,6 +59,8 @@ from typing import Literal
 
 import attrs
 
+from txn_engine.errors import InvalidOperationError
+
 __all__ = ["RetryBudget", "RetryPolicy", "SlotBackoff", "SlotGrowth", "UnitBasis"]
 
 #: How the number of backoff slots grows with each lost race.
@@ -156,8 +158,9 @@ class RetryPolicy:
     )
 
     def __attrs_post_init__(self) -> None:
+        # InvalidOperationError is a ValueError: callers catching that still do
         if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+            raise InvalidOperationError(f"max_attempts must be >= 1, got {self.max_attempts}")
         for name in (
             "deadline",
             "initial_unit",
@@ -167,25 +170,27 @@ class RetryPolicy:
             "max_window",
         ):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+            if value is not None and not value >= 0:  # NaN too
+                raise InvalidOperationError(f"{name} must be >= 0, got {value}")
         if self.slot_growth not in ("quadratic", "exponential"):
-            raise ValueError(
+            raise InvalidOperationError(
                 f"slot_growth must be 'quadratic' or 'exponential', got {self.slot_growth!r}"
             )
         if self.unit_basis not in ("shortest", "first"):
-            raise ValueError(f"unit_basis must be 'shortest' or 'first', got {self.unit_basis!r}")
+            raise InvalidOperationError(
+                f"unit_basis must be 'shortest' or 'first', got {self.unit_basis!r}"
+            )
         if self.chases is not None and self.chases < 0:
-            raise ValueError(f"chases must be >= 0 or None, got {self.chases}")
+            raise InvalidOperationError(f"chases must be >= 0 or None, got {self.chases}")
         if self.chase_ranks < 0 or self.chase_step < 0:
-            raise ValueError(
+            raise InvalidOperationError(
                 f"chase_ranks and chase_step must be >= 0, got {self.chase_ranks}, "
                 f"{self.chase_step}"
             )
         if self.offer_after is not None and self.offer_after < 1:
-            raise ValueError(f"offer_after must be >= 1 or None, got {self.offer_after}")
+            raise InvalidOperationError(f"offer_after must be >= 1 or None, got {self.offer_after}")
         if self.max_slots is not None and self.max_slots < 1:
-            raise ValueError(f"max_slots must be >= 1 or None, got {self.max_slots}")
+            raise InvalidOperationError(f"max_slots must be >= 1 or None, got {self.max_slots}")
 
     @classmethod
     def lance(cls) -> RetryPolicy:

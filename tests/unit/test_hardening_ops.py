@@ -8,7 +8,8 @@ import pytest
 
 from txn_engine.codec import transaction_to_proto
 from txn_engine.commit import commit
-from txn_engine.errors import InvalidOperationError
+from txn_engine.dataset import Dataset
+from txn_engine.errors import InvalidOperationError, VersionNotFoundError
 from txn_engine.format.naming import list_versions
 from txn_engine.model import DataFile, Fragment, IndexMetadata, LanceField
 from txn_engine.ops import Append, CreateIndex, Overwrite, Rewrite, RewriteGroup, RewrittenIndex
@@ -82,3 +83,58 @@ def test_a_data_file_path_no_reader_can_open_is_refused(path: str) -> None:
     with pytest.raises(InvalidOperationError, match="cannot be read back"):
         commit(store, Transaction(version, Append([bad])), retry_policy=RetryPolicy(max_attempts=1))
     assert [e.version for e in list_versions(store)] == [1]
+
+
+@pytest.mark.parametrize("ts", [-1, -(2**63), 2**63, 2**64, 2**70, 1.5, True, "1"])
+def test_a_commit_time_lance_cannot_read_is_refused(ts: object) -> None:
+    """pylance 14 reads a manifest time as i64 nanoseconds since 1970 and shows one outside
+    (2**63 and up, or negative) as 1970-01-01 (measured); txn_engine wrote any of them."""
+    store, version, frag = _seeded_table()
+    with pytest.raises(InvalidOperationError, match="timestamp_ns must be an integer"):
+        commit(store, Transaction(version, Append([frag])), timestamp_ns=ts)  # type: ignore[arg-type]
+    assert [v.version for v in list_versions(store)] == [1]  # nothing written
+
+
+def test_the_last_commit_time_lance_can_read_is_taken() -> None:
+    store, version, frag = _seeded_table()
+    result = commit(store, Transaction(version, Append([frag])), timestamp_ns=2**63 - 1)
+    (info,) = [v for v in Dataset.open(store).versions() if v.version == result.version]
+    assert info.timestamp is not None
+    assert info.timestamp.year == 2262
+
+
+@pytest.mark.parametrize("read", [-1, 2**63, 2**64, 1.5, True, "1", None])
+def test_a_read_version_that_is_no_version_number_is_refused(read: object) -> None:
+    """1.5 failed formatting a manifest name (ValueError), "1" and None comparing
+    (TypeError), -1 went on to the history check."""
+    store, _, frag = _seeded_table()
+    with pytest.raises(InvalidOperationError, match="read_version is a version number"):
+        commit(store, Transaction(read, Append([frag])))  # type: ignore[arg-type]
+    assert [v.version for v in list_versions(store)] == [1]
+
+
+@pytest.mark.parametrize("version", [-1, 2**63, 2**64, -(2**70)])
+def test_opening_a_version_no_table_can_have_is_version_not_found(version: int) -> None:
+    # manifest_name's ValueError ("outside the main-line range") escaped Dataset.open
+    store, _, _ = _seeded_table()
+    with pytest.raises(VersionNotFoundError):
+        Dataset.open(store, version=version)
+    with pytest.raises(VersionNotFoundError):
+        Dataset.open(store).checkout(version)
+
+
+@pytest.mark.parametrize("version", [1.5, True, b"1"])
+def test_opening_a_version_that_is_no_number_is_an_invalid_operation(version: object) -> None:
+    store, _, _ = _seeded_table()
+    with pytest.raises(InvalidOperationError, match="a version is a whole number"):
+        Dataset.open(store, version=version)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_attempts": 0}, {"deadline": -1.0}, {"deadline": float("nan")}, {"max_slots": 0}],
+)
+def test_a_retry_policy_out_of_range_is_an_invalid_operation(kwargs: dict[str, float]) -> None:
+    # still a ValueError for callers that catch that; NaN deadline was taken
+    with pytest.raises(InvalidOperationError):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]

@@ -61,6 +61,7 @@ __all__ = [
     "DEFAULT_DATA_FORMAT",
     "FRAG_REUSE_INDEX",
     "HANDLERS",
+    "MAX_TIMESTAMP_NS",
     "MEM_WAL_INDEX",
     "WRITER_LIBRARY",
     "DeletionReader",
@@ -84,6 +85,9 @@ __all__ = [
 
 # the family modules register their handlers when imported
 _FAMILIES = (compaction, data, index, metadata, rows, versions)
+
+#: the latest manifest commit time Lance can read (i64 nanoseconds since 1970: 2262-04-11)
+MAX_TIMESTAMP_NS = 2**63 - 1
 
 
 def validate(current: ManifestState | None, txn: Transaction) -> None:
@@ -127,7 +131,17 @@ def build_manifest(
     """
     op = txn.operation
     handler = handler_for(op)
-    ts = time.time_ns() if timestamp_ns is None else timestamp_ns
+    if timestamp_ns is None:
+        ts = time.time_ns()
+    elif type(timestamp_ns) is int and 0 <= timestamp_ns <= MAX_TIMESTAMP_NS:
+        ts = timestamp_ns
+    else:
+        # Lance reads a commit time as i64 nanoseconds since the epoch: pylance 14 shows
+        # one outside that range (or before 1970) as 1970-01-01, so it is refused here
+        raise invalid(
+            f"timestamp_ns must be an integer from 0 to {MAX_TIMESTAMP_NS} (nanoseconds "
+            f"since 1970, as Lance reads it), got {timestamp_ns!r}"
+        )
     whole = handler.whole(current, op, Sources(restore=restore_source, clone=clone_source))
     if whole is not None:
         m = whole.manifest

@@ -11,6 +11,7 @@ from txn_engine._proto import table_pb2, transaction_pb2
 from txn_engine.errors import (
     CorruptManifestError,
     DatasetNotFoundError,
+    InvalidOperationError,
     LimitExceededError,
     ObjectNotFoundError,
     TransactionNotFoundError,
@@ -70,7 +71,11 @@ def resolve_version(
     storage: Storage, version: int, scheme: NamingScheme | None = None
 ) -> VersionEntry:
     """Locate ``version`` without listing: try the V2 name, then V1 (or only ``scheme``)."""
+    if type(version) is not int:  # bool, float, str, ...: a caller's mistake
+        raise InvalidOperationError(f"a version is a whole number, got {version!r}")
     schemes = [scheme] if scheme is not None else [NamingScheme.V2, NamingScheme.V1]
+    if not 0 <= version < 1 << 63:
+        schemes = []  # no main-line version has that number
     for s in schemes:
         name = manifest_name(version, s)
         if storage.exists(f"_versions/{name}"):

@@ -650,6 +650,9 @@ class Table:
     def restore(self, version: int, *, properties: Mapping[str, str] | None = None) -> CommitResult:
         """Make the content of ``version`` the newest version (later versions stay)."""
 
+        if type(version) is not int:  # checkout(None) would be the latest
+            raise InvalidOperationError(f"restore: a version is a whole number, got {version!r}")
+
         def plan(snapshot: Dataset, _lds: Any) -> Operation:
             snapshot.checkout(version)  # VersionNotFoundError before anything is written
             return Restore(version)
@@ -727,6 +730,9 @@ class Table:
             raise InvalidOperationError(f"create_branch: branch {name!r} already exists")
         lance = _lance()
         target = self.version if version is None else version
+        # VersionNotFoundError / InvalidOperationError here, not pylance's "Dataset at path
+        # ... was not found" (a StorageError) for version 0 or 2**63
+        self.dataset(target)
         reference: Any = target if self._branch is None else (self._branch, target)
         with _planning("create_branch"):
             root = lance.dataset(self._root_uri, storage_options=self._lance_options)

@@ -189,3 +189,28 @@ def test_overwrite_restore_and_config_on_a_branch_as_pylance(pair: tuple[str, st
         assert dev.version == 4
         assert te.Dataset.open(uri, branch="dev").manifest.branch == "dev"
         assert "k" not in lance.dataset(uri).config()  # the main line's config is untouched
+
+
+@pytest.mark.parametrize("version", [0, 2**63, 2**64])
+def test_create_branch_from_no_version_is_version_not_found(tmp_path: Path, version: int) -> None:
+    # pylance's "Dataset at path ... was not found" (a StorageError) or "int too big to
+    # convert" reached the caller for these; nothing is created
+    uri = str(tmp_path / "t.lance")
+    table = te.open(uri)
+    table.append(_rows(0, 10))
+    with pytest.raises(VersionNotFoundError):
+        table.create_branch("dev", version)
+    assert table.branches() == []
+
+
+@pytest.mark.parametrize("version", [None, 1.5, True, "1"])
+def test_restore_of_no_version_number_is_an_invalid_operation(
+    tmp_path: Path, version: object
+) -> None:
+    # restore(None) checked out the latest, then failed comparing None (TypeError)
+    uri = str(tmp_path / "t.lance")
+    table = te.open(uri)
+    table.append(_rows(0, 10))
+    with pytest.raises(InvalidOperationError, match="a version is a whole number"):
+        table.restore(version)  # type: ignore[arg-type]
+    assert table.version == 1

@@ -43,7 +43,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import attrs
@@ -55,8 +55,10 @@ from txn_engine.errors import (
     CommitStateUnknownError,
     DatasetNotFoundError,
     InvalidOperationError,
+    TxnEngineError,
     VersionNotFoundError,
 )
+from txn_engine.interop import as_transaction
 from txn_engine.lease import Lease, lease
 from txn_engine.offers import can_carry
 from txn_engine.ops import Append
@@ -66,6 +68,9 @@ from txn_engine.storage.base import Storage
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 
 __all__ = ["Committer"]
+
+#: the longest wait a Committer's worker accepts (``threading`` cannot wait much longer)
+_MAX_WAIT = 1e6
 
 
 @attrs.define
@@ -101,8 +106,14 @@ class Committer:
         idle_release: float = 1.0,
         transaction_file: bool = False,
     ) -> None:
-        if max_group < 1:
-            raise InvalidOperationError(f"max_group must be >= 1, got {max_group}")
+        if type(max_group) is not int or max_group < 1:
+            raise InvalidOperationError(f"max_group must be an integer >= 1, got {max_group!r}")
+        for name, seconds in (("repin_after", repin_after), ("idle_release", idle_release)):
+            # the worker waits this long: NaN or infinity would end it (OverflowError)
+            if not isinstance(seconds, (int, float)) or not 0 <= seconds < _MAX_WAIT:
+                raise InvalidOperationError(
+                    f"{name} must be a number of seconds from 0 to {_MAX_WAIT:g}, got {seconds!r}"
+                )
         self._storage = open_storage(uri_or_storage, storage_options)
         self._policy = retry_policy
         self._options = conflict_options
@@ -137,6 +148,7 @@ class Committer:
                     "Committer.submit takes a txn_engine.Transaction, got "
                     f"{type(transaction).__name__}"
                 )
+            as_transaction(transaction)  # its read version is a version number
         futures: list[Future[CommitResult]] = [Future() for _ in transactions]
         with self._cv:
             if self._closed:
@@ -187,14 +199,30 @@ class Committer:
                 if not batch:
                     self._unpin()
                     continue
-                self._cover(min(p.txn.read_version for p in batch))
-                for run in _runs(batch, self._max_group):
-                    if len(run) == 1:
-                        self._alone(run[0])
-                    else:
-                        self._group(run)
+                try:
+                    self._commit_batch(batch)
+                except BaseException as exc:  # the worker lives on: no Future is left waiting
+                    for item in batch:
+                        if not item.future.done():
+                            with contextlib.suppress(InvalidStateError):
+                                item.future.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
         finally:
             self._unpin()
+
+    def _commit_batch(self, batch: Sequence[_Pending]) -> None:
+        try:
+            self._cover(min(p.txn.read_version for p in batch))
+        except TxnEngineError:
+            # no lease (the store failed): the commits still check every version they
+            # need and report one a cleanup removed, so none is skipped
+            self._unpin()
+        for run in _runs(batch, self._max_group):
+            if len(run) == 1:
+                self._alone(run[0])
+            else:
+                self._group(run)
 
     def _cover(self, version: int) -> None:
         """Hold a lease at or below ``version`` (the oldest read version of the batch):
@@ -270,6 +298,13 @@ class Committer:
                         ),
                     )
                 )
+            return
+        except TxnEngineError:
+            # nothing landed (commit raises CommitStateUnknownError when it may have): one
+            # member the group could not take (a path no reader can open, ...) must not
+            # fail the others, so each is committed alone and gets its own outcome
+            for item in live:
+                self._settle_alone(item)
             return
         except BaseException as exc:
             for item in live:

@@ -249,3 +249,63 @@ def test_group_versions_carry_the_transaction_file_only_when_asked(
     assert len(group.transaction_properties[GROUP_MEMBERS_KEY].split(",")) == 3
     copies = inner.list("_transactions")
     assert copies == ([f"{group.read_version}-{group.uuid}.txn"] if transaction_file else [])
+
+
+def test_a_member_the_group_cannot_take_fails_alone() -> None:
+    """A member whose data file path no reader could open made the group commit raise
+    InvalidOperationError, and every member of the group got it; now the others land."""
+    store = created()
+    bad = Fragment(0, (DataFile("../outside.lance", (0,), (0,), 2, 2, 100),), 3)
+    with Committer(store) as committer:
+        futures = committer.submit_all(
+            [
+                Transaction(1, Append([frag()])),
+                Transaction(1, Append([bad])),
+                Transaction(1, Append([frag()])),
+            ]
+        )
+    assert futures[0].result(timeout=10).version == 2
+    with pytest.raises(InvalidOperationError, match="outside"):
+        futures[1].result(timeout=10)
+    assert futures[2].result(timeout=10).version == 3
+    assert versions(store) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"idle_release": float("inf")},
+        {"idle_release": float("nan")},
+        {"idle_release": -1.0},
+        {"repin_after": float("nan")},
+        {"max_group": 1.5},
+    ],
+)
+def test_settings_that_would_stop_the_worker_are_refused(kwargs: dict[str, float]) -> None:
+    # idle_release=inf ended the worker thread (OverflowError in Condition.wait) after its
+    # first batch: every later Future waited forever
+    with pytest.raises(InvalidOperationError):
+        Committer(created(), **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_read_version_that_is_no_version_number_is_refused_at_submit() -> None:
+    # a read_version of "1" mixed with ints ended the worker (TypeError in min())
+    with Committer(created()) as committer:
+        with pytest.raises(InvalidOperationError, match="read_version"):
+            committer.submit_all(
+                [Transaction(1, Append([frag()])), Transaction("1", Append([frag()]))]
+            )  # type: ignore[arg-type]
+        assert committer.submit(Transaction(1, Append([frag()]))).result(timeout=10).version == 2
+
+
+def test_the_worker_survives_a_batch_that_fails_outside_any_commit() -> None:
+    """Whatever fails around a batch's commits (here: taking the lease) fails, or skips,
+    that step only: every Future is settled and the worker takes the next batch."""
+    inner = created()
+    store = FaultyStorage(inner)
+    store.add(Fault("put", "_txn_engine/leases/*", mode="error", times=None))
+    with Committer(store) as committer:
+        first = committer.submit(Transaction(1, Append([frag()])))
+        assert first.result(timeout=10).version == 2  # committed without the lease
+        second = committer.submit(Transaction(2, Append([frag()])))
+        assert second.result(timeout=10).version == 3

@@ -17,7 +17,7 @@ from txn_engine import writers
 from txn_engine._proto import file_pb2
 from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
-from txn_engine.errors import FormatError, LimitExceededError
+from txn_engine.errors import FormatError, InvalidOperationError, LimitExceededError
 from txn_engine.format.schema import (
     MAX_SCHEMA_DEPTH,
     arrow_to_fields,
@@ -27,7 +27,8 @@ from txn_engine.format.schema import (
     project_fields,
 )
 from txn_engine.model import LanceField
-from txn_engine.ops import Append
+from txn_engine.ops import Append, Merge, Operation, Overwrite, Project
+from txn_engine.storage import MemoryStorage
 from txn_engine.testing.model import SyntheticRows
 from txn_engine.transaction import Transaction
 from txn_engine.verify import verify
@@ -224,3 +225,50 @@ def test_fixed_sizes_pylance_writes_still_read() -> None:
     assert schema.field("a").type == pa.binary(0)
     assert schema.field("b").type == pa.binary(16)
     assert schema.field("c").type == pa.list_(pa.field("item", pa.float32()), 128)
+
+
+# ---- schemas a commit would make unreadable ------------------------------------------------
+
+
+def _one_column() -> MemoryStorage:
+    store = MemoryStorage()
+    commit(store, Transaction(0, Overwrite([], (LanceField(0, -1, "id", "int64"),))))
+    return store
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        Project((LanceField(0, -1, "id", "nonsense_type"),)),  # pylance 14 panics reading it
+        Project((LanceField(0, -1, "id\x00", "int64"),)),  # pylance 14 aborts the process
+        Project(()),  # pylance: "Cannot drop all columns"; its scans then fail
+        Overwrite([], (LanceField(0, -1, "a\x00b", "int64"),)),
+        Overwrite([], (LanceField(0, -1, "id", "fixed_size_binary:-5"),)),
+        Merge([], (LanceField(0, -1, "id", "int64"), LanceField(1, -1, "x", "no_such"))),
+    ],
+)
+def test_a_schema_no_reader_could_use_is_refused(op: Operation) -> None:
+    """These were committed; our Dataset.schema then raised FormatError and pylance 14
+    panicked or aborted (measured). Refused now, and nothing is written."""
+    store = _one_column()
+    with pytest.raises(InvalidOperationError):
+        commit(store, Transaction(1, op))
+    assert [v.version for v in Dataset.open(store).versions()] == [1]
+    assert Dataset.open(store).schema.names == ["id"]
+
+
+def test_a_schema_already_beyond_this_library_is_not_judged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A table written by a newer Lance (a logical type unknown here) still takes commits
+    that keep its schema: only a commit that makes a readable schema unreadable is refused."""
+    from txn_engine.builder import _common
+
+    store = MemoryStorage()
+    newer = (LanceField(0, -1, "id", "int64"), LanceField(1, -1, "v", "type_of_lance_99"))
+    with monkeypatch.context() as m:  # as a newer Lance would have written it
+        m.setattr(_common, "fields_to_arrow", lambda fields: None)
+        commit(store, Transaction(0, Overwrite([], newer)))
+    assert commit(store, Transaction(1, Project(newer))).version == 2
+    with pytest.raises(FormatError):
+        _ = Dataset.open(store).schema

@@ -13,7 +13,7 @@ from pyroaring import BitMap
 
 from txn_engine._proto import file_pb2, table_pb2
 from txn_engine._version import __version__
-from txn_engine.errors import InvalidOperationError
+from txn_engine.errors import FormatError, InvalidOperationError, LimitExceededError
 from txn_engine.format.flags import FLAG_DISABLE_TRANSACTION_FILE, compute_feature_flags
 from txn_engine.format.rowids import (
     decode_row_id_sequence,
@@ -21,6 +21,7 @@ from txn_engine.format.rowids import (
     fresh_row_id_sequence,
     fresh_version_sequence,
 )
+from txn_engine.format.schema import fields_to_arrow
 from txn_engine.format.schema import max_field_id as max_field_id_ever
 from txn_engine.model import Fragment, LanceField, decode_fragment_bitmap
 from txn_engine.transaction import Transaction
@@ -182,16 +183,37 @@ def check_existing(current: ManifestState, ids: Iterable[int], what: str) -> Non
             )
 
 
-def check_schema(fields: Sequence[LanceField], what: str) -> None:
+def check_schema(
+    fields: Sequence[LanceField], what: str, current: ManifestState | None = None
+) -> None:
+    """Refuse a schema no reader could use: a field without an id, a repeated id, a child
+    before its parent, a NUL in a name (pylance 14 aborts the whole process converting it
+    to Arrow, measured), or a schema this library cannot turn into Arrow (an unknown
+    logical type: pylance 14 panics reading it) where ``current``'s schema still can be
+    (a table already holding types only a newer Lance knows is not judged). A schema
+    nested deeper than this library converts is allowed: Lance reads it."""
     ids: set[int] = set()
     for f in fields:
         if f.id < 0:
             raise invalid(f"{what}: field {f.name!r} has no id")
+        if "\x00" in f.name:
+            raise invalid(f"{what}: field name {f.name!r} holds a NUL character")
         if f.id in ids:
             raise invalid(f"{what}: duplicate field id {f.id}")
         if f.parent_id != -1 and f.parent_id not in ids:
             raise invalid(f"{what}: field {f.name!r} comes before its parent {f.parent_id}")
         ids.add(f.id)
+    try:
+        fields_to_arrow(fields)
+    except LimitExceededError:
+        return  # deeper than this library converts, not than Lance reads: allowed
+    except FormatError as exc:
+        if current is not None:
+            try:
+                fields_to_arrow(current.manifest.fields)
+            except FormatError:
+                return  # not readable here before either: not this commit's doing
+        raise invalid(f"{what}: no reader could use this schema ({exc})") from None
 
 
 def index_bitmap(index: table_pb2.IndexMetadata) -> BitMap | None:

@@ -170,7 +170,7 @@ class OverwriteHandler(Handler[Overwrite]):
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Overwrite) -> None:
         kind = txn.kind
-        check_schema(op.schema, kind)
+        check_schema(op.schema, kind, current)
         if op.initial_bases and current is not None:
             raise invalid("Overwrite.initial_bases is only allowed when creating a dataset")
         ids = field_ids_of(op.schema)
@@ -231,7 +231,7 @@ class MergeHandler(Handler[Merge]):
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Merge) -> None:
         current = _existing(current)
-        check_schema(op.schema, txn.kind)
+        check_schema(op.schema, txn.kind, current)
         given: dict[int, Fragment] = {}
         for frag in op.fragments:
             if frag.id in given:
@@ -283,7 +283,9 @@ class ProjectHandler(Handler[Project]):
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Project) -> None:
         current = _existing(current)
-        check_schema(op.schema, txn.kind)
+        if not op.schema and current.manifest.fields:
+            raise invalid("Project cannot drop every column (pylance: 'Cannot drop all columns')")
+        check_schema(op.schema, txn.kind, current)
         extra = field_ids_of(op.schema) - field_ids_of(current.manifest.fields)
         if extra:
             raise invalid(

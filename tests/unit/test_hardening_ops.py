@@ -138,3 +138,14 @@ def test_a_retry_policy_out_of_range_is_an_invalid_operation(kwargs: dict[str, f
     # still a ValueError for callers that catch that; NaN deadline was taken
     with pytest.raises(InvalidOperationError):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_data_file_listing_a_field_twice_is_refused() -> None:
+    """pylance 14 commits it, then every scan fails ("The projection specified ...")."""
+    store, version, _ = _seeded_table()
+    twice = Fragment(0, (DataFile("c.lance", (0, 0), (0, 1), 2, 2, 10),), 10)
+    with pytest.raises(InvalidOperationError, match="lists a field id twice"):
+        commit(store, Transaction(version, Append([twice])))
+    tombstones = Fragment(0, (DataFile("d.lance", (0, -2, -2), (0, -1, -1), 2, 2, 10),), 10)
+    assert commit(store, Transaction(version, Append([tombstones]))).version == 2
+    assert [v.version for v in list_versions(store)] == [1, 2]

@@ -156,6 +156,11 @@ def check_new_fragments(
                     f"{what}: data file {df.path} holds field ids {unknown} that are not in the "
                     "dataset schema and were never used by it (schema mismatch)"
                 )
+            live = [f for f in df.fields if f >= 0]
+            if len(set(live)) != len(live):
+                # pylance 14 commits it, then every scan fails "The projection specified
+                # ..." (measured)
+                raise invalid(f"{what}: data file {df.path} lists a field id twice: {df.fields}")
             if df.column_indices and len(df.column_indices) != len(df.fields):
                 raise invalid(
                     f"{what}: data file {df.path} has {len(df.fields)} fields but "

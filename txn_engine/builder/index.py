@@ -30,6 +30,10 @@ from txn_engine.model import MemWal, uuid_bytes
 from txn_engine.ops import CreateIndex, DataReplacement, Rewrite, Update, UpdateMemWalState
 from txn_engine.transaction import Transaction
 
+#: the latest index creation time (ms since 1970) Lance turns into a date: the end of the
+#: year 262142, chrono's range; pylance 14 panics listing indices from one past it
+MAX_INDEX_CREATED_AT_MS = 8_210_266_876_799_999
+
 
 def _f1(c: RuleContext) -> None:
     mine = expect(c.mine.operation, CreateIndex)
@@ -161,6 +165,13 @@ class CreateIndexHandler(Handler[CreateIndex]):
             if key in seen:
                 raise invalid(f"CreateIndex: uuid {key} is given to two new indices")
             seen.add(key)
+            if index.created_at is not None and index.created_at > MAX_INDEX_CREATED_AT_MS:
+                # pylance 14 panics listing the table's indices ("Invalid timestamp in
+                # index metadata", measured) from one past this on
+                raise invalid(
+                    f"CreateIndex: index {index.name!r} created_at {index.created_at} is past "
+                    f"the latest time Lance reads ({MAX_INDEX_CREATED_AT_MS} ms since 1970)"
+                )
             if index.fragment_bitmap:
                 beyond = sorted(f for f in index.fragment_bitmap if high is None or f > high)
                 if beyond:

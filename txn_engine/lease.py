@@ -72,6 +72,7 @@ from txn_engine.storage.base import Storage
 __all__ = [
     "CLEANING_DIR",
     "LEASES_DIR",
+    "MAX_LEASE_TTL",
     "Lease",
     "LeaseInfo",
     "lease",
@@ -80,6 +81,9 @@ __all__ = [
 ]
 
 #: Where lease objects live, relative to the dataset root.
+#: the longest lease: ten years in seconds (a longer one is a pin, not a lease; an infinite
+#: one cannot be written as an expiry time)
+MAX_LEASE_TTL = 315_576_000.0
 LEASES_DIR = "_txn_engine/leases"
 #: Where running cleanups put their markers (see the module docstring).
 CLEANING_DIR = "_txn_engine/cleaning"
@@ -267,8 +271,11 @@ class Lease:
         clock: Callable[[], int] = time.time_ns,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if not ttl > 0:
-            raise InvalidStorageArgumentError(f"lease ttl must be positive, got {ttl!r}")
+        if not 0 < ttl <= MAX_LEASE_TTL:  # NaN and infinity too (int(inf) raised OverflowError)
+            raise InvalidStorageArgumentError(
+                f"lease ttl must be a number of seconds above 0 and at most {MAX_LEASE_TTL:g} "
+                f"(ten years), got {ttl!r}"
+            )
         self._storage = storage
         self._clock = clock
         self._sleep = sleep

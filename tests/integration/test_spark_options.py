@@ -8,7 +8,7 @@ import pytest
 
 from txn_engine.errors import InvalidOperationError
 from txn_engine.spark import WriteOptions, parse_write_options
-from txn_engine.spark._options import DEFAULT_MAX_ROWS_PER_FILE
+from txn_engine.spark._options import DEFAULT_MAX_ROWS_PER_FILE, parse_read_options
 
 
 def test_defaults() -> None:
@@ -68,8 +68,24 @@ def test_scalars_are_typed_and_validated() -> None:
         ({"storage_options": "{"}, "must be a JSON object"),
         ({"sweep_on_plan": "maybe"}, "must be true or false"),
         ({"commit_attempts": "0"}, "must be >= 1"),
+        # int() took these: Spark and Lance do not
+        ({"max_rows_per_file": "1_000"}, "must be an integer"),
+        ({"max_rows_per_file": " 7"}, "must be an integer"),
+        ({"max_rows_per_file": "\u0663"}, "must be an integer"),
+        # past an i64: failed late, converting inside pylance on the executors
+        ({"max_bytes_per_file": str(2**63)}, "must be at most"),
+        ({"max_rows_per_group": "9" * 5000}, "must be at most"),
+        ({"commit_attempts": "-" + "9" * 30}, "must be >= 1"),
     ],
 )
 def test_bad_options_are_rejected(options: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidOperationError, match=message):
         parse_write_options(options)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"), [(str(10**12), "at most 315576000 seconds"), ("1e3", "an integer")]
+)
+def test_a_lease_ttl_no_lease_can_have_is_rejected(value: str, message: str) -> None:
+    with pytest.raises(InvalidOperationError, match=message):
+        parse_read_options({"path": "/tmp/t.lance", "lease_ttl": value})

@@ -16,7 +16,7 @@ from txn_engine.errors import (
     LeaseExpiredError,
     VersionNotFoundError,
 )
-from txn_engine.lease import LEASES_DIR, Lease, LeaseInfo, read_leases
+from txn_engine.lease import LEASES_DIR, Lease, LeaseInfo, lease, read_leases
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.storage import MemoryStorage
@@ -277,3 +277,15 @@ def test_a_forked_child_renews_its_own_leases_even_if_the_fork_caught_the_renewe
         _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status)
     assert os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize("ttl", [float("inf"), float("nan"), 0.0, -1.0, 315_576_000.5, 1e30])
+def test_a_ttl_no_lease_can_have_is_refused(ttl: float) -> None:
+    # inf raised OverflowError (int(inf) for the expiry); 1e30 wrote an expiry 10**39 ns
+    # away, a pin that never ends
+    store = _dataset()
+    with pytest.raises(InvalidStorageArgumentError, match="lease ttl must be"):
+        lease(store, 1, ttl=ttl)
+    assert read_leases(store) == []
+    with lease(store, 1, ttl=315_576_000.0) as held:  # ten years: the longest
+        assert [info.version for info in read_leases(store)] == [held.version]

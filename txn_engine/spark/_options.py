@@ -20,6 +20,7 @@ import attrs
 
 from txn_engine import jsontext
 from txn_engine.errors import InvalidOperationError
+from txn_engine.lease import MAX_LEASE_TTL
 from txn_engine.redact import RedactingFilter, redact_options
 
 __all__ = ["ReadOptions", "WriteOptions", "parse_read_options", "parse_write_options"]
@@ -120,11 +121,25 @@ def _scalar(text: str) -> Any:
     return text
 
 
+#: the largest integer option (an i64, as Lance's own counts and sizes are)
+_MAX_INT = 2**63 - 1
+
+
 def _int(name: str, text: str, *, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise InvalidOperationError(f"option {name!r} must be an integer, got {text!r}") from exc
+    """An integer option: optional ``-`` and ASCII digits only (``int`` would also take
+    ``"1_000"``, ``" 7 "`` or non-ASCII digits), from ``minimum`` to 2**63 - 1 (a larger
+    row count or size failed late, converting it inside pylance on the executors)."""
+    body = text[1:] if text.startswith("-") else text
+    if not (body.isascii() and body.isdigit()):
+        raise InvalidOperationError(f"option {name!r} must be an integer, got {text[:40]!r}")
+    if len(body) > 19 and text.startswith("-"):
+        raise InvalidOperationError(f"option {name!r} must be >= {minimum}, got {text[:40]}...")
+    if len(body) > 19 or int(text) > _MAX_INT:  # 19 digits: int() of thousands is slow
+        raise InvalidOperationError(
+            f"option {name!r} must be at most {_MAX_INT}, got {text[:40]}"
+            + ("..." if len(text) > 40 else "")
+        )
+    value = int(text)
     if value < minimum:
         raise InvalidOperationError(f"option {name!r} must be >= {minimum}, got {value}")
     return value
@@ -327,5 +342,10 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     if "filter_pushdown" in lowered:
         kwargs["filter_pushdown"] = _bool("filter_pushdown", lowered["filter_pushdown"])
     if "lease_ttl" in lowered:
-        kwargs["lease_ttl"] = _int("lease_ttl", lowered["lease_ttl"], minimum=0)
+        kwargs["lease_ttl"] = ttl = _int("lease_ttl", lowered["lease_ttl"], minimum=0)
+        if ttl > MAX_LEASE_TTL:
+            raise InvalidOperationError(
+                f"option 'lease_ttl' must be at most {MAX_LEASE_TTL:.0f} seconds (ten years), "
+                f"got {ttl}"
+            )
     return ReadOptions(**kwargs)

@@ -242,6 +242,7 @@ def _one_column() -> MemoryStorage:
         Project((LanceField(0, -1, "id", "nonsense_type"),)),  # pylance 14 panics reading it
         Project((LanceField(0, -1, "id\x00", "int64"),)),  # pylance 14 aborts the process
         Project(()),  # pylance: "Cannot drop all columns"; its scans then fail
+        Project((LanceField(0, -1, "\ud800", "int64"),)),  # pyarrow's UnicodeEncodeError escaped
         Overwrite([], (LanceField(0, -1, "a\x00b", "int64"),)),
         Overwrite([], (LanceField(0, -1, "id", "fixed_size_binary:-5"),)),
         Merge([], (LanceField(0, -1, "id", "int64"), LanceField(1, -1, "x", "no_such"))),

@@ -219,6 +219,11 @@ def check_schema(
             except FormatError:
                 return  # not readable here before either: not this commit's doing
         raise invalid(f"{what}: no reader could use this schema ({exc})") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # pyarrow's own refusals of values a caller put in a field: a name or metadata
+        # with a lone surrogate (UnicodeEncodeError), ... (the commit would refuse it
+        # when encoding the transaction; refused here first)
+        raise invalid(f"{what}: a field cannot be converted to Arrow ({exc})") from None
 
 
 def index_bitmap(index: table_pb2.IndexMetadata) -> BitMap | None:

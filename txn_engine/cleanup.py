@@ -80,7 +80,7 @@ from txn_engine.storage._files import is_staging_name
 from txn_engine.storage.base import Storage
 from txn_engine.storage.fsspec_store import FsspecStorage
 from txn_engine.storage.local import LocalStorage
-from txn_engine.storage.obstore_store import ObstoreStorage, is_backend_panic
+from txn_engine.storage.obstore_store import ObstoreStorage, is_backend_failure
 
 __all__ = [
     "FILE_DIRS",
@@ -230,8 +230,8 @@ def _obstore_call(storage: ObstoreStorage, op: str, fn: Callable[[], Any]) -> An
     except FileNotFoundError:
         raise
     except BaseException as exc:
-        if not isinstance(exc, Exception) and not is_backend_panic(exc):
-            raise  # KeyboardInterrupt, SystemExit, ...
+        if not is_backend_failure(exc):
+            raise
         raise StorageError(f"{op} under {storage.uri} failed: {type(exc).__name__}") from exc
 
 

@@ -20,6 +20,10 @@ the Rust side of Lance (``serde_json``) never does:
 
 A caller catches ``ValueError`` and turns it into its own typed error (for example
 :class:`~txn_engine.errors.CorruptManifestError` for a tag file).
+
+Numbers given as text outside JSON (option values, a width in a logical type, a version
+on a command line) are read by :func:`whole_number`, as strictly: ASCII digits only, as
+Rust's ``str::parse`` takes them.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import json
 import math
 from typing import Any, NoReturn
 
-__all__ = ["MAX_DEPTH", "loads"]
+__all__ = ["MAX_DEPTH", "loads", "whole_number"]
 
 #: Deepest nesting of arrays and objects accepted: ``serde_json``'s default recursion limit
 #: (Lance's parser, for the values it decodes), far below Python's wherever a value is walked.
@@ -75,3 +79,14 @@ def loads(data: str | bytes | bytearray) -> Any:
         raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
     _check_depth(value)
     return value
+
+
+def whole_number(text: str, maximum: int) -> int | None:
+    """``text`` as a whole number from 0 to ``maximum``, or None when it is not one:
+    ASCII digits only (``int`` would also take ``"1_000"``, ``" 7 "`` and non-ASCII
+    digits, and raise ``ValueError`` past 4,300 digits, where this stops at the digits
+    ``maximum`` has)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(maximum)):
+        return None
+    value = int(text)
+    return value if value <= maximum else None

@@ -157,3 +157,23 @@ def test_cleanup_stops_at_a_ref_whose_branch_is_not_a_name(path: str, body: byte
     with pytest.raises(CleanupAbortedError, match="not a branch name"):
         cleanup(store, older_than=timedelta(0), progress=False)
     assert _versions(store) == before
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0", 0),
+        ("4294967295", 2**32 - 1),
+        ("4294967296", None),  # past the maximum
+        ("1_000", None),  # int() takes these four
+        (" 7", None),
+        ("7\n", None),
+        ("\u0663", None),
+        ("\u00b2", None),  # isdigit() but no int()
+        ("9" * 5000, None),  # int() raises ValueError past 4,300 digits
+        ("-1", None),
+        ("", None),
+    ],
+)
+def test_whole_number_reads_ascii_digits_up_to_the_maximum(text: str, expected: int | None) -> None:
+    assert jsontext.whole_number(text, 2**32 - 1) == expected

@@ -92,7 +92,8 @@ def _tags_by_version(ds: Dataset) -> dict[int, list[str]]:
 
 def _version_or_tag(text: str) -> int | str:
     """``--version`` of show: a number, or a tag name."""
-    return int(text) if text.isascii() and text.isdigit() else text  # "²" is a tag name
+    number = jsontext.whole_number(text, 2**63 - 1)
+    return text if number is None else number  # "²" or 5,000 digits: a tag name
 
 
 # --------------------------------------------------------------------------- log

@@ -70,6 +70,7 @@ from itertools import chain
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from txn_engine import jsontext
 from txn_engine._proto import file_pb2, table_pb2
 from txn_engine.errors import FormatError, InvalidOperationError, LimitExceededError
 from txn_engine.format.fields import LanceField
@@ -575,9 +576,10 @@ def _width(text: str) -> int:
     """A fixed size in a logical type (``fixed_size_binary:16``): ASCII digits below 2^31
     (Arrow's int32 sizes; pylance 14 writes ``fixed_size_binary:0``), else ValueError
     (not OverflowError, nor a negative width pyarrow would take)."""
-    if not re.fullmatch(r"[0-9]{1,10}", text, re.ASCII) or int(text) >= 2**31:
+    width = jsontext.whole_number(text, 2**31 - 1)
+    if width is None:
         raise ValueError(f"fixed size {text[:20]!r} is not in 0..2^31-1")
-    return int(text)
+    return width
 
 
 def _parse(logical: str, children: Sequence[pa.Field]) -> pa.DataType:

@@ -126,20 +126,17 @@ _MAX_INT = 2**63 - 1
 
 
 def _int(name: str, text: str, *, minimum: int) -> int:
-    """An integer option: optional ``-`` and ASCII digits only (``int`` would also take
-    ``"1_000"``, ``" 7 "`` or non-ASCII digits), from ``minimum`` to 2**63 - 1 (a larger
-    row count or size failed late, converting it inside pylance on the executors)."""
-    body = text[1:] if text.startswith("-") else text
-    if not (body.isascii() and body.isdigit()):
-        raise InvalidOperationError(f"option {name!r} must be an integer, got {text[:40]!r}")
-    if len(body) > 19 and text.startswith("-"):
-        raise InvalidOperationError(f"option {name!r} must be >= {minimum}, got {text[:40]}...")
-    if len(body) > 19 or int(text) > _MAX_INT:  # 19 digits: int() of thousands is slow
-        raise InvalidOperationError(
-            f"option {name!r} must be at most {_MAX_INT}, got {text[:40]}"
-            + ("..." if len(text) > 40 else "")
-        )
-    value = int(text)
+    """An integer option (every one has ``minimum >= 0``): ASCII digits only, as Spark and
+    Lance parse it (``int`` would also take ``"1_000"`` or ``" 7"``), from ``minimum`` to
+    2**63 - 1 (a larger row count or size failed late, inside pylance on the executors)."""
+    value = jsontext.whole_number(text, _MAX_INT)
+    if value is None:
+        body = text[1:] if text.startswith("-") else text
+        if not (body.isascii() and body.isdigit()):
+            raise InvalidOperationError(f"option {name!r} must be an integer, got {text[:40]!r}")
+        if text.startswith("-"):
+            raise InvalidOperationError(f"option {name!r} must be >= {minimum}, got {text[:40]}")
+        raise InvalidOperationError(f"option {name!r} must be at most {_MAX_INT}, got {text[:40]}")
     if value < minimum:
         raise InvalidOperationError(f"option {name!r} must be >= {minimum}, got {value}")
     return value

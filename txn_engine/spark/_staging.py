@@ -77,7 +77,7 @@ from txn_engine.format.naming import (
 )
 from txn_engine.offers import carried_uuids
 from txn_engine.storage.base import Storage
-from txn_engine.storage.obstore_store import is_backend_panic
+from txn_engine.storage.obstore_store import is_backend_failure
 
 __all__ = [
     "CLOCK_SKEW_SECONDS",
@@ -460,8 +460,8 @@ def _file_facts(storage: Storage, path: str) -> _FileFacts:
         except FileNotFoundError:
             return _FileFacts(False, True, None)
         except BaseException as exc:
-            if not isinstance(exc, Exception) and not is_backend_panic(exc):
-                raise  # KeyboardInterrupt, SystemExit, ...
+            if not is_backend_failure(exc):
+                raise
             return _FileFacts(True, True, None)
         return _FileFacts(True, True, _mtime_from_info(meta))
     return _FileFacts(True, True, None)

@@ -45,7 +45,7 @@ from txn_engine.storage._probe import ensure_conditional_create
 from txn_engine.storage.base import DEFAULT_OBJECT_STORE_READ_CONCURRENCY, OBJECT_KEY_BYTES
 from txn_engine.storage.options import StorageOptions, resolve_options, store_kind
 
-__all__ = ["ObstoreStorage", "is_backend_panic", "obstore_available"]
+__all__ = ["ObstoreStorage", "is_backend_failure", "obstore_available"]
 
 _GS_SCHEMES = {"gs": "gs", "gcs": "gs"}
 _CLIENT_ERROR = re.compile(r"status code: 4\d\d")
@@ -74,12 +74,13 @@ def _obstore() -> Any:
         ) from exc
 
 
-def is_backend_panic(exc: BaseException) -> bool:
-    """Whether ``exc`` is a panic of the Rust code under obstore (pyo3's ``PanicException``,
-    which derives from ``BaseException``, not ``Exception``): handle it as any other failure
-    of the request. object_store 0.14 panics, for one, on a request whose URL it built from
-    an option holding a character a URI cannot (``aws_container_credentials_relative_uri``)."""
-    return type(exc).__name__ == "PanicException"
+def is_backend_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure of a request to handle like any other: an ``Exception``,
+    or a panic of the Rust code under obstore (pyo3's ``PanicException`` derives from
+    ``BaseException``; object_store 0.14 panics, for one, on a request whose URL it built
+    from an option holding a character a URI cannot, ``aws_container_credentials_relative_uri``).
+    Not KeyboardInterrupt, SystemExit, ..."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
 
 
 def _exceptions() -> Any:
@@ -181,12 +182,8 @@ class ObstoreStorage:
         fresh = _truthy_option(resolved.fsspec_extra.get("skip_instance_cache"))
         try:
             self._store: Any = _client(getattr(store_module, cls), url, kwargs, fresh=fresh)
-        except Exception as exc:
-            raise InvalidStorageArgumentError(
-                f"cannot configure the obstore {kind} store for {self._where()}: {self._scrub(exc)}"
-            ) from None
         except BaseException as exc:
-            if not is_backend_panic(exc):
+            if not is_backend_failure(exc):
                 raise
             raise InvalidStorageArgumentError(
                 f"cannot configure the obstore {kind} store for {self._where()}: {self._scrub(exc)}"
@@ -280,8 +277,8 @@ class ObstoreStorage:
         ) as exc:
             raise StorageError(f"{op} {path} failed: {self._scrub(exc)}") from self._cause(exc)
         except BaseException as exc:
-            if not isinstance(exc, Exception) and not is_backend_panic(exc):
-                raise  # KeyboardInterrupt, SystemExit, ...
+            if not is_backend_failure(exc):
+                raise
             message = self._scrub(exc)
             if write and not _CLIENT_ERROR.search(message):
                 raise AmbiguousWriteError(

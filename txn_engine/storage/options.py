@@ -436,9 +436,7 @@ class StorageOptions:
             if region:
                 out.setdefault("client_kwargs", {})["region_name"] = region
         if _truthy(self.values.get("aws_virtual_hosted_style_request")):
-            out.setdefault("config_kwargs", {}).setdefault("s3", {})["addressing_style"] = (
-                "virtual"
-            )
+            out.setdefault("config_kwargs", {}).setdefault("s3", {})["addressing_style"] = "virtual"
 
     def _fsspec_azure(self, out: dict[str, Any]) -> None:
         endpoint = self.values.get("azure_storage_endpoint")
@@ -508,11 +506,12 @@ def _int_option(name: str, values: Mapping[str, str]) -> int:
     Lance parses it (Python's ``int`` would also take ``"1_000"``, ``" 7 "`` or an
     Arabic-Indic seven), else InvalidStorageArgumentError."""
     text = values[name]
-    if not (text.isascii() and text.isdigit()) or len(text) > 10 or int(text) > _MAX_INT_OPTION:
+    value = jsontext.whole_number(text, _MAX_INT_OPTION)
+    if value is None:
         raise InvalidStorageArgumentError(
             f"{name} must be a whole number from 0 to {_MAX_INT_OPTION}, got {text[:40]!r}"
         )
-    return int(text)
+    return value
 
 
 def _json_object(name: str, text: str) -> dict[str, Any]:

@@ -326,6 +326,10 @@ init {
  *      else withdrawn; built on ours: accepted; else withdrawn. (A failed guard listing
  *      is taken again after the create, so in the model the listing does not fail.) Withdrawn: the writer deletes its manifest's path
  *      (whatever is there by then) and answers HistoryUnavailableError.
+ * -DLIST_AFTER: the listing is always taken after the create (local disk, a Dataset base
+ * without assume_latest: _direct_attempt with list_after), and a landed create whose
+ * listing shows nothing above it is accepted without the existence check (commit.py's
+ * _check_guarded(after=True)).
  * Mutations and variants: -DNO_GUARD accepts every landed create (assume_latest without
  * the HEAD); -DHEAD_ONLY always runs the lineage check and never lists (assume_latest as
  * it was); -DRELIABLE: no lost responses. Two behaviours of commit.py that spin showed are
@@ -431,7 +435,7 @@ attempt:
 #ifdef AGED
   fstart[me] = nextid + 1;
 #endif
-#if !defined(NO_GUARD) && !defined(HEAD_ONLY)
+#if !defined(NO_GUARD) && !defined(HEAD_ONLY) && !defined(LIST_AFTER)
   if
   :: guard_listing()                                /* the listing answers first */
   :: skip                                           /* the create first */
@@ -482,6 +486,9 @@ check:
   :: else -> skip
   fi;
   if
+#ifdef LIST_AFTER
+  :: gl_ok && gl_latest == t -> goto accept         /* after ours landed: none above */
+#endif
   :: gl_ok && gl_latest == t - 1 -> goto accept     /* (b) */
   :: gl_ok && gl_latest > t && !gl_t1 -> goto withdraw  /* (a2) */
   :: else -> skip                                   /* (c), (a1), no listing */
@@ -624,8 +631,10 @@ init {
       :: else -> skip
       fi
     }
+#ifndef LOST_ACK_ONLY
     assert(count <= 1);                                     /* exactly once */
     assert(!(failed[w] || unavailable[w]) || count == 0);   /* failure is true */
+#endif
     assert(ackc[w] != 0 || failed[w] || unavailable[w]);    /* every writer gets an answer */
   }
 }

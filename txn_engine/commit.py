@@ -40,9 +40,14 @@ is taken to be the latest and the guard listing checks it): an uncontended warm 
 one round trip. What this leaves open, and why txn_engine's cleanup cannot trigger it, is in
 ``docs/architecture.md`` (*Guarded creates*).
 
-With a Dataset as ``base`` and ``assume_latest=True`` on a store without concurrent requests
-(local disk), the first attempt also skips steps 1-3 (one create and one existence check);
-opt in only where no lease-ignoring cleanup runs. Losing that race falls back to the loop
+With a Dataset as ``base`` on a store without concurrent requests (local disk), the first
+attempt also skips steps 1-3: it creates the next version, then lists ``_versions/`` once,
+and that listing, taken after the create, decides step 5 as a guard listing would (nothing
+above ours: accepted; ``docs/architecture.md``, *Listing after the create*). Where
+``_versions/`` is past one directory block the version hint replaces listings, and the hint
+cannot vouch for a version created in a freed slot, so there the first attempt lists first
+as the loop does. With ``assume_latest=True`` the listing is replaced by the existence check
+(opt in only where no lease-ignoring cleanup runs). Losing the race falls back to the loop
 above, which checks every version in between.
 
 Exactly once: when the manifest create fails in a way that leaves its outcome unknown
@@ -119,6 +124,7 @@ from txn_engine.format.naming import (
     VersionEntry,
     VersionListing,
     carrier_beacon,
+    hint_replaces_listing,
     manifest_name,
     manifest_path,
     scan_versions,
@@ -278,6 +284,9 @@ class _State:
     encoded: tuple[Transaction, str, transaction_pb2.Transaction] | None = None
     #: guard listings: each create runs beside a listing of ``_versions/`` (object stores)
     guarded: bool = False
+    #: the next create is checked by a listing taken after it lands (a direct first
+    #: attempt on a store without concurrent requests, without ``assume_latest``)
+    list_after: bool = False
     #: a guard listing that already shows the version a lost create wanted: the next
     #: attempt starts from it instead of listing again
     prefetched: VersionListing | None = None
@@ -663,8 +672,9 @@ def commit(
       :class:`~txn_engine.dataset.Dataset`, a ManifestFile, or pylance's ``LanceDataset``).
       On an object store, with a Dataset the first attempt creates the next version
       straight away, beside a guard listing that checks the base was the latest (one round
-      trip uncontended). On local disk that needs ``assume_latest=True`` (one request
-      fewer): opt in only where no cleanup that ignores leases (pylance's
+      trip uncontended). On local disk the create comes first and one listing after it
+      checks it; ``assume_latest=True`` checks with one existence check instead (cheaper
+      on a long history): opt in only where no cleanup that ignores leases (pylance's
       ``cleanup_old_versions``) can run while the base is held.
     * ``timestamp_ns``: the manifest timestamp (default: now).
     * ``enable_stable_row_ids``: only when creating a dataset (it cannot be switched on
@@ -731,12 +741,19 @@ def commit(
         state.manifests[transaction.read_version] = mf
         if _is_carrier(mf.transaction):
             _saw_carrier(state, policy)  # a carrier is at work (or was lately)
-        if (
-            (assume_latest or state.guarded)
-            and isinstance(base, Dataset)
-            and not isinstance(transaction.operation, Restore)
-        ):
+        if isinstance(base, Dataset) and not isinstance(transaction.operation, Restore):
             direct = base.naming_scheme
+            # without concurrent requests (local disk): the listing after the create
+            # instead of before it, where it is a listing and not the version hint
+            # (assume_latest: the existence check alone)
+            state.list_after = (
+                not state.guarded
+                and not assume_latest
+                and isinstance(handler, StoreCommitHandler)
+                and not hint_replaces_listing(handler.storage)
+            )
+            if not (assume_latest or state.guarded or state.list_after):
+                direct = None
     if state.carrier_seen_at is None and carrier_lately(state.storage.uri):
         state.carrier_seen_at = policy.clock()  # this process read a carrier's version lately
     budget = policy.budget()
@@ -1376,7 +1393,10 @@ def _direct_attempt(
     if state.carries_offers:
         _fresh_transaction(state, latest, base_file.transaction)
     offers = _offers_to_carry(state, budget, latest, current, scheme)
-    return _land(state, budget, current, latest, scheme, timestamp_ns, None, offers)
+    try:
+        return _land(state, budget, current, latest, scheme, timestamp_ns, None, offers)
+    finally:
+        state.list_after = False  # later attempts list first (the loop above)
 
 
 def _land(
@@ -1398,7 +1418,8 @@ def _land(
     listing of ``_versions/`` (started first), the manifest create and, with
     ``transaction_file=True``, the ``_transactions/`` copy; the listing then decides the
     lineage check (:func:`_check_guarded`), so an uncontended commit is one round trip.
-    Elsewhere (local disk) the copy is written after the create and its existence check
+    Elsewhere (local disk) the copy is written after the create and its check: a listing
+    taken after it (``state.list_after``: a direct first attempt) or the existence check
     (:func:`_check_lineage`). The copy is redundant (pylance 14 reads the inline
     transaction): a failed copy fails nothing."""
     if state.carrier and not carried:
@@ -1461,7 +1482,11 @@ def _land(
         if copy_path:
             copy = _TransactionCopy(storage, copy_path, copy_data)
             state.copies[copy_path] = copy
-        _check_lineage(state, target, scheme, current, built, path)
+        if state.list_after:
+            listing = _list_after_landing(state, target, path)
+            _check_guarded(state, target, scheme, current, built, path, listing, after=True)
+        else:
+            _check_lineage(state, target, scheme, current, built, path)
     elif listing is not None:
         _check_guarded(state, target, scheme, current, built, path, listing)
     else:  # the guard listing failed: list again, now that ours has landed
@@ -1477,14 +1502,15 @@ def _land(
 
 
 def _list_after_landing(state: _State, version: int, path: str) -> VersionListing:
-    """A listing taken after our create of ``version`` landed (the guard listing failed).
-    The existence check alone is not enough in its place (a stale base whose next two
+    """A listing taken after our create of ``version`` landed (the guard listing failed, or
+    a direct first attempt on local disk), never read from the version hint. The existence
+    check alone is not enough in its place (a stale base whose next two
     versions a cleanup removed); if no listing can be had, the outcome is unknown:
     CommitStateUnknownError (committing the same transaction again settles it)."""
     last: Exception | None = None
     for _ in range(SETTLE_ATTEMPTS):
-        try:
-            return scan_versions(state.storage, since=version - 1)
+        try:  # never from the version hint: ours may sit in a slot a cleanup freed
+            return scan_versions(state.storage, since=version - 1, hint=False)
         except StorageError as exc:
             last = exc
     raise CommitStateUnknownError(

@@ -18,6 +18,13 @@ too. Nothing races outside the test's control: the store holds the create back u
 guard listing is done, or holds the listing back until the committing thread joins the
 guard thread (every request of the create, settling included, is then over); interference
 runs synchronously inside those calls.
+
+``Schedule.serial`` runs the same schedules on a store without concurrent requests
+(:class:`SerialScheduledStore`, ``read_concurrency = 1``: local disk's path). There the
+first attempt creates first and lists after the create (``list_after``); later attempts
+list, create and check the next version's existence. Interference runs at the same four
+points of every attempt: around each create, and around each listing of ours (the one after
+the first create, or the one before a later create).
 """
 
 from __future__ import annotations
@@ -140,6 +147,9 @@ class Schedule:
     attempts: tuple[Attempt, ...] = (Attempt(),)
     #: our commit also writes the ``.txn`` copy (``commit(transaction_file=True)``)
     transaction_file: bool = False
+    #: a store without concurrent requests (no guard thread; the first attempt lists after
+    #: its create): :class:`SerialScheduledStore`
+    serial: bool = False
 
     def attempt(self, index: int) -> Attempt:
         return self.attempts[index] if index < len(self.attempts) else Attempt()
@@ -169,6 +179,7 @@ schedules = st.builds(
     before=st.lists(_actions, max_size=2).map(tuple),
     attempts=st.lists(_attempts, min_size=1, max_size=3).map(tuple),
     transaction_file=st.booleans(),
+    serial=st.booleans(),
 )
 
 
@@ -371,6 +382,59 @@ class ScheduledStore(MemoryStorage):
         super().delete(path)
 
 
+class SerialScheduledStore(ScheduledStore):
+    """The same store without concurrent requests: commits are not guarded. Each create of
+    ours on ``_versions/`` is an attempt (a memory store answers every create, so none is
+    re-offered); a listing of ours belongs to the attempt whose create landed and has not
+    been listed after yet (the first attempt's listing after its create), else to the next
+    attempt (the listing before its create). Interference as in the guarded store."""
+
+    read_concurrency = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._listed_ahead = False  # a listing made for the attempt not created yet
+        self._awaiting: _Gate | None = None  # landed, its listing after the create to come
+
+    def list(self, prefix: str) -> Sequence[str]:
+        if not self._ours() or prefix != "_versions":
+            return MemoryStorage.list(self, prefix)
+        self._record("list", prefix)
+        gate = self._awaiting
+        index = gate.index if gate is not None else len(self.gates)
+        self._interfere("list_start", index)
+        names = MemoryStorage.list(self, prefix)
+        self._interfere("list_end", index)
+        if gate is not None:
+            gate.listed.set()
+            self._awaiting = None
+        else:
+            self._listed_ahead = True
+        return names
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        if not self._ours() or not path.startswith("_versions/"):
+            if self._ours():
+                self._record("put_if_absent", path)
+            MemoryStorage.put_if_absent(self, path, data)
+            return
+        self._record("put_if_absent", path)
+        gate = _Gate(len(self.gates), threading.current_thread(), created=True)
+        self.gates.append(gate)
+        if self._listed_ahead:
+            gate.listed.set()
+            self._listed_ahead = False
+        first = gate.index == 0
+        self._interfere("create_before", gate.index)
+        try:
+            MemoryStorage.put_if_absent(self, path, data)
+            self._landed(path)
+            if first:
+                self._awaiting = gate
+        finally:
+            self._interfere("create_after", gate.index)
+
+
 # ---- the world: other writers, cleanups, a logical clock ------------------------------------
 
 
@@ -379,7 +443,7 @@ class World:
 
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
-        self.store = ScheduledStore()
+        self.store = SerialScheduledStore() if schedule.serial else ScheduledStore()
         self.now = START_NS
         self.acked: set[str] = set()  # data files of acknowledged commits
         self.failed: set[str] = set()  # data files of other writers' refused commits
@@ -478,7 +542,11 @@ class Run:
     @property
     def uncontended(self) -> bool:
         first = self.world.schedule.attempt(0)
-        return self.latest_at_start == self.base and first.quiet and first.listing_first
+        return (
+            self.latest_at_start == self.base
+            and first.quiet
+            and (first.listing_first or self.world.schedule.serial)
+        )
 
     @property
     def methods(self) -> Counter[str]:
@@ -534,9 +602,11 @@ def check(r: Run) -> None:
     """Every property of one run (AssertionError naming the first one broken)."""
     store = r.world.store
     assert not store.problems, store.problems
-    # the harness saw every create of ours beside its guard listing (or it tested nothing)
-    assert store.gates, "no guarded create seen"
-    assert all(g.created and g.listed.is_set() for g in store.gates), store.gates
+    # the harness saw every create of ours beside its guard listing (or it tested nothing);
+    # serial: every create, each landed one listed (before it, or after it if the first)
+    assert store.gates, "no create seen"
+    if not r.world.schedule.serial:
+        assert all(g.created and g.listed.is_set() for g in store.gates), store.gates
     listing = scan_versions(store)
     assert listing.latest is not None
     manifests: dict[int, ManifestFile] = {e.version: read_manifest_entry(store, e) for e in listing}
@@ -647,6 +717,16 @@ NEXT_REMOVED_AFTER_LISTING_A1 = Schedule(
     attempts=(Attempt(list_end=(RawRemove(frozenset({3})),)),),
 )
 
+#: The same on a store without concurrent requests (local disk's path): the first attempt
+#: creates, then lists.
+SERIAL_GAP = attrs.evolve(GAP_A2, serial=True)
+SERIAL_NEXT_KEPT = attrs.evolve(NEXT_KEPT_A1, serial=True)
+SERIAL_NEXT_REMOVED_AFTER_LISTING = attrs.evolve(NEXT_REMOVED_AFTER_LISTING_A1, serial=True)
+#: Another writer appends on ours between our create and the listing after it.
+SERIAL_FOLLOWER = Schedule(base=2, serial=True, attempts=(Attempt(create_after=(Commit(),)),))
+SERIAL_UNCONTENDED = Schedule(base=2, serial=True)
+SERIAL_UNCONTENDED_WITH_COPY = Schedule(base=2, serial=True, transaction_file=True)
+
 
 # ---- tests -------------------------------------------------------------------------------------
 
@@ -666,6 +746,12 @@ NEXT_REMOVED_AFTER_LISTING_A1 = Schedule(
 @example(schedule=UNCONTENDED_WITH_COPY)
 @example(schedule=UNCONTENDED_AFTER_CONTENTION)
 @example(schedule=NEXT_REMOVED_AFTER_LISTING_A1)
+@example(schedule=SERIAL_GAP)
+@example(schedule=SERIAL_NEXT_KEPT)
+@example(schedule=SERIAL_NEXT_REMOVED_AFTER_LISTING)
+@example(schedule=SERIAL_FOLLOWER)
+@example(schedule=SERIAL_UNCONTENDED)
+@example(schedule=SERIAL_UNCONTENDED_WITH_COPY)
 def test_guarded_create_acknowledges_exactly_what_lands(schedule: Schedule) -> None:
     """For every schedule: our commit is acknowledged or refused with a typed error, never
     anything else. Acknowledged: our data is in the latest version exactly once, in every
@@ -677,6 +763,7 @@ def test_guarded_create_acknowledges_exactly_what_lands(schedule: Schedule) -> N
     event(f"outcome: {type(r.outcome).__name__}")
     event(f"withdrawn: {'withdrawn' in str(r.outcome)}")
     event(f"existence check: {r.methods['exists'] > 0}")
+    event(f"serial: {schedule.serial}")
     check(r)
 
 
@@ -795,3 +882,52 @@ def test_uncontended_commit_after_contention_offers_itself_early() -> None:
     assert r.uncontended
     puts = [p for m, p in r.world.store.requests if m == "put"]
     assert any(p.startswith(f"{OFFERS_DIR}/") and r.uuid in p for p in puts), puts
+
+
+@pytest.mark.parametrize(
+    ("schedule", "latest"),
+    [
+        (SERIAL_GAP, [1, 2, 5]),
+        (SERIAL_NEXT_KEPT, [1, 2, 4]),
+        (SERIAL_NEXT_REMOVED_AFTER_LISTING, [1, 4]),
+    ],
+    ids=["gap", "next-kept", "next-removed-after-listing"],
+)
+def test_serial_create_in_a_freed_slot_is_withdrawn(schedule: Schedule, latest: list[int]) -> None:
+    """Without concurrent requests the first create comes before any listing; the listing
+    after it shows what is above ours, and ours in a freed slot is withdrawn."""
+    r = run(schedule)
+    check(r)
+    assert isinstance(r.outcome, HistoryUnavailableError)
+    assert "withdrawn" in str(r.outcome)
+    assert [e.version for e in scan_versions(r.world.store)] == latest
+    kinds = [m for m, p in r.world.store.requests if p.startswith("_versions")]
+    assert kinds[:2] == ["put_if_absent", "list"]
+
+
+def test_serial_follower_built_on_ours_keeps_the_commit() -> None:
+    r = run(SERIAL_FOLLOWER)
+    check(r)
+    assert isinstance(r.outcome, CommitResult)
+    assert r.outcome.version == 3
+    assert [e.version for e in scan_versions(r.world.store)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("schedule", [SERIAL_UNCONTENDED, SERIAL_UNCONTENDED_WITH_COPY])
+def test_serial_uncontended_commit_is_one_create_then_one_listing(schedule: Schedule) -> None:
+    r = run(schedule)
+    check(r)
+    assert [m for m, _ in r.world.store.requests][:2] == ["put_if_absent", "list"]
+    assert r.methods == _uncontended(r)
+
+
+def test_serial_accepting_every_create_loses_updates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check: with the listing after the create accepting everything, the
+    property fails with a lost update (the gap: two freed slots below a kept version)."""
+
+    def accept(*_args: Any, **_kwargs: Any) -> None:
+        return None
+
+    monkeypatch.setattr(importlib.import_module("txn_engine.commit"), "_check_guarded", accept)
+    with pytest.raises(AssertionError, match="lost update"):
+        check(run(SERIAL_GAP))

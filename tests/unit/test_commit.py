@@ -912,16 +912,21 @@ def test_intervening_versions_parse_only_their_transactions(
     assert len(decoded) == 1
 
 
-def test_a_base_lists_first_unless_the_caller_assumes_it_is_the_latest() -> None:
-    """By default a Dataset base only saves the read of the read version's manifest: the
-    listing still comes first (a stale base could otherwise land below versions a
-    lease-ignoring cleanup removed)."""
+def test_a_base_creates_first_and_lists_after_unless_the_caller_assumes_it_is_the_latest() -> (
+    None
+):
+    """By default a Dataset base on a store without concurrent requests creates the next
+    version first and lists after it (the listing decides the lineage check, so a stale
+    base cannot land below versions a lease-ignoring cleanup removed); with assume_latest
+    one existence check replaces the listing."""
     inner = MemoryStorage()
     create(inner)
-    ds = Dataset.open(inner)
     rec = RecordingStorage(inner)
-    commit(rec, Transaction(1, Append([frag()])), base=ds)
-    assert [c[0] for c in rec.calls] == ["list", "put_if_absent", "exists"]
+    commit(rec, Transaction(1, Append([frag()])), base=Dataset.open(inner))
+    assert [c[0] for c in rec.calls] == ["put_if_absent", "list"]
+    rec = RecordingStorage(inner)
+    commit(rec, Transaction(2, Append([frag()])), base=Dataset.open(inner), assume_latest=True)
+    assert [c[0] for c in rec.calls] == ["put_if_absent", "exists"]
 
 
 @pytest.mark.parametrize("transaction_file", [False, True])

@@ -487,7 +487,18 @@ def _scan_from_hint(storage: Storage, since: int) -> VersionListing | None:
     return VersionListing(NamingScheme.V2, stems=[f"{U64_MAX - v:020d}" for v in versions])
 
 
-def scan_versions(storage: Storage, since: int | None = None) -> VersionListing:
+def hint_replaces_listing(storage: Storage) -> bool:
+    """Whether :func:`scan_versions` with ``since`` may read the latest-version hint of
+    ``storage`` instead of listing ``_versions/``: local disk, once ``_versions/`` is past
+    its first directory block. Such a listing rests on versions having been created as the
+    latest, so it cannot vouch for a version just created in a slot a cleanup freed."""
+    local = _local_disk(storage)
+    return local is not None and local.directory_bytes(VERSIONS_DIR) > _HINT_MIN_DIR_BYTES
+
+
+def scan_versions(
+    storage: Storage, since: int | None = None, *, hint: bool = True
+) -> VersionListing:
     """List ``_versions/`` once. Raises MixedNamingSchemeError on mixed schemes.
 
     ``since``: the caller needs every version >= ``since`` (and the latest) only. On a
@@ -499,11 +510,12 @@ def scan_versions(storage: Storage, since: int | None = None) -> VersionListing:
     everything. ``since=U64_MAX``: the latest only. On local disk (no ordered listing)
     ``latest_version_hint.json``, when it is there and checks out, replaces the listing
     (:func:`_scan_from_hint`): a few ``exists`` calls however long the history.
-    ``since=None`` always lists everything.
+    ``since=None`` always lists everything; ``hint=False`` always lists (a listing that
+    must show a version created in a freed slot and everything above it).
     """
     names: Sequence[str] | None = None
     if since is not None:
-        hinted = _scan_from_hint(storage, since)
+        hinted = _scan_from_hint(storage, since) if hint else None
         if hinted is not None:
             return hinted
         lister = getattr(storage, "list_ordered", None)

@@ -183,6 +183,9 @@ _UNKNOWN_REMEDY = (
     "again (or call txn_engine.find_transaction) to settle it"
 )
 
+#: The policy of a commit not given one (RetryPolicy is frozen: one instance serves all).
+_DEFAULT_POLICY = RetryPolicy()
+
 #: Seconds a guarded create waits for its guard listing to be sent first (see _Guard.lead).
 _GUARD_LEAD = 0.001
 
@@ -287,6 +290,9 @@ class _State:
     #: the next create is checked by a listing taken after it lands (a direct first
     #: attempt on a store without concurrent requests, without ``assume_latest``)
     list_after: bool = False
+    #: ``_versions/`` was one directory block when the commit began: the version hint is
+    #: neither read nor written (:func:`~txn_engine.format.naming.hint_replaces_listing`)
+    hintless: bool = False
     #: a guard listing that already shows the version a lost create wanted: the next
     #: attempt starts from it instead of listing again
     prefetched: VersionListing | None = None
@@ -696,7 +702,7 @@ def commit(
     handler = commit_handler_for(open_storage(uri_or_storage, storage_options))
     transaction = as_transaction(transaction)  # pylance's Transaction is accepted too
     base = as_base(base)
-    policy = retry_policy or RetryPolicy()
+    policy = retry_policy or _DEFAULT_POLICY
     if transaction.read_version == 0 or isinstance(transaction.operation, Clone):
         return _commit_new(
             handler, transaction, naming, timestamp_ns, enable_stable_row_ids, transaction_file
@@ -746,7 +752,7 @@ def commit(
             # without concurrent requests (local disk): the listing after the create
             # instead of before it, where it is a listing and not the version hint
             # (assume_latest: the existence check alone)
-            state.list_after = (
+            state.list_after = state.hintless = (
                 not state.guarded
                 and not assume_latest
                 and isinstance(handler, StoreCommitHandler)
@@ -798,7 +804,7 @@ def commit(
             else:
                 landed = _attempt(state, budget, timestamp_ns)
             if landed is not None:
-                if not landed.already_committed and not landed.carried:
+                if not (landed.already_committed or landed.carried or state.hintless):
                     write_version_hint(state.storage, landed.version)  # local disk only
                 return landed
             _offer(state, budget)

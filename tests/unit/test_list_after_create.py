@@ -24,6 +24,7 @@ from txn_engine.errors import HistoryUnavailableError
 from txn_engine.format.io import latest_version, read_manifest
 from txn_engine.format.manifest_file import decode_manifest_file, encode_manifest_file
 from txn_engine.format.naming import (
+    VERSION_HINT_PATH,
     NamingScheme,
     hint_replaces_listing,
     list_versions,
@@ -195,3 +196,33 @@ def test_the_listing_after_the_create_never_comes_from_the_hint(
     listed = scan_versions(store, since=300, hint=False).latest
     assert listed is not None
     assert listed.version == 301
+
+
+def test_a_commit_begun_on_a_one_block_directory_writes_no_hint(tmp_path: Path) -> None:
+    """The version hint is read and written only past one directory block; whether a commit
+    writes it is decided when the commit begins (one stat), so the commit whose create takes
+    ``_versions/`` past the block writes none, and the next commit writes it."""
+    store = LocalStorage(tmp_path / "edge.lance")
+    _table(store, 2)
+    second = decode_manifest_file(store.get(f"_versions/{manifest_name(2, NamingScheme.V2)}"))
+    v = 2
+    while True:  # fill the first block, up to the last version that still fits in it
+        probe = f"_versions/{manifest_name(v + 1, NamingScheme.V2)}"
+        second.manifest.version = v + 1
+        store.put_if_absent(probe, encode_manifest_file(second.manifest, second.indices, None))
+        if hint_replaces_listing(store):
+            store.delete(probe)  # a directory never shrinks: its size stays past the block
+            break
+        v += 1
+    assert hint_replaces_listing(store)
+    # rebuild the same versions in a fresh directory (one block), then commit on it
+    fresh = LocalStorage(tmp_path / "fresh.lance")
+    for name in store.list("_versions"):
+        fresh.put_if_absent(f"_versions/{name}", store.get(f"_versions/{name}"))
+    assert not hint_replaces_listing(fresh)
+    r = commit(fresh, Transaction(v, Append([frag()])), base=Dataset.open(fresh))
+    assert r.version == v + 1
+    assert hint_replaces_listing(fresh)  # our create took it past the block
+    assert not fresh.exists(VERSION_HINT_PATH)
+    r = commit(fresh, Transaction(v + 1, Append([frag()])), base=Dataset.open(fresh))
+    assert fresh.get(VERSION_HINT_PATH) == b'{"version":%d}' % r.version

@@ -1641,8 +1641,15 @@ def _check_guarded(
       read without another existence check; gone by the time it is read: withdrawn).
     * It shows versions above ours but not the next one: ours landed in a slot a cleanup
       freed, below versions that cannot have been built on it: withdrawn.
+    * It shows the version right above ours but not the version ours was built on: maybe a
+      stale base whose history a cleanup removed, so the lineage check gives no benefit of
+      the doubt (``descends_from(proof=True)``): a newer version that changed again the
+      fragments ours changed does not prove it was built on ours: withdrawn.
 
     A failed guard listing is taken again after the create (:func:`_list_after_landing`).
+    A listing taken after our create that no longer shows ours, below newer versions: a
+    cleanup removed ours after it landed, and whether they were built on it cannot be told
+    (:func:`_removed_after_landing`).
     """
     if not listing.after(version):
         latest = listing.latest
@@ -1650,10 +1657,37 @@ def _check_guarded(
             return
         _check_lineage(state, version, scheme, base, ours, path)  # (c)
         return
+    if after and listing.get(version) is None:
+        _removed_after_landing(state, version, path)
     if listing.get(version + 1) is not None:
-        _check_lineage(state, version, scheme, base, ours, path, listed=True)
+        # the version ours was built on gone too: maybe a stale base whose history a cleanup
+        # removed, so the next version must prove that it carries ours
+        proof = listing.get(version - 1) is None
+        _check_lineage(state, version, scheme, base, ours, path, listed=True, proof=proof)
         return
     _withdraw(state, version, path)
+
+
+def _removed_after_landing(state: _State, version: int, path: str) -> NoReturn:
+    """Our manifest at ``version`` landed, and a listing taken after that shows newer
+    versions but not ours: a cleanup removed it, younger than this commit, which only a
+    cleanup that ignores leases and age does (pylance's ``cleanup_old_versions`` with
+    ``older_than=0``). The newer versions may have been built on ours (it landed as the
+    latest) or on a manifest our create replaced in a freed slot; their content cannot
+    always tell, so neither "landed" nor "withdrawn" is known: CommitStateUnknownError.
+    Nothing is deleted (ours is gone already)."""
+    raise CommitStateUnknownError(
+        f"{path} for transaction {state.txn.uuid} was created, then removed by a cleanup "
+        f"before it could be checked; versions above {version} exist and may or may not "
+        "carry it",
+        read_version=state.txn.read_version,
+        operation=state.txn.kind,
+        remedy=(
+            "look for this transaction's effect in the table before committing it again; "
+            "run txn_engine's cleanup (it keeps leased versions) or pylance's with an "
+            "older_than of minutes beside live writers"
+        ),
+    )
 
 
 def _check_lineage(
@@ -1665,6 +1699,7 @@ def _check_lineage(
     path: str,
     *,
     listed: bool = False,
+    proof: bool = False,
 ) -> None:
     """After creating ``version``: if a newer version already exists it must descend from
     ours. One that does not was built on an earlier manifest at our version number that a
@@ -1693,6 +1728,7 @@ def _check_lineage(
         base_indices=base.indices,
         our_indices=ours.indices,
         newer_indices=newer.indices,
+        proof=proof,
     ):
         return
     _withdraw(

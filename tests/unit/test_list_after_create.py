@@ -16,11 +16,14 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import pytest
+from pyroaring import BitMap
 
 from txn_engine.commit import CommitResult, commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import HistoryUnavailableError
+from txn_engine.format.deletion import write_deletion_vector
 from txn_engine.format.io import latest_version, read_manifest
 from txn_engine.format.manifest_file import decode_manifest_file, encode_manifest_file
 from txn_engine.format.naming import (
@@ -31,8 +34,8 @@ from txn_engine.format.naming import (
     manifest_name,
     scan_versions,
 )
-from txn_engine.model import DataFile, Fragment, LanceField
-from txn_engine.ops import Append, Overwrite
+from txn_engine.model import DataFile, DeletionFile, Fragment, LanceField
+from txn_engine.ops import Append, Delete, Overwrite
 from txn_engine.storage import LocalStorage, MemoryStorage, RecordingStorage
 from txn_engine.storage.base import Storage
 from txn_engine.transaction import Transaction
@@ -226,3 +229,40 @@ def test_a_commit_begun_on_a_one_block_directory_writes_no_hint(tmp_path: Path) 
     assert not fresh.exists(VERSION_HINT_PATH)
     r = commit(fresh, Transaction(v + 1, Append([frag()])), base=Dataset.open(fresh))
     assert fresh.get(VERSION_HINT_PATH) == b'{"version":%d}' % r.version
+
+
+def _delete(store: Storage, read_version: int, rows: set[int]) -> Transaction:
+    """A Delete of ``rows`` of fragment 0, planned on ``read_version``."""
+    _, mf = read_manifest(store, read_version)
+    base = Fragment.from_proto(next(f for f in mf.manifest.fragments if f.id == 0))
+    dv = write_deletion_vector(store, 0, read_version, BitMap(rows))
+    updated = attrs.evolve(base, deletion_file=DeletionFile.from_proto(dv))
+    return Transaction(read_version, Delete([updated], predicate="x"))
+
+
+class _Concurrent(MemoryStorage):
+    """Declares concurrent requests: its creates are guarded (an object store's path)."""
+
+    read_concurrency = 8
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["list-after", "guarded"])
+def test_a_stale_base_whose_history_is_gone_is_withdrawn_though_the_next_touched_ours(
+    guarded: bool,
+) -> None:
+    """Base 1; another writer's Delete lands 2 and a Delete of the same fragment lands 3 on
+    it; a cleanup keeps only 3. Our Delete (planned on 1) creates 2 in the freed slot; 3 is
+    listed above it and changed the fragment ours changed, so the lineage check alone would
+    give it the benefit of the doubt. The version ours was built on is gone from the listing
+    (found by the cleanup state machine): withdrawn, nothing acknowledged."""
+    store: Storage = _Concurrent() if guarded else MemoryStorage()
+    commit(store, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1
+    base = Dataset.open(store)
+    mine = _delete(store, 1, {0, 1})
+    commit(store, _delete(store, 1, {5}))  # 2
+    commit(store, _delete(store, 2, {5, 6}))  # 3, on 2: touches fragment 0 too
+    remove(store, 1)
+    remove(store, 2)
+    with pytest.raises(HistoryUnavailableError, match="withdrawn"):
+        commit(store, mine, base=base)
+    assert versions(store) == [3]

@@ -60,6 +60,7 @@ def descends_from(
     base_indices: Sequence[table_pb2.IndexMetadata] = (),
     our_indices: Sequence[table_pb2.IndexMetadata] = (),
     newer_indices: Sequence[table_pb2.IndexMetadata] = (),
+    proof: bool = False,
 ) -> bool:
     """Whether ``newer`` (the version right above ``ours``) carries the change ``ours``
     made over ``base``. False proves that ``newer`` was built on another manifest at our
@@ -69,6 +70,17 @@ def descends_from(
     mark (never lowered by any operation); index uuids and schema field ids where
     ``newer``'s operation leaves them alone. A change with none of these (an empty one)
     cannot be told apart, and loses nothing if it is off the main line.
+
+    A fragment ours added or changed that ``newer``'s own operation touched again gets the
+    benefit of the doubt (``newer`` may have changed it on top of ours), except that one we
+    added must keep at least one of its data files; one we removed that ``newer``'s
+    operation touched is taken as removed on top of ours. With ``proof=True`` there is no
+    benefit of the doubt: a touched fragment counts as carried only when it is one we added
+    and ``newer`` still holds one of its data files, and something only ours can have put
+    there must be in ``newer`` (a data or deletion file it wrote, an index it created), so an
+    empty change, a config edit or a removal alone proves nothing. The commit loop asks for
+    proof when the version ours was built on is gone, where ``newer`` may have been built
+    on another history.
     """
     if newer_operation is None:
         return False
@@ -77,17 +89,27 @@ def descends_from(
         return False  # replaces the table: no content can show it was built on ours
     before, after, then = _fragments(base), _fragments(ours), _fragments(newer)
     touched = handler.modified_fragment_ids(newer_operation)
+    # with proof: something only ours can have put there (a data or deletion file it wrote,
+    # an index it created) must be in newer
+    evidence = False
     for fid, sig in after.items():
         if before.get(fid) == sig:
             continue  # not ours to check
         if fid not in touched:
             if then.get(fid) != sig:
                 return False  # a fragment we added or changed is not in newer as we left it
+            evidence = True
+        elif proof and (fid in before or fid not in then or not set(sig[0]) & set(then[fid][0])):
+            return False  # touched again by newer: nothing proves that ours was under it
+        elif proof:
+            evidence = True  # one of the data files we added is still there
         elif fid not in before and fid in then and not set(sig[0]) & set(then[fid][0]):
             # newer changed a fragment we added (new columns, deletions) yet holds none of
             # its data files: it is another writer's fragment under the same id
             return False
     for fid in before.keys() - after.keys():
+        if fid in touched and proof:
+            return False  # newer removed (or changed) it too: nothing proves ours was under it
         if fid not in touched and fid in then:
             return False  # a fragment we removed is back
     if base.max_fragment_id < ours.max_fragment_id and newer.max_fragment_id < ours.max_fragment_id:
@@ -105,8 +127,9 @@ def descends_from(
         )
         if not (now - was) <= then_ids or (was - now) & then_ids:
             return False  # an index we added is missing, or one we removed is back
+        evidence = evidence or bool(now - was)
     if handler.keeps_fields:
         was_f, now_f, then_f = _field_ids(base), _field_ids(ours), _field_ids(newer)
         if not (now_f - was_f) <= then_f or (was_f - now_f) & then_f:
             return False  # a column we added is missing, or one we dropped is back
-    return True
+    return evidence or not proof

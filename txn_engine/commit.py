@@ -287,11 +287,10 @@ class _State:
     encoded: tuple[Transaction, str, transaction_pb2.Transaction] | None = None
     #: guard listings: each create runs beside a listing of ``_versions/`` (object stores)
     guarded: bool = False
-    #: the next create is checked by a listing taken after it lands (a direct first
-    #: attempt on a store without concurrent requests, without ``assume_latest``)
-    list_after: bool = False
-    #: ``_versions/`` was one directory block when the commit began: the version hint is
-    #: neither read nor written (:func:`~txn_engine.format.naming.hint_replaces_listing`)
+    #: a store without concurrent requests whose ``_versions/`` was one directory block when
+    #: the commit began (:func:`~txn_engine.format.naming.hint_replaces_listing`), without
+    #: ``assume_latest``: the direct first create is checked by a listing taken after it,
+    #: and the version hint is neither read nor written
     hintless: bool = False
     #: a guard listing that already shows the version a lost create wanted: the next
     #: attempt starts from it instead of listing again
@@ -752,13 +751,13 @@ def commit(
             # without concurrent requests (local disk): the listing after the create
             # instead of before it, where it is a listing and not the version hint
             # (assume_latest: the existence check alone)
-            state.list_after = state.hintless = (
+            state.hintless = (
                 not state.guarded
                 and not assume_latest
                 and isinstance(handler, StoreCommitHandler)
                 and not hint_replaces_listing(handler.storage)
             )
-            if not (assume_latest or state.guarded or state.list_after):
+            if not (assume_latest or state.guarded or state.hintless):
                 direct = None
     if state.carrier_seen_at is None and carrier_lately(state.storage.uri):
         state.carrier_seen_at = policy.clock()  # this process read a carrier's version lately
@@ -1399,10 +1398,7 @@ def _direct_attempt(
     if state.carries_offers:
         _fresh_transaction(state, latest, base_file.transaction)
     offers = _offers_to_carry(state, budget, latest, current, scheme)
-    try:
-        return _land(state, budget, current, latest, scheme, timestamp_ns, None, offers)
-    finally:
-        state.list_after = False  # later attempts list first (the loop above)
+    return _land(state, budget, current, latest, scheme, timestamp_ns, None, offers, state.hintless)
 
 
 def _land(
@@ -1414,6 +1410,7 @@ def _land(
     timestamp_ns: int | None,
     restore_source: ManifestState | None,
     carried: list[Transaction] | None = None,
+    list_after: bool = False,
 ) -> CommitResult | None:
     """Build the next manifest on ``current`` (version ``latest``) and create it, carrying
     the other writers' offers in ``carried`` (:mod:`txn_engine.offers`). Returns the result,
@@ -1425,7 +1422,7 @@ def _land(
     ``transaction_file=True``, the ``_transactions/`` copy; the listing then decides the
     lineage check (:func:`_check_guarded`), so an uncontended commit is one round trip.
     Elsewhere (local disk) the copy is written after the create and its check: a listing
-    taken after it (``state.list_after``: a direct first attempt) or the existence check
+    taken after it (``list_after``: a direct first attempt) or the existence check
     (:func:`_check_lineage`). The copy is redundant (pylance 14 reads the inline
     transaction): a failed copy fails nothing."""
     if state.carrier and not carried:
@@ -1488,7 +1485,7 @@ def _land(
         if copy_path:
             copy = _TransactionCopy(storage, copy_path, copy_data)
             state.copies[copy_path] = copy
-        if state.list_after:
+        if list_after:
             listing = _list_after_landing(state, target, path)
             _check_guarded(state, target, scheme, current, built, path, listing, after=True)
         else:

@@ -135,8 +135,15 @@ MAX_INLINE_OFFER_BYTES = 640
 #: on that table carry offers from its first attempt (seconds).
 RECENT_SECONDS = 1.0
 
-#: At most this many versions' transactions are kept for the next commit.
-RECENT_VERSIONS = 64
+#: At most this many versions' transactions are kept for the next commit (the newest) ...
+RECENT_VERSIONS = 1024
+
+#: ... and at most this many bytes of them (their encoded size). A writer that keeps
+#: committing from an old read version (a stale plan) checks every version since it, and a
+#: version it does not remember is read again on each commit: with 64 remembered, a writer
+#: 100 versions behind read 36 of them per commit, and its commits grew by a round trip per
+#: 8 versions (docs/performance.md, *A sustained run*).
+RECENT_BYTES = 32 << 20
 
 _NAME = re.compile(r"([0-9]{20})-([0-9a-f-]{36})(?:\.([A-Za-z0-9_-]{1,1000}))?\.txn", re.ASCII)
 
@@ -551,10 +558,19 @@ def remember(
     dead: Iterable[str],
     scan: OfferScan | None = None,
 ) -> None:
-    """Keep what a contended commit on table ``uri`` knows for :data:`RECENT_SECONDS`."""
-    newest = sorted(transactions)[-RECENT_VERSIONS:]
+    """Keep what a contended commit on table ``uri`` knows for :data:`RECENT_SECONDS`: the
+    transactions of the newest versions, within :data:`RECENT_VERSIONS` and
+    :data:`RECENT_BYTES` (a version left out is read again when needed)."""
+    kept: dict[int, transaction_pb2.Transaction | None] = {}
+    room = RECENT_BYTES
+    for version in sorted(transactions, reverse=True)[:RECENT_VERSIONS]:
+        pb = transactions[version]
+        room -= 0 if pb is None else _size_of(pb)
+        if room < 0:
+            break
+        kept[version] = pb
     entry = Recent(
-        {v: transactions[v] for v in newest},
+        kept,
         dict(offers),
         set(dead),
         time.monotonic() + RECENT_SECONDS,
@@ -568,6 +584,21 @@ def remember(
         _recent[uri] = entry
         for key in [k for k, r in _recent.items() if r.until < time.monotonic()]:
             del _recent[key]
+
+
+#: encoded sizes of remembered transactions, by uuid (a transaction is remembered by many
+#: commits in a row: its size is computed once)
+_sizes: dict[str, int] = {}
+_SIZES_MAX = 4 * RECENT_VERSIONS
+
+
+def _size_of(pb: transaction_pb2.Transaction) -> int:
+    size = _sizes.get(pb.uuid)
+    if size is None:
+        if len(_sizes) >= _SIZES_MAX:
+            _sizes.clear()
+        size = _sizes[pb.uuid] = pb.ByteSize()
+    return size
 
 
 def peek(uri: str) -> Recent | None:

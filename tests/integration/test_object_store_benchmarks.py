@@ -196,4 +196,17 @@ def test_the_tail_sweep_measures_each_delay_in_its_own_round_trips(tmp_path: Pat
         gap = summary[(row["delay_ms"], row["read_version"])]["gap_rt"]
         assert abs((row["p99_ms"] - row["p50_ms"]) / rt - gap) < 1e-9
         assert row["commits"] == 4
+        # after each writer's first commit: one commit each of the two writers
+        assert row["p50_later_ms"] <= row["p99_later_ms"] <= row["max_ms"]
+    assert all(s["gap_later_rt"] >= 0 for s in summary.values())
     assert plot.stat().st_size > 1000
+
+
+def test_the_sustained_tail_leaves_out_each_writers_first_commit() -> None:
+    """The tail of sustained contention is taken over the commits after each writer's
+    first (the first race's losers wait for a carrier to start): the slow first commits
+    are not in it, every later one is."""
+    from benchmarks.tail_sweep import _later
+
+    out = _later([[900.0, 100.0, 120.0], [800.0, 110.0], [700.0]])
+    assert out == {"p50_later_ms": 110.0, "p99_later_ms": 120.0}

@@ -897,3 +897,45 @@ def test_an_early_offer_whose_own_attempt_lands_is_withdrawn_and_never_carried()
     assert offer_withdrawn(store)
     transactions = {v: read_transaction(store, v) for v in range(1, r2.version + 1)}
     assert choose(held, r2.version, transactions) == ([], [held[0].name])
+
+
+def test_a_stale_plan_committed_again_reads_only_the_versions_it_has_not_seen() -> None:
+    """A writer that commits again and again from one old read version (a stale plan)
+    checks every version since it each time. What its last contended commit read is
+    remembered, far enough back to cover a history 100 versions long: the next commit
+    reads the versions it has not seen and the newest one again (which confirms the rest),
+    not the 100 before. With 64 versions remembered it read 36 of them again."""
+    store = Scripted()
+    table(store, appends=100)  # versions 1..101
+    stale = Transaction(1, Append([frag()]))
+    store.hooks = [store.compete]  # the first commit loses one race: it saw contention
+    first = run_a(store, stale, use_base=False)
+    assert isinstance(first, CommitResult)
+    assert first.version == 103
+    store.compete()  # one more version (104) the next commit has not seen
+    rec = RecordingStorage(store)
+    again = commit(rec, Transaction(1, Append([frag()])))
+    assert again.version == 105
+    manifest_reads = {p for m, p in rec.calls if m in ("get", "get_range") and "_versions/" in p}
+    assert len(manifest_reads) <= 3, sorted(manifest_reads)
+
+
+def test_what_is_remembered_is_bounded_by_versions_and_by_bytes(monkeypatch: Any) -> None:
+    """The memory a contended commit leaves keeps the newest versions' transactions only,
+    within RECENT_VERSIONS and RECENT_BYTES; an unreadable version (None) costs nothing."""
+    offers_module = importlib.import_module("txn_engine.offers")
+    uri = f"memory://bounded-{uuid.uuid4().hex}"
+    small = {v: append_pb(v) for v in range(1, 2001)}
+    offers_module.remember(uri, small, {}, ())
+    kept = offers_module.recall(uri)
+    assert kept is not None
+    assert sorted(kept.transactions) == list(range(2001 - offers_module.RECENT_VERSIONS, 2001))
+    size = small[1].ByteSize()
+    monkeypatch.setattr(offers_module, "RECENT_BYTES", 10 * size + size // 2)
+    mixed: dict[int, transaction_pb2.Transaction | None] = {**small}
+    mixed[2000] = None
+    offers_module.remember(uri, mixed, {}, ())
+    kept = offers_module.recall(uri)
+    assert kept is not None
+    assert sorted(kept.transactions) == list(range(1990, 2001))
+    assert kept.transactions[2000] is None

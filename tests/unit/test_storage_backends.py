@@ -816,6 +816,35 @@ def test_integer_options_at_the_bounds() -> None:
     assert retry["retry_timeout"].total_seconds() == 2**32 - 1
 
 
+@pytest.mark.parametrize(
+    ("scheme", "name", "value"),
+    [
+        ("s3", "client_max_retries", "0"),
+        ("az", "client_max_retries", "3"),
+        ("gs", "client_retry_timeout", "1"),
+        ("s3", "timeout", "2s"),
+        ("az", "connect_timeout", "1s"),
+        ("az", "azure_storage_token", "tok-SECRET-4711"),
+    ],
+)
+def test_options_the_fsspec_backend_cannot_honour_are_refused(
+    scheme: str, name: str, value: str
+) -> None:
+    # client_max_retries was accepted and ignored: adlfs then retried a request to an
+    # unreachable endpoint for 83 s, with the user's "0" in hand
+    resolved = resolve_options(scheme, {name: value, "txn_engine_backend": "fsspec"})
+    with pytest.raises(InvalidStorageArgumentError, match=name) as info:
+        resolved.fsspec_arguments()
+    assert "txn_engine[obstore]" in str(info.value)
+    assert "SECRET" not in str(info.value)
+    # refused before any fsspec filesystem is looked up (no extra needed to see it)
+    with pytest.raises(InvalidStorageArgumentError, match=name):
+        open_storage(f"{scheme}://bucket/t.lance", {name: value, "txn_engine_backend": "fsspec"})
+    # the obstore backend takes every one of them
+    config, client, retry = resolved.obstore_arguments()
+    assert name in {*config, *client} or retry
+
+
 def test_azure_and_gcs_lance_names_translate_for_fsspec(tmp_path: Path) -> None:
     azure = resolve_options(
         "az",

@@ -200,8 +200,10 @@ OPTIONS: Final[tuple[OptionSpec, ...]] = (
     _client("http1_only"),
     _client("http2_only"),
     # ---- Lance's retry options ----
-    OptionSpec("client_max_retries", _ALL, target="retry", fsspec=""),
-    OptionSpec("client_retry_timeout", _ALL, target="retry", fsspec=""),
+    # s3fs, adlfs and gcsfs retry on schedules of their own, with no per-filesystem way to
+    # bound them: the fsspec backend refuses these rather than ignore them
+    OptionSpec("client_max_retries", _ALL, target="retry", fsspec=None),
+    OptionSpec("client_retry_timeout", _ALL, target="retry", fsspec=None),
     # ---- txn_engine's own ----
     OptionSpec(BACKEND_OPTION, _ALL, target="none", fsspec=""),
     OptionSpec(UNSAFE_OPTION, _ALL, target="none", fsspec=""),
@@ -408,8 +410,9 @@ class StorageOptions:
                 _set_dotted(out, spec.fsspec, _fsspec_value(spec.fsspec, value))
         if unsupported:
             raise InvalidStorageArgumentError(
-                f"the fsspec backend does not support {sorted(unsupported)}; "
-                f"drop {BACKEND_OPTION}='fsspec' to use the obstore backend"
+                f"the fsspec backend cannot honour {sorted(unsupported)} (s3fs, adlfs and "
+                "gcsfs keep their own timeouts and retries); remove them, or use the obstore "
+                f"backend: install 'txn_engine[obstore]' and drop {BACKEND_OPTION}='fsspec'"
             )
         if self.kind == "s3":
             self._fsspec_s3(out)

@@ -15,6 +15,7 @@ a backend's message, and a panic of the Rust code under obstore
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -106,6 +107,20 @@ def option_sets(draw: st.DrawFn) -> tuple[str, dict[str, object], list[str]]:
     return f"{scheme}://{bucket}/t.lance", options, secrets
 
 
+@contextlib.contextmanager
+def _no_cloud_environment() -> Iterator[None]:
+    """Without the machine's ``AWS_*``, ``AZURE_*`` and ``GOOGLE_*`` variables: credentials
+    of the machine must not decide the outcome."""
+    saved = dict(os.environ)
+    for name in [n for n in os.environ if n.startswith(("AWS_", "AZURE_", "GOOGLE_"))]:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _requests(uri: str, options: dict[str, object]) -> Iterator[str]:
     """Open the storage and make one request of each kind; yield what each one did."""
     storage = open_storage(uri, options)
@@ -128,17 +143,12 @@ def _requests(uri: str, options: dict[str, object]) -> Iterator[str]:
 @given(option_sets())
 def test_hostile_storage_options(case: tuple[str, dict[str, object], list[str]]) -> None:
     uri, options, secrets = case
-    saved = dict(os.environ)
-    for name in [n for n in os.environ if n.startswith(("AWS_", "AZURE_", "GOOGLE_"))]:
-        del os.environ[name]  # credentials of the machine must not decide the outcome
     start = time.monotonic()
-    try:
-        seen = list(_requests(uri, options))
-    except TxnEngineError as exc:
-        seen = [str(exc)]
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    with _no_cloud_environment():
+        try:
+            seen = list(_requests(uri, options))
+        except TxnEngineError as exc:
+            seen = [str(exc)]
     assert time.monotonic() - start < 30, f"{uri} {sorted(options)} took too long"
     for text in seen:
         for secret in secrets:
@@ -166,17 +176,12 @@ def test_hostile_storage_options_fsspec(case: tuple[str, dict[str, object], list
     shows no secret. (No requests: s3fs, adlfs and gcsfs retry an unreachable endpoint on
     their own schedules, 5-83 s a request, which the options cannot bound there.)"""
     uri, options, secrets = case
-    saved = dict(os.environ)
-    for name in [n for n in os.environ if n.startswith(("AWS_", "AZURE_", "GOOGLE_"))]:
-        del os.environ[name]
     start = time.monotonic()
-    try:
-        seen = repr(open_storage(uri, options))
-    except TxnEngineError as exc:
-        seen = str(exc)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    with _no_cloud_environment():
+        try:
+            seen = repr(open_storage(uri, options))
+        except TxnEngineError as exc:
+            seen = str(exc)
     assert time.monotonic() - start < 30, f"{uri} {sorted(options)} took too long"
     for secret in secrets:
         assert secret[:16] not in seen, f"secret option value shown: {seen[:200]}"

@@ -409,10 +409,16 @@ class StorageOptions:
             elif spec.fsspec:
                 _set_dotted(out, spec.fsspec, _fsspec_value(spec.fsspec, value))
         if unsupported:
+            timing = {"connect_timeout", "timeout", "client_max_retries", "client_retry_timeout"}
+            why = (
+                "s3fs, adlfs and gcsfs keep their own timeouts and retries"
+                if timing.intersection(unsupported)
+                else "they have no fsspec counterpart"
+            )
             raise InvalidStorageArgumentError(
-                f"the fsspec backend cannot honour {sorted(unsupported)} (s3fs, adlfs and "
-                "gcsfs keep their own timeouts and retries); remove them, or use the obstore "
-                f"backend: install 'txn_engine[obstore]' and drop {BACKEND_OPTION}='fsspec'"
+                f"the fsspec backend cannot honour {sorted(unsupported)} ({why}); remove "
+                "them, or use the obstore backend: install 'txn_engine[obstore]' and drop "
+                f"{BACKEND_OPTION}='fsspec'"
             )
         if self.kind == "s3":
             self._fsspec_s3(out)

@@ -139,7 +139,8 @@ class Store:
 
 @contextlib.contextmanager
 def started_stores(kinds: list[str], delay_ms: float, workdir: Path) -> Iterator[list[Store]]:
-    """Start the emulators for ``kinds`` (and their delayed proxies); stop them on exit."""
+    """Start the emulators for ``kinds`` (and their delayed proxies); stop them on exit.
+    Each kind gives the direct store, then (if ``delay_ms``) the delayed one."""
     stores: list[Store] = []
     with contextlib.ExitStack() as stack:
         emu = _emulators() if any(k != "local" for k in kinds) else None
@@ -155,7 +156,7 @@ def started_stores(kinds: list[str], delay_ms: float, workdir: Path) -> Iterator
             start = {"s3": emu.start_moto, "azure": emu.start_azurite, "gcs": emu.start_fake_gcs}
             server, info = start[kind](sdir)
             stack.callback(server.stop)
-            for delay in (0.0, delay_ms):
+            for delay in dict.fromkeys((0.0, delay_ms)):  # the direct store, then delayed
                 name = kind if not delay else f"{kind}+{delay:g}ms"
                 if kind == "s3":
                     upstream = info.endpoint

@@ -80,12 +80,9 @@ def soak(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     kinds = [kind for kind in FAULT_KINDS if kind != "latency"]
     records: list[dict[str, Any]] = []
     with started_stores(args.stores, args.delay_ms, workdir) as stores:
-        chosen: dict[str, Any] = {}  # one store a kind: with no delay, the direct one
-        for store in stores:
-            if store.delay_ms == args.delay_ms:
-                chosen.setdefault(store.kind, store)
+        chosen = [store for store in stores if store.delay_ms == args.delay_ms]
         for seed in args.seeds:
-            for store in chosen.values():
+            for store in chosen:
                 options = dict(store.options or {})
                 started = time.monotonic()
                 report = run_stress(

@@ -824,6 +824,7 @@ def test_integer_options_at_the_bounds() -> None:
         ("gs", "client_retry_timeout", "1"),
         ("s3", "timeout", "2s"),
         ("az", "connect_timeout", "1s"),
+        ("gs", "pool_idle_timeout", "30s"),
         ("az", "azure_storage_token", "tok-SECRET-4711"),
     ],
 )

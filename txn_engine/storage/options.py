@@ -409,10 +409,9 @@ class StorageOptions:
             elif spec.fsspec:
                 _set_dotted(out, spec.fsspec, _fsspec_value(spec.fsspec, value))
         if unsupported:
-            timing = {"connect_timeout", "timeout", "client_max_retries", "client_retry_timeout"}
             why = (
                 "s3fs, adlfs and gcsfs keep their own timeouts and retries"
-                if timing.intersection(unsupported)
+                if any(name.endswith(("timeout", "retries")) for name in unsupported)
                 else "they have no fsspec counterpart"
             )
             raise InvalidStorageArgumentError(

@@ -116,6 +116,11 @@ def test_rendezvous_lab_accounts_for_every_commit(tmp_path: Path) -> None:
         assert row["unaccounted"] == 0  # fragments added = acknowledged commits
         assert row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
         assert 0 <= row["carrier_versions"] <= row["versions"]  # read from the table
+        # the per-writer latencies are the very samples behind the percentiles (unrounded):
+        # a percentile taken from them never exceeds max_ms
+        per_writer = row["latencies_ms"]
+        assert sum(len(lat) for lat in per_writer) == row["commits"]
+        assert max(x for lat in per_writer for x in lat) == row["max_ms"]
     assert racing["carrier_versions"] == 0  # none started, none hosted
     assert carried["carrier_versions"] >= 1
     # hosted: a carrier thread in one of the two writer processes

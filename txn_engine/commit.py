@@ -537,12 +537,23 @@ def _settle(
 
 
 def _create(
-    handler: CommitHandler, version: int, path: str, data: bytes, txn: Transaction
+    handler: CommitHandler,
+    version: int,
+    path: str,
+    data: bytes,
+    txn: Transaction,
+    peek: _Peek | None = None,
 ) -> bytes:
-    """``handler.commit`` with settlement: the bytes now at ``path`` (``data`` if ours)."""
+    """``handler.commit`` with settlement: the bytes now at ``path`` (``data`` if ours).
+    ``peek``: a read of ``path`` sent beside the create; when the create finds the name
+    taken and the peek found a manifest there, those bytes settle it (a version's manifest
+    is never replaced), so the read-back is not one more round trip."""
     try:
         handler.commit(version, path, data)
     except ObjectExistsError as exc:
+        found = peek.result() if peek is not None else None
+        if found is not None:
+            return found
         return _settle(handler, path, data, exc, txn, version)
     except (AtomicityUnsupportedError, InvalidStorageArgumentError):
         raise
@@ -1446,16 +1457,24 @@ def _land(
     copy_path = transaction_path(name) if name else ""  # no name: inline only, no copy
     copy_data = pb.SerializeToString(deterministic=True) if copy_path else b""
     copy = None
+    peek = None
     if guard is not None:
         if copy_path:
             copy = _start_copy(state, copy_path, copy_data)
         guard.lead()
+        if state.carrier:
+            # a carrier's lost create costs every writer it carries a round trip more: its
+            # read-back goes beside the create (docs/performance.md, *Offers*)
+            peek = _Peek(storage, path)
     try:
-        found = _create(state.handler, target, path, data, txn)
+        found = _create(state.handler, target, path, data, txn, peek)
     except BaseException:
         if guard is not None:
             guard.result()  # do not leave the listing running behind an error
         raise
+    finally:
+        if peek is not None:
+            peek.result()  # no request of this attempt outlives it
     listing = guard.result() if guard is not None else None
     if not _landed(found, data):
         if found:
@@ -1567,6 +1586,28 @@ class _Guard:
         """The listing (None if it failed), once it is done."""
         self._thread.join()
         return self._listing
+
+
+class _Peek:
+    """A bounded read of a version's manifest, started in a thread beside its create (by a
+    carrier, whose lost create every writer it carries waits for). Its result is the bytes
+    found (None when there were none, or the read failed: the create's settlement then
+    reads back as usual)."""
+
+    def __init__(self, storage: Storage, path: str) -> None:
+        self._storage, self._path = storage, path
+        self._found: bytes | None = None
+        self._thread = threading.Thread(target=self._run, name="txn-engine-peek", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with contextlib.suppress(Exception):  # not found, too large, unreachable: no peek
+            self._found = get_bounded(self._storage, self._path, MAX_MANIFEST_BYTES)
+
+    def result(self) -> bytes | None:
+        """The bytes the read found, once it is done."""
+        self._thread.join()
+        return self._found
 
 
 class _TransactionCopy:

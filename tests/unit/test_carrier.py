@@ -1241,3 +1241,56 @@ def test_a_claim_that_cannot_be_written_does_not_stop_a_hosted_carrier() -> None
     finally:
         c.close()
     assert c.error is None
+
+
+def test_a_lost_create_is_settled_by_the_read_sent_beside_it() -> None:
+    """``_create`` with a peek (a read of the version's manifest sent beside the create):
+    when the create finds the name taken, the bytes the peek found settle it, and no
+    read-back follows; a peek that found nothing leaves the read-back as it was."""
+    store = table()
+    _, won = append(store, RetryPolicy(wait_for_carrier=False))  # version 2, another's
+    path = won.manifest_path
+    rec = RecordingStorage(store)
+    handler = commit_handler_for(rec)
+    late = Transaction(1, Append([frag("late")]))
+    peek = commit_module._Peek(rec, path)
+    peek.result()  # served before our create: it found the winner
+    assert commit_module._create(handler, 2, path, b"ours", late, peek) == store.get(path)
+    assert [m for m, p in rec.calls if p == path] == ["size", "get_range", "put_if_absent"]
+    rec.reset()  # without a peek: the read-back comes after the lost create
+    assert commit_module._create(handler, 2, path, b"ours", late) == store.get(path)
+    assert [m for m, p in rec.calls if p == path] == ["put_if_absent", "size", "get_range"]
+    # a peek served before the winner landed found nothing: the read-back settles it
+    third = f"{VERSIONS_DIR}/{manifest_name(3, NamingScheme.V2)}"
+    empty = commit_module._Peek(rec, third)
+    assert empty.result() is None
+    append(store, RetryPolicy(wait_for_carrier=False))  # version 3, another's
+    rec.reset()
+    assert commit_module._create(handler, 3, third, b"ours", late, empty) == store.get(third)
+    assert [m for m, p in rec.calls if p == third] == ["put_if_absent", "size", "get_range"]
+    # our own bytes found there (a create whose first response was lost): ours landed
+    fourth = f"{VERSIONS_DIR}/{manifest_name(4, NamingScheme.V2)}"
+    store.put_if_absent(fourth, b"ours")
+    mine = commit_module._Peek(rec, fourth)
+    assert commit_module._create(handler, 4, fourth, b"ours", late, mine) == b"ours"
+
+
+def test_only_a_carriers_creates_send_the_read_beside_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peek goes with a carrier's creates (a lost one costs every writer it carries a
+    round trip), not with a writer's own."""
+    made: list[tuple[str, str]] = []
+
+    class Spy(commit_module._Peek):  # type: ignore[misc,name-defined]
+        def __init__(self, storage: Any, path: str) -> None:
+            made.append((threading.current_thread().name, path))
+            super().__init__(storage, path)
+
+    monkeypatch.setattr(commit_module, "_Peek", Spy)
+    store = table()
+    append(store, RetryPolicy(wait_for_carrier=False))
+    assert made == []  # a writer racing on its own
+    with Carrier(store) as carrier:
+        u, result = append(store)
+    carried_once(store, u, result, carrier)
+    assert result.manifest_path in [path for _, path in made]
+    assert all(name != threading.current_thread().name for name, _ in made)

@@ -5,6 +5,7 @@ or return a negative count, and asserts the typed refusal that replaced it.
 
 from __future__ import annotations
 
+import base64
 import errno
 import os
 import struct
@@ -510,3 +511,25 @@ def test_verify_reads_a_writer_version_that_is_not_a_number() -> None:
     for text, expected in (("\u00b2", False), ("1" * 5000, False), ("14.0.2", True)):
         m.writer_version.version = text
         assert _pylance14_or_txn_engine(m) is expected
+
+
+#: A two-row Arrow deletion file whose data buffer says it is 1 byte long (found by
+#: ``test_fuzz_hostile.py::test_hostile_deletion_files``): pyarrow reads it without a
+#: complaint, and decoding it then raised a bare ValueError.
+_SHORT_BUFFER_ARROW = base64.b64decode(
+    "QVJST1cxAAD/////eAAAABAAAAAAAAoADAAGAAUACAAKAAAAAAEEAAwAAAAIAAgAAAAEAAgAAAAEAAAAAQAA"
+    "ABQAAAAQABQACAAAAAcADAAAABAAEAAAAAAAAAIQAAAAIAAAAAQAAAAAAAAABgAAAHJvd19pZAAAAAAGAAgA"
+    "BAAGAAAAIAAAAP////+IAAAAFAAAAAAAAAAMABYABgAFAAgADAAMAAAAAAMEABgAAAAIAAAAAAAAAAAACgAY"
+    "AAwABAAIAAoAAAA8AAAAEAAAAAIAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAABAAAA"
+    "AAAAAAAAAAABAAAAAgAAAAAAAAAAAAAAAAAAAAEAAAACAAAA/////wAAAAAQAAAADAAUAAYACAAMABAADAAA"
+    "AAAABAA0AAAAJAAAAAQAAAABAAAAiAAAAAAAAACQAAAAAAAAAAgAAAAAAAAAAAAAAAgACAAAAAQACAAAAAQA"
+    "AAABAAAAFAAAABAAFAAIAAAABwAMAAAAEAAQAAAAAAAAAhAAAAAgAAAABAAAAAAAAAAGAAAAcm93X2lkAAAA"
+    "AAYACAAEAAYAAAAgAAAAoAAAAEFSUk9XMQ=="
+)
+
+
+def test_an_arrow_deletion_file_with_a_short_buffer_is_corrupt_not_a_crash() -> None:
+    table = pa.ipc.open_file(pa.BufferReader(_SHORT_BUFFER_ARROW)).read_all()  # no complaint
+    assert (table.num_rows, table.column(0).chunks[0].buffers()[1].size) == (2, 1)
+    with pytest.raises(CorruptDeletionFileError):
+        decode_deletion_file(_SHORT_BUFFER_ARROW, ARROW, physical_rows=10)

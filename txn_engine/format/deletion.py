@@ -417,6 +417,7 @@ def _decode(data: bytes, file_type: int, what: str) -> BitMap:
         reader = pa.ipc.open_file(pa.BufferReader(data))
         _check_arrow_schema(reader.schema, what)
         table = reader.read_all()
+        table.validate()  # buffers as long as their arrays say (Arrow does not check on read)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise CorruptDeletionFileError(f"{what}: not an Arrow IPC file: {exc}") from exc
     column = table.column(0)
@@ -427,10 +428,15 @@ def _decode(data: bytes, file_type: int, what: str) -> BitMap:
         # the chunk's data buffer as array('I') (no numpy: the core does not depend on it);
         # pyroaring adds a typed buffer in C, item by item it would be slow
         values = array("I")
-        data = chunk.buffers()[1]
-        start = chunk.offset * 4
-        if data is not None and len(chunk):
-            values.frombytes(memoryview(data)[start : start + 4 * len(chunk)])
+        buf = chunk.buffers()[1]
+        start, end = chunk.offset * 4, (chunk.offset + len(chunk)) * 4
+        size = 0 if buf is None else buf.size
+        if len(chunk) and size < end:
+            raise CorruptDeletionFileError(
+                f"{what}: column 'row_id' holds {len(chunk)} values in a buffer of {size} bytes"
+            )
+        if buf is not None and len(chunk):
+            values.frombytes(memoryview(buf)[start:end])
         if sys.byteorder == "big":  # Arrow buffers are little-endian
             values.byteswap()
         result |= BitMap(values)

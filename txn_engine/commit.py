@@ -1464,7 +1464,7 @@ def _land(
         guard.lead()
         if state.carrier:
             # a carrier's lost create costs every writer it carries a round trip more: its
-            # read-back goes beside the create (docs/performance.md, *Offers*)
+            # read-back goes beside the create (docs/architecture.md, *Guarded creates*)
             peek = _Peek(storage, path)
     try:
         found = _create(state.handler, target, path, data, txn, peek)

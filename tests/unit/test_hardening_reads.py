@@ -531,5 +531,5 @@ _SHORT_BUFFER_ARROW = base64.b64decode(
 def test_an_arrow_deletion_file_with_a_short_buffer_is_corrupt_not_a_crash() -> None:
     table = pa.ipc.open_file(pa.BufferReader(_SHORT_BUFFER_ARROW)).read_all()  # no complaint
     assert (table.num_rows, table.column(0).chunks[0].buffers()[1].size) == (2, 1)
-    with pytest.raises(CorruptDeletionFileError):
+    with pytest.raises(CorruptDeletionFileError, match="too small"):
         decode_deletion_file(_SHORT_BUFFER_ARROW, ARROW, physical_rows=10)

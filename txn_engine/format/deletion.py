@@ -419,7 +419,7 @@ def _decode(data: bytes, file_type: int, what: str) -> BitMap:
         table = reader.read_all()
         table.validate()  # buffers as long as their arrays say (Arrow does not check on read)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
-        raise CorruptDeletionFileError(f"{what}: not an Arrow IPC file: {exc}") from exc
+        raise CorruptDeletionFileError(f"{what}: not a valid Arrow IPC file: {exc}") from exc
     column = table.column(0)
     if column.null_count:
         raise CorruptDeletionFileError(f"{what}: column 'row_id' contains nulls")
@@ -428,15 +428,10 @@ def _decode(data: bytes, file_type: int, what: str) -> BitMap:
         # the chunk's data buffer as array('I') (no numpy: the core does not depend on it);
         # pyroaring adds a typed buffer in C, item by item it would be slow
         values = array("I")
-        buf = chunk.buffers()[1]
-        start, end = chunk.offset * 4, (chunk.offset + len(chunk)) * 4
-        size = 0 if buf is None else buf.size
-        if len(chunk) and size < end:
-            raise CorruptDeletionFileError(
-                f"{what}: column 'row_id' holds {len(chunk)} values in a buffer of {size} bytes"
-            )
+        buf = chunk.buffers()[1]  # long enough: the table was validated
+        start = chunk.offset * 4
         if buf is not None and len(chunk):
-            values.frombytes(memoryview(buf)[start:end])
+            values.frombytes(memoryview(buf)[start : start + 4 * len(chunk)])
         if sys.byteorder == "big":  # Arrow buffers are little-endian
             values.byteswap()
         result |= BitMap(values)

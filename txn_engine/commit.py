@@ -1344,14 +1344,16 @@ def _forget_recalled(state: _State) -> None:
 def _start_scan(state: _State, latest: int, scheme: NamingScheme) -> None:
     """List and read the offers not known yet that may still land after ``latest``, and
     the transactions of the versions up to ``latest`` they were checked against that this
-    call has not read (an offer posted before this call began names an older version)."""
+    call has not read (an offer posted before this call began names an older version).
+    A winner's manifest read back from a lost create is not read again: the next attempt
+    and a carrier hosted now take its transaction from those bytes."""
     state.scans += 1
     state.scan = OfferScan(
         state.storage,
         after=latest,
         known=(*state.offers, *state.dead_offers),
         scheme=scheme,
-        have=(v for v, pb in state.transactions.items() if pb is not None),
+        have=(*(v for v, pb in state.transactions.items() if pb is not None), *state.raw),
     )
 
 

@@ -25,11 +25,12 @@ from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     CommitStateUnknownError,
     IncompatibleTransactionError,
+    ObjectExistsError,
     RetryableConflictError,
     StorageError,
 )
 from txn_engine.format.io import latest_version, read_transaction, read_transaction_and_manifest
-from txn_engine.format.naming import NamingScheme, list_versions
+from txn_engine.format.naming import NamingScheme, list_versions, manifest_name
 from txn_engine.offers import (
     MAX_INLINE_OFFER_BYTES,
     MAX_OFFERS_PER_VERSION,
@@ -453,8 +454,36 @@ def offer_withdrawn(store: ObjectStore) -> bool:
     return not store.list(OFFERS_DIR)
 
 
+class ReadsRecorded(Scripted):
+    """Scripted, and records the manifest creates of A that found the name taken, and
+    every read of a version's manifest with the thread that made it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost: set[str] = set()
+        self.reads: list[tuple[str, str]] = []  # (thread, path)
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        try:
+            super().put_if_absent(path, data)
+        except ObjectExistsError:
+            if threading.current_thread().name == "A" and path.startswith("_versions/"):
+                self.lost.add(path)
+            raise
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        if path.startswith("_versions/"):
+            self.reads.append((threading.current_thread().name, path))
+        return super().get_range(path, start, end)
+
+
 def test_a_retrying_append_carries_a_live_offer_and_the_offer_is_found_once() -> None:
-    store = Scripted()
+    """A loses two races; the listing of the offers that its first lost race started finds
+    the live offer and A's retry carries it, once. That listing reads the transactions the
+    offer was checked against that A has not read, but not the winner's manifest A has just
+    read back to settle its lost create (a round trip less before a carrier hosted then
+    can carry the offer)."""
+    store = ReadsRecorded()
     table(store)
     offered = Transaction(1, Append([frag()]))
     post(store, offered, 1 + OFFER_WINDOW)
@@ -465,6 +494,9 @@ def test_a_retrying_append_carries_a_live_offer_and_the_offer_is_found_once() ->
     assert isinstance(r, CommitResult)
     assert r.attempts == 3
     assert landed_uuids(store)[r.version] == {mine.uuid, offered.uuid}
+    winner = f"_versions/{manifest_name(2, NamingScheme.V2)}"  # A's first lost race
+    assert winner in store.lost
+    assert [t for t, p in store.reads if p == winner and t.startswith("txn-engine-offer")] == []
     assert r.transaction == mine  # the caller's own transaction, not the carrier
     assert not r.already_committed
     assert not r.carried

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,24 @@ def _writer(args: tuple[ob.Store, str, int, int, str, bool, bool]) -> dict[str, 
     return out
 
 
+def _probe(store: ob.Store) -> list[float]:
+    """The store's round trip under the cell's load: one conditional PUT of 1 KiB (of a new
+    name, beside the table) every 0.1 s from the start barrier until the writers are done;
+    returns each PUT's ms. It sees the queue of the emulator and the machine's CPU as the
+    writers' own requests do, at about 5-8 requests per second of its own."""
+    probe = ob._FloorProbe(store, 1024)
+    try:
+        probe.once()  # the connection, before the clock
+        _START.wait()
+        samples = []
+        while not _DONE.is_set():
+            samples.append(1000 * probe.once())
+            _DONE.wait(0.1)
+        return samples
+    finally:
+        probe.close()
+
+
 def _carrier_versions(store: ob.Store, uri: str, since: int) -> int:
     """How many versions after ``since`` a carrier created (their transactions say so)."""
     storage = ob._storage(store, uri)
@@ -102,8 +121,11 @@ def run_lab(
     stale: bool = False,
     modes: tuple[str, ...] = ("carrier", "seen", "default"),
     hosts: int = 2,
+    probe: bool = False,
 ) -> list[dict[str, Any]]:
-    """``runs`` rounds of ``modes`` (:data:`MODES`), interleaved."""
+    """``runs`` rounds of ``modes`` (:data:`MODES`), interleaved. ``probe``: one more
+    process times a conditional PUT every 0.1 s while the writers run (:func:`_probe`);
+    each row then has ``loaded_round_trip_ms``, the median of its samples."""
     ctx = mp.get_context("spawn")
     out = []
     for r in range(runs):
@@ -112,9 +134,10 @@ def run_lab(
             rv = ob._latest_version(store, uri)
             before = ob._fragment_count(store, uri)
             carried, policy = MODES[mode]
-            start, done = ctx.Barrier(writers + int(carried)), ctx.Event()
-            with ctx.Pool(writers + 1, initializer=_init, initargs=(start, done)) as pool:
+            start, done = ctx.Barrier(writers + int(carried) + int(probe)), ctx.Event()
+            with ctx.Pool(writers + 2, initializer=_init, initargs=(start, done)) as pool:
                 carrier = pool.apply_async(_carrier, ((store, uri),)) if carried else None
+                prober = pool.apply_async(_probe, (store,)) if probe else None
                 hosted = hosts if mode == "hosted" else 0
                 results = pool.map(
                     _writer,
@@ -124,6 +147,7 @@ def run_lab(
                 done.set()
                 if carrier is not None:
                     carrier.get()
+                probed = prober.get() if prober is not None else []
             # read from the table: carriers hosted by the writers report to no one
             carrier_versions = _carrier_versions(store, uri, rv)
             lat = sorted(1000 * x for res in results for x in res["latencies"])
@@ -143,6 +167,9 @@ def run_lab(
                 "versions": ob._latest_version(store, uri) - rv,
                 "carrier_versions": carrier_versions,
                 "unaccounted": landed - len(lat),
+                # the conditional PUT's round trip while the writers ran (ms; probe=True)
+                "loaded_round_trip_ms": statistics.median(probed) if probed else None,
+                "probe_samples": len(probed),
                 # each writer's commit latencies in order (ms): where in a run the tail is.
                 # Not rounded: percentiles taken from them must compare exactly with max_ms
                 "latencies_ms": [[1000 * x for x in res["latencies"]] for res in results],
@@ -156,7 +183,8 @@ def run_lab(
                 + (f", {hosted} writers hosting one" if hosted else "")
                 + "), "
                 f"{row['creates_per_commit']:.2f} creates per commit, {row['failures']} failed, "
-                f"unaccounted {row['unaccounted']}",
+                f"unaccounted {row['unaccounted']}"
+                + (f", PUT under load {statistics.median(probed):.0f} ms" if probed else ""),
                 flush=True,
             )
             ob._drop(store, uri)

@@ -219,11 +219,19 @@ def test_the_tail_sweep_measures_each_delay_in_its_own_round_trips(tmp_path: Pat
         assert s["failures"] == s["unaccounted"] == 0
         assert s["p50_rt"] <= s["p99_rt"]
         assert s["gap_rt"] == s["gap_rt_min"] == s["gap_rt_max"]
+        # the round trip under the cell's load waits the delay too, and the tail is also
+        # given in it
+        assert delay <= s["loaded_rt_ms"]
+        gap_ms = s["gap_rt"] * s["round_trip_ms"]
+        assert abs(s["gap_loaded_rt"] * s["loaded_rt_ms"] - gap_ms) < 1e-6
     for row in out["rows"]:
         rt = row["round_trip_ms"]
         gap = summary[(row["delay_ms"], row["read_version"])]["gap_rt"]
         assert abs((row["p99_ms"] - row["p50_ms"]) / rt - gap) < 1e-9
         assert row["commits"] == 4
+        # the probe ran beside the writers: at least one PUT, each at least the delay
+        assert row["probe_samples"] >= 1
+        assert row["loaded_round_trip_ms"] >= row["delay_ms"]
         # after each writer's first commit: one commit each of the two writers
         assert row["p50_later_ms"] <= row["p99_later_ms"] <= row["max_ms"]
     assert all(s["gap_later_rt"] >= 0 for s in summary.values())

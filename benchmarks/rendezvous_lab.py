@@ -135,7 +135,8 @@ def run_lab(
             before = ob._fragment_count(store, uri)
             carried, policy = MODES[mode]
             start, done = ctx.Barrier(writers + int(carried) + int(probe)), ctx.Event()
-            with ctx.Pool(writers + 2, initializer=_init, initargs=(start, done)) as pool:
+            processes = writers + 1 + int(probe)
+            with ctx.Pool(processes, initializer=_init, initargs=(start, done)) as pool:
                 carrier = pool.apply_async(_carrier, ((store, uri),)) if carried else None
                 prober = pool.apply_async(_probe, (store,)) if probe else None
                 hosted = hosts if mode == "hosted" else 0
@@ -184,7 +185,7 @@ def run_lab(
                 + "), "
                 f"{row['creates_per_commit']:.2f} creates per commit, {row['failures']} failed, "
                 f"unaccounted {row['unaccounted']}"
-                + (f", PUT under load {statistics.median(probed):.0f} ms" if probed else ""),
+                + (f", PUT under load {row['loaded_round_trip_ms']:.0f} ms" if probed else ""),
                 flush=True,
             )
             ob._drop(store, uri)

@@ -132,18 +132,16 @@ def render(summary: list[dict[str, Any]]) -> str:
 
 def plot(summary: list[dict[str, Any]], path: Path) -> None:
     """p99 - p50 in round trips against the delay, one panel per store, one line per cell
-    (the median over the runs, the range as a bar); below, where the sweep timed the round
-    trip under load, the same in that round trip (the median run's)."""
+    (the median over the runs, the range as a bar); below, the same in the round trip
+    timed under load (the median run's)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     kinds = sorted({s["kind"] for s in summary})
-    loaded = all(s.get("gap_loaded_rt") is not None for s in summary)
-    rows = 2 if loaded else 1
     fig, axes = plt.subplots(
-        rows, len(kinds), figsize=(4.2 * len(kinds), 3.8 * rows), sharey=True, squeeze=False
+        2, len(kinds), figsize=(4.2 * len(kinds), 7.6), sharey=True, squeeze=False
     )
     for col, kind in enumerate(kinds):
         cells = sorted(
@@ -161,18 +159,16 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
             hi = [s["gap_rt_max"] - s["gap_rt"] for _, s in pts]
             label = f"{n} {rv}" if len({c[0] for c in cells}) == 1 else f"{mode} {n} {rv}"
             axes[0][col].errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
-            if loaded:
-                ys = [s["gap_loaded_rt"] for _, s in pts]
-                axes[1][col].plot(xs, ys, marker="o", label=label)
-        for row in range(rows):
+            ys = [s["gap_loaded_rt"] for _, s in pts]
+            axes[1][col].plot(xs, ys, marker="o", label=label)
+        for row in range(2):
             ax = axes[row][col]
             ax.axhline(3, color="grey", linestyle="--", linewidth=1)
             ax.set_title(kind if row == 0 else f"{kind}: in the round trip under load")
             ax.set_xlabel("delay per request, ms")
             ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("p99 - p50, in round trips")
-    if loaded:
-        axes[1][0].set_ylabel("p99 - p50, in round trips under load")
+    axes[1][0].set_ylabel("p99 - p50, in round trips under load")
     axes[0][0].legend(fontsize=8)
     fig.suptitle("The contention tail of txn_engine against the store's latency")
     fig.tight_layout()

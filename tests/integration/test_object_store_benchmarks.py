@@ -229,7 +229,7 @@ def test_the_tail_sweep_measures_each_delay_in_its_own_round_trips(tmp_path: Pat
         gap = summary[(row["delay_ms"], row["read_version"])]["gap_rt"]
         assert abs((row["p99_ms"] - row["p50_ms"]) / rt - gap) < 1e-9
         assert row["commits"] == 4
-        # the probe ran beside the writers: at least one PUT, each at least the delay
+        # the probe ran beside the writers: at least one PUT, their median at least the delay
         assert row["probe_samples"] >= 1
         assert row["loaded_round_trip_ms"] >= row["delay_ms"]
         # after each writer's first commit: one commit each of the two writers

@@ -5,7 +5,7 @@
 
 A small pylance-written table (two versions) gets ``N`` orphan files in ``data/`` (files
 no manifest references, as left by writers that never committed). Two identical copies are
-cleaned, one by pylance's ``cleanup_old_versions`` and one by :func:`txn_engine.cleanup.
+cleaned, one by pylance's ``cleanup_old_versions`` and one by :func:`txn_engine.retention.
 cleanup`, with the same semantics:
 
 * local disk: orphans back-dated 8 days; pylance's default (unverified files older than 7
@@ -14,7 +14,8 @@ cleanup`, with the same semantics:
   back-dated, so pylance runs with ``delete_unverified=True`` and txn_engine with a zero
   retention.
 
-Both must leave the same files; the result is seconds per engine and the ratio
+Both must leave the same files (txn_engine's record of the versions it removed,
+``_txn_engine/gaps/``, aside); the result is seconds per engine and the ratio
 txn_engine / pylance (< 1: txn_engine is faster). ``benchmarks.run`` calls :func:`run`.
 """
 
@@ -40,7 +41,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 
-from txn_engine.cleanup import CleanupReport, cleanup
+from txn_engine.retention import CleanupReport, cleanup
 
 _KEY, _SECRET, _REGION = "testing", "testing", "us-east-1"
 
@@ -65,7 +66,8 @@ def _files(root: Path) -> set[str]:
     for directory, _, names in os.walk(root):
         for name in names:
             rel = os.path.relpath(os.path.join(directory, name), root)
-            if not rel.endswith("latest_version_hint.json"):
+            # txn_engine's own bookkeeping (the record of the versions it removed) aside
+            if not rel.endswith("latest_version_hint.json") and not rel.startswith("_txn_engine"):
                 out.add(rel)
     return out
 
@@ -237,6 +239,7 @@ def bench_s3(orphans: int) -> dict[str, Any]:
                     o["Key"][len(prefix) :]
                     for o in page.get("Contents", [])
                     if not o["Key"].endswith("latest_version_hint.json")
+                    and not o["Key"][len(prefix) :].startswith("_txn_engine")
                 }
             return out
 

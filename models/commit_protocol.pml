@@ -21,25 +21,32 @@
  * reads, writes its data file before committing (an orphan until its version lands), and a
  * cleaner process runs CLEANS passes of txn_engine's cleanup beside the writers, step by
  * step as the implementation does them:
- *   0. put up its marker (lease takers wait while a marker is up);
- *   1. read the leases (the oldest leased version);
+ *   0. list the latest version (its floor: no version at or above it is removed), put up
+ *      its marker;
+ *   1. read the leases (S: the live ones, and the oldest leased version);
  *   2. list the versions and decide which data files are orphans (no manifest names them);
- *   3. remove the manifests of versions older than both the latest and the oldest lease,
- *      then take the marker down;
- *   4. read the leases again (the oldest lease's creation time: files written since are a
- *      holder's and are kept);
+ *   3. remove the manifests of versions older than the latest, the floor and the oldest
+ *      lease;
+ *   4. read the leases again (R): it may delete no orphan while a live writer's lease it
+ *      read in step 1, or one that recorded its marker, is live; take the marker down;
  *   5. list the versions again: a version that landed since step 2 references its files;
- *   6. delete the orphan files that are still unprotected (orphan retention 0: worst case).
- * A writer takes a lease on the version it read, waits until no marker is up, re-checks
- * the version is still there (re-plans if not), writes its data file, commits, and
- * releases the lease. A commit that finds a
- * version it must check removed gets HistoryUnavailableError (it neither lands nor claims
- * anything). Checked besides the above: every file every kept version references exists
- * ("lost file"), and a leased writer never finds its history removed. -DNO_LEASES drops
- * the leases (spin finds the lost file); -DNO_RELIST drops step 5 (spin finds the file of a
- * writer that committed and released its lease in the middle of a cleanup); -DNO_MARKER
- * drops the marker (spin finds a leased writer whose history a cleanup that read the
- * leases just before the lease was written removed).
+ *   6. delete the orphans (orphan retention 0: worst case), if nothing blocked it.
+ * A writer writes its lease on the version it read, then looks for a marker: with one up it
+ * records it in its lease and, if its version is below the marker's floor, moves its lease
+ * to the latest; it never waits. It re-checks its version is there (re-plans if not),
+ * writes its data file, checks its lease right before its create (one step with it) and
+ * releases the lease. A lease may expire at any moment (its holder stalled past its ttl):
+ * from then on cleanup ignores it, and the check before the create refuses the commit.
+ * A commit that finds a version it must check removed gets HistoryUnavailableError (it
+ * neither lands nor claims anything). Checked besides the above: every file every kept
+ * version references exists ("lost file"), and a writer with a live lease never finds its
+ * history removed. -DNO_LEASES drops the leases (spin finds the lost file); -DNO_RELIST
+ * drops step 5 (the file of a writer that committed and released its lease in the middle
+ * of a cleanup); -DNO_NOTE drops the recorded marker (the file of a writer that took its
+ * lease after step 1 and wrote it before step 2); -DNO_CHECK drops the check before the
+ * create (the file of a writer whose lease expired); -DNO_FLOOR drops the floor (a leased
+ * writer whose version, read before the marker went up, a cleanup that missed its lease
+ * removed).
  *
  * With -DGUARDED the model is the guarded create of an object-store commit instead (a
  * section of its own at the end of this file); with -DOFFERS it is the offers protocol
@@ -67,10 +74,10 @@ byte finished = 0;
 bool removed[MAXV + 1];    /* manifest of that version deleted by the cleaner */
 bool datafile[NW];         /* the writer's data file exists */
 byte lease[NW];            /* version + 1 the writer's lease pins, 0 = none */
-byte lease_epoch[NW];      /* when the lease was created (logical clock) */
-byte file_epoch[NW];       /* when the data file was written */
-byte clock = 0;
-bool marker = false;       /* a cleanup is deleting manifests */
+bool expired[NW];          /* the lease ran out (its holder stalled past its ttl) */
+byte noted[NW];            /* the cleaner pass whose marker the lease recorded, 0 = none */
+byte marker = 0;           /* the pass whose marker is up, 0 = none */
+byte floor_v = 0;          /* the marker's floor */
 bool unavailable[NW];      /* the commit got HistoryUnavailableError */
 bool leased_lost_history = false;
 #endif
@@ -94,16 +101,30 @@ proctype Writer(byte me) {
 plan:
   latest_version(read_version);
 #ifndef NO_LEASES
-  atomic { clock++; lease_epoch[me] = clock; lease[me] = read_version + 1 };
-#ifndef NO_MARKER
-  (!marker);                                    /* wait for a running cleanup's deletes */
+  atomic { lease[me] = read_version + 1; expired[me] = false; noted[me] = 0 };
+  atomic {                                      /* list the markers (never wait) */
+    if
+    :: marker != 0 ->
+#ifndef NO_NOTE
+         noted[me] = marker;
 #endif
+#ifndef NO_FLOOR
+         if
+         :: read_version < floor_v -> latest_version(read_version); lease[me] = read_version + 1
+         :: else -> skip
+         fi
+#else
+         skip
+#endif
+    :: else -> skip
+    fi
+  };
   if                                            /* re-check after writing the lease */
   :: removed[read_version] -> lease[me] = 0; goto plan
   :: else -> skip
   fi;
 #endif
-  atomic { clock++; file_epoch[me] = clock; datafile[me] = true };
+  datafile[me] = true;
 #endif
 
 retry:
@@ -119,7 +140,7 @@ retry:
        :: removed[v] ->
             unavailable[me] = true;
             if
-            :: lease[me] != 0 -> leased_lost_history = true
+            :: lease[me] != 0 && !expired[me] -> leased_lost_history = true
             :: else -> skip
             fi;
             goto done
@@ -135,8 +156,21 @@ retry:
   :: else -> attempts++
   fi;
   target = latest + 1;
-  /* step 2: create-if-absent, possibly with a lost or failed response */
+  /* step 2: create-if-absent, possibly with a lost or failed response (with a cleaner:
+   * the lease check before the create is one step with it) */
+#if defined(CLEANER) && !defined(NO_LEASES) && !defined(NO_CHECK)
+  if
+  :: expired[me] -> failed[me] = true; goto done
+  :: else -> skip
+  fi;
+#endif
   atomic {
+#if defined(CLEANER) && !defined(NO_LEASES) && !defined(NO_CHECK)
+    if
+    :: expired[me] -> failed[me] = true; goto done
+    :: else -> skip
+    fi;
+#endif
     landed = (manifest[target] == 0);
     if
     :: landed -> manifest[target] = uuid
@@ -146,8 +180,10 @@ retry:
   if
   :: landed -> acked[me] = target; goto done           /* response arrives */
   :: !landed -> goto retry                              /* "already exists" */
+#ifndef RELIABLE
   :: landed -> goto settle                              /* response lost after the write */
   :: !landed -> goto settle                             /* write failed, or lost "exists" */
+#endif
   fi;
 settle:
   /* step 3: read the target back and compare uuids; that read may fail too, and then
@@ -168,21 +204,27 @@ done:
 bool cleaner_done = false;
 
 proctype Cleaner() {
-  byte pass, w, v, latest, again, oldest, floor, l, e;
+  byte pass, w, v, latest, again, oldest, l, fl;
   bool orphan[NW];
+  bool seen[NW];
+  bool blocked;
   for (pass : 1 .. CLEANS) {
-    marker = true;
-    /* 1. leases */
+    /* 0. the floor, then the marker */
+    latest_version(fl);
+    atomic { floor_v = fl; marker = pass };
+    /* 1. leases (S) */
     oldest = 255;
     for (w : 0 .. NW - 1) {
-      l = lease[w];                              /* one read of each lease object */
-      if
-      :: l != 0 && l - 1 < oldest -> oldest = l - 1
-      :: else -> skip
-      fi
+      atomic {
+        l = lease[w];                            /* one read of each lease object */
+        seen[w] = (l != 0 && !expired[w]);
+        if
+        :: seen[w] && l - 1 < oldest -> oldest = l - 1
+        :: else -> skip
+        fi
+      }
     }
-    /* 2. versions and orphans (manifests are immutable: reading them is one step; each
-     *    data file is listed at its own moment) */
+    /* 2. versions and orphans (each data file is listed at its own moment) */
     latest_version(latest);
     for (w : 0 .. NW - 1) {
       atomic {
@@ -198,20 +240,26 @@ proctype Cleaner() {
     /* 3. old manifests, oldest first */
     for (v : 1 .. latest) {
       if
+#ifndef NO_FLOOR
+      :: v < latest && v < oldest && v < fl -> removed[v] = true
+#else
       :: v < latest && v < oldest -> removed[v] = true
+#endif
       :: else -> skip
       fi
     }
-    marker = false;
-    /* 4. leases again */
-    floor = 255;
+    /* 4. leases again (R): a live writer's lease read in step 1, or one that recorded this
+     *    marker, blocks the orphan deletes; then the marker comes down */
+    blocked = false;
     for (w : 0 .. NW - 1) {
-      atomic { l = lease[w]; e = lease_epoch[w] };
-      if
-      :: l != 0 && e < floor -> floor = e
-      :: else -> skip
-      fi
+      atomic {
+        if
+        :: lease[w] != 0 && !expired[w] && (seen[w] || noted[w] == pass) -> blocked = true
+        :: else -> skip
+        fi
+      }
     }
+    marker = 0;
 #ifndef NO_RELIST
     /* 5. versions again: what landed since step 2 keeps its files */
     latest_version(again);
@@ -226,15 +274,31 @@ proctype Cleaner() {
       }
     }
 #endif
-    /* 6. orphans not written since the oldest live lease was taken */
+    /* 6. orphans, unless a writer may still commit one */
     for (w : 0 .. NW - 1) {
       if
-      :: orphan[w] && file_epoch[w] < floor -> datafile[w] = false
+      :: orphan[w] && !blocked -> datafile[w] = false
       :: else -> skip
       fi
     }
   }
   cleaner_done = true
+}
+
+/* a holder stalls past its ttl at any moment: its lease expires (once per writer, for the
+ * first EXPIRING writers; the writers are symmetric, so one stalling beside one that does
+ * not covers what a stall does to the others) */
+#ifndef EXPIRING
+#define EXPIRING 1
+#endif
+proctype Expiry() {
+  byte w;
+  for (w : 0 .. EXPIRING - 1) {
+    if
+    :: lease[w] != 0 -> expired[w] = true
+    :: true -> skip
+    fi
+  }
 }
 #endif
 
@@ -244,6 +308,7 @@ init {
 #ifdef CLEANER
     manifest[1] = SEED;
     run Cleaner();
+    run Expiry();
 #endif
     for (i : 0 .. NW - 1) { run Writer(i) }
   }

@@ -14,11 +14,12 @@ from pathlib import Path
 MODEL = Path(__file__).resolve().parents[2] / "models" / "commit_protocol.pml"
 
 
-def check_model(workdir: Path, *defines: str, collapse: bool = False) -> str:
-    """Verify the model with ``defines`` in ``workdir``; return pan's stdout."""
+def check_model(workdir: Path, *defines: str, collapse: bool = False, model: Path = MODEL) -> str:
+    """Verify ``model`` (default: the commit protocol) with ``defines`` in ``workdir``;
+    return pan's stdout."""
     spin = shutil.which("spin")
     assert spin is not None, "spin is required (scripts/install_system_deps.sh installs it)"
-    subprocess.run([spin, *defines, "-a", str(MODEL)], cwd=workdir, check=True, capture_output=True)
+    subprocess.run([spin, *defines, "-a", str(model)], cwd=workdir, check=True, capture_output=True)
     cflags = ["-O2", "-DSAFETY", *(["-DCOLLAPSE"] if collapse else [])]
     subprocess.run(
         ["gcc", *cflags, "-o", "pan", "pan.c"], cwd=workdir, check=True, capture_output=True

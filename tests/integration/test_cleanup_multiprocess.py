@@ -3,7 +3,7 @@
 Two txn_engine writers (``te.open(uri).append`` / ``.delete``: the writer API, which takes
 leases), one pylance 14.0.2 writer (``lance.write_dataset(mode="append")`` /
 ``LanceDataset.delete``, no leases) and one cleaner running
-``txn_engine.cleanup.cleanup(uri, older_than=0, keep_versions=2)`` in a loop run at the same
+``txn_engine.retention.cleanup(uri, older_than=0, keep_versions=2)`` in a loop run at the same
 time for a bounded time (spawned processes, released together). Every writer journals what
 it was told: acknowledged appends and deletes, and every error by type. Afterwards:
 
@@ -157,8 +157,8 @@ def _pylance_writer(uri: str, writer: int, journal: str, ready: Any, start: Any)
 
 
 def _cleaner(uri: str, journal: str, ready: Any, start: Any) -> None:
-    from txn_engine.cleanup import CleanupReport, cleanup
     from txn_engine.errors import TxnEngineError
+    from txn_engine.retention import CleanupReport, cleanup
 
     out, record = _journal(journal)
     ready.release()
@@ -191,8 +191,8 @@ def test_a_cleaner_beside_txn_engine_and_pylance_writers(tmp_path: Path) -> None
     import lance
     import pyarrow as pa
 
-    from txn_engine.cleanup import cleanup
     from txn_engine.dataset import Dataset
+    from txn_engine.retention import cleanup
     from txn_engine.verify import verify
 
     uri = str(tmp_path / "t.lance")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+import attrs
 import lance
 import lance.fragment as lf
 import pyarrow as pa
@@ -25,7 +26,7 @@ import pytest
 
 import txn_engine as te
 from txn_engine.apps.cli import main
-from txn_engine.cleanup import CleanupReport, cleanup, plan_cleanup
+from txn_engine.retention import CleanupReport, cleanup, plan_cleanup
 from txn_engine.verify import verify
 
 from .conftest import History
@@ -82,7 +83,11 @@ def test_same_versions_and_files_as_pylance_cleanup(
     assert stats.old_versions == len(report.plan.removed_versions)
     assert _versions(b) == _versions(a)
     assert 3 in _versions(b)
-    assert _files(b) == _files(a)
+    # the same files, but for txn_engine's record of the versions it removed (docs/cleanup.md)
+    records = {p for p in _files(b) if p.startswith("_txn_engine/")}
+    assert records
+    assert all(p.startswith("_txn_engine/gaps/") for p in records)
+    assert _files(b) - records == _files(a)
     assert "data/orphan-young.lance" in _files(b)
     assert "data/orphan-old.lance" not in _files(b)
     for v in _versions(b):  # pylance reads every kept version of ours
@@ -188,3 +193,34 @@ def test_our_cleanup_keeps_leased_versions_readable_by_pylance(tmp_path: Path) -
     cleanup(uri, older_than=ZERO, retention_orphans=ZERO, progress=False)
     assert _versions(Path(uri)) == [3]
     assert lance.dataset(uri).count_rows() == 1
+
+
+@pytest.mark.parametrize("name", ["é", "Ünï/çødé", "a/b"])
+def test_our_cleanup_keeps_what_a_branch_pylance_named_references(
+    tmp_path: Path, name: str
+) -> None:
+    """A branch pylance created (its refs file percent-encoded, ``_refs/branches/%C3%A9.json``,
+    its versions under ``tree/é/``) is read by cleanup: a file of the main table only that
+    branch references survives a cleanup with a zero orphan retention."""
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"a": [1, 2]}), uri)
+    branch = lance.dataset(uri).create_branch(name, 1)
+    assert Path(branch.uri) == Path(uri) / "tree" / name
+    # rows written into the main table's data/ and committed on the branch through the
+    # branch's base path 0 (the main table's root, which pylance's branch lists)
+    metas = lf.write_fragments(pa.table({"a": [3]}), uri)
+    frags = [te.Fragment.from_lance_json(m.to_json()) for m in metas]
+    shared = [
+        attrs.evolve(f, files=tuple(attrs.evolve(df, base_id=0) for df in f.files)) for f in frags
+    ]
+    te.commit(branch.uri, te.Transaction(1, te.Append(fragments=tuple(shared))))
+    assert sorted(lance.dataset(branch.uri).to_table()["a"].to_pylist()) == [1, 2, 3]
+    lance.write_dataset(pa.table({"a": [9]}), uri, mode="overwrite")
+    (listed,) = te.open(uri).branches()
+    assert listed.name == name
+    report = cleanup(uri, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert _versions(Path(uri)) == [1, 2]  # the branch's base is kept
+    assert all((Path(uri) / "data" / df.path).exists() for f in frags for df in f.files)
+    assert sorted(lance.dataset(branch.uri).to_table()["a"].to_pylist()) == [1, 2, 3]
+    assert sorted(te.open(uri, branch=name).to_table()["a"].to_pylist()) == [1, 2, 3]

@@ -79,3 +79,32 @@ def test_log_and_show_display_tags(uri: str, capsys: pytest.CaptureFixture[str])
 def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"txn-engine {te.__version__}"
+
+
+BRANCH_NAMES = ["é", "a/b", "日本/x.y-z_1", "k\u093e"]
+
+
+def test_branch_names_pylance_encodes_are_placed_as_pylance_places_them(uri: str) -> None:
+    """pylance's branch names (``/``, non-ASCII: its refs file names percent-encode them, its
+    ``tree/<name>/`` directories do not) are read, committed to and created by txn_engine
+    where pylance reads and creates them."""
+    ds = lance.dataset(uri)
+    for name in BRANCH_NAMES:
+        ds.create_branch(name, 2)
+    assert [b.name for b in te.open(uri).branches()] == sorted(ds.branches.list())
+    for name in BRANCH_NAMES:
+        table = te.open(uri, branch=name)
+        assert table.version == 2
+        table.append(pa.table({"id": [10]}))
+        assert sorted(lance.dataset(f"{uri}/tree/{name}").to_table()["id"].to_pylist()) == [
+            1, 2, 10
+        ]  # fmt: skip
+    made = te.open(uri).create_branch("new/é", 1)
+    assert made.branch == "new/é"
+    assert "new/é" in lance.dataset(uri).branches.list()
+    assert (Path(uri) / "_refs" / "branches" / "new%2F%C3%A9.json").exists()
+    assert lance.dataset(f"{uri}/tree/new/é").count_rows() == 1
+    for bad in ("a//b", "main", "a b", "e\u0301"):
+        with pytest.raises(te.errors.InvalidOperationError):
+            te.open(uri).create_branch(bad)
+    assert sorted(lance.dataset(uri).branches.list()) == sorted([*BRANCH_NAMES, "new/é"])

@@ -20,7 +20,7 @@ from txn_engine.storage.base import Storage
 from txn_engine.storage.local import LocalStorage
 from txn_engine.testing.machine import WritersMachine, find_failure
 
-cleanup_mod = importlib.import_module("txn_engine.cleanup")
+cleanup_mod = importlib.import_module("txn_engine.retention")
 
 
 class CleanedWriters(WritersMachine):
@@ -98,7 +98,7 @@ def test_catches_a_cleanup_that_deletes_files_kept_versions_reference(
     patched: Callable[[Any, str, Any], None],
 ) -> None:
     """A cleanup that takes the kept versions' files for the removed versions' files."""
-    original = cleanup_mod._build_plan
+    original = cleanup_mod.build_plan
 
     def careless(storage: Any, state: Any, **kw: Any) -> Any:
         plan = original(storage, state, **kw)
@@ -110,6 +110,6 @@ def test_catches_a_cleanup_that_deletes_files_kept_versions_reference(
         )
         return attrs.evolve(plan, deletes=plan.deletes + extra)
 
-    patched(cleanup_mod, "_build_plan", careless)
+    patched(cleanup_mod, "build_plan", careless)
     message = find_failure(CleanedWriters)
     assert "deleted files" in message or "references removed files" in message, message

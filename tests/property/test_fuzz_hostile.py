@@ -43,7 +43,6 @@ from pyroaring import BitMap
 
 from txn_engine import jsontext
 from txn_engine._proto import table_pb2
-from txn_engine.cleanup import cleanup
 from txn_engine.commit import commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import LimitExceededError, TxnEngineError
@@ -62,9 +61,10 @@ from txn_engine.format.manifest_file import FOOTER_SIZE, decode_manifest_file
 from txn_engine.format.naming import list_versions
 from txn_engine.format.refs import create_tag, list_branches, list_tags
 from txn_engine.format.schema import fields_to_arrow
-from txn_engine.lease import CLEANING_DIR, LEASES_DIR, read_leases, running_cleanups
+from txn_engine.lease import CLEANING_DIR, LEASES_DIR, list_markers, read_leases
 from txn_engine.model import DataFile, DeletionFile, Fragment, IndexMetadata, LanceField
 from txn_engine.ops import Append, CreateIndex, Delete, Overwrite, Project, Update
+from txn_engine.retention import cleanup
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import LocalStorage, MemoryStorage
 from txn_engine.storage.base import Storage
@@ -612,13 +612,13 @@ def fuzz_json_side_files(
         directory = data.draw(
             st.sampled_from(["_refs/tags", "_refs/branches", LEASES_DIR, CLEANING_DIR])
         )
-        name = data.draw(st.sampled_from(["t", "b", "a%2Fb", "%ZZ", "x.y"]))
+        name = data.draw(st.sampled_from(["t", "b", "a%2Fb", "%ZZ", "x.y", "7-" + "0f" * 16]))
         files[f"{directory}/{name}.json"] = data.draw(json_side_files())
     size = sum(len(v) for v in {**seed, **files}.values())
     bounded(lambda: list_tags(storage_from(seed, files)), size, "list_tags")
     bounded(lambda: list_branches(storage_from(seed, files)), size, "list_branches")
     bounded(lambda: read_leases(storage_from(seed, files)), size, "read_leases")
-    bounded(lambda: running_cleanups(storage_from(seed, files), 0), size, "running_cleanups")
+    bounded(lambda: list_markers(storage_from(seed, files), times=True), size, "list_markers")
     bounded(lambda: verify(storage_from(seed, files), deep=True), size, "verify --deep")
     versions = {e.version for e in list_versions(storage_from(seed))}
     for dry_run in (True, False):

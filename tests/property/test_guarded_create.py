@@ -11,7 +11,7 @@ with ``base=`` that (possibly stale) Dataset.
 attempt: when the guard listing starts (before it reads), after it read, just before the
 create-if-absent reaches the store and just after it. Interference is other writers'
 Appends (from the latest version, or from a stale base through ``base=``), txn_engine's
-:func:`~txn_engine.cleanup.cleanup` (leases and ``older_than`` respected) and a raw,
+:func:`~txn_engine.retention.cleanup` (leases and ``older_than`` respected) and a raw,
 lease-ignoring removal of non-latest manifests that existed before our commit started
 (older than one round trip). Which of the listing and the create comes first is generated
 too. Nothing races outside the test's control: the store holds the create back until the
@@ -44,7 +44,6 @@ from hypothesis import HealthCheck, Phase, event, example, find, given, settings
 from hypothesis import strategies as st
 
 from txn_engine import offers as offers_module
-from txn_engine.cleanup import cleanup
 from txn_engine.commit import CommitResult, commit
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
@@ -65,8 +64,10 @@ from txn_engine.lease import Lease
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.offers import OFFERS_DIR, carried_uuids
 from txn_engine.ops import Append, Overwrite
+from txn_engine.retention import cleanup
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
+from txn_engine.testing.clocks import FollowClock
 from txn_engine.transaction import Transaction
 
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
@@ -502,6 +503,7 @@ class World:
             keep_versions=action.keep_versions,
             now_ns=self.clock(),
             progress=False,
+            wait_for_writers=timedelta(0),  # an instant between two steps of ours
         )
         after = {e.path for e in scan_versions(self.store)}
         self.log.extend(("removed", p) for p in sorted(before - after))
@@ -565,7 +567,12 @@ def run(schedule: Schedule) -> Run:
         world.other_commit()
     base = Dataset.open(store)
     held = Lease(
-        store, base.version, ttl=600.0, owner="ours", renew_in_background=False, clock=world.clock
+        store,
+        base.version,
+        ttl=600.0,
+        owner="ours",
+        renew_in_background=False,
+        clock=FollowClock(world.clock),
     )
     try:
         for _ in range(schedule.ahead):

@@ -1,4 +1,4 @@
-"""cleanup (txn_engine.cleanup): which versions and files are kept, orphan retention,
+"""cleanup (txn_engine.retention): which versions and files are kept, orphan retention,
 leases, tags/branches, base paths, aborts that delete nothing, batching and progress."""
 
 from __future__ import annotations
@@ -13,7 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from txn_engine.cleanup import (
+from txn_engine.commit import commit
+from txn_engine.errors import (
+    CleanupAbortedError,
+    DatasetNotFoundError,
+    InvalidStorageArgumentError,
+)
+from txn_engine.format.io import resolve_version
+from txn_engine.format.naming import list_versions
+from txn_engine.lease import CLEANING_DIR, LEASES_DIR, MARKER_STALE_NS, Lease
+from txn_engine.model import BasePath, DataFile, Fragment, LanceField
+from txn_engine.ops import Append, Overwrite
+from txn_engine.retention import (
     CleanupPlan,
     CleanupReport,
     ObjectInfo,
@@ -22,20 +33,9 @@ from txn_engine.cleanup import (
     list_objects,
     plan_cleanup,
 )
-from txn_engine.commit import commit
-from txn_engine.errors import (
-    CleanupAbortedError,
-    DatasetNotFoundError,
-    InvalidStorageArgumentError,
-    VersionNotFoundError,
-)
-from txn_engine.format.io import resolve_version
-from txn_engine.format.naming import list_versions
-from txn_engine.lease import CLEANING_DIR, LEASES_DIR, Lease
-from txn_engine.model import BasePath, DataFile, Fragment, LanceField
-from txn_engine.ops import Append, Overwrite
 from txn_engine.storage import LocalStorage, MemoryStorage
 from txn_engine.storage.base import Storage
+from txn_engine.testing.clocks import ManualClock
 from txn_engine.transaction import Transaction
 
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
@@ -427,8 +427,12 @@ def test_verify_tells_cleaned_up_history_from_damage() -> None:
     assert report.warnings == ()
     assert report.to_json()["infos"] == 2
     assert str(report.findings[0]).startswith("info: v2: cleaned-up")
-    # a gap above an unpinned version is damage, not cleanup
+    # the gap cleanup left stays cleaned up once the tag goes (cleanup recorded it,
+    # tests/unit/test_gaps.py); a gap above an unpinned version nothing recorded is damage
     store.delete("_refs/tags/t.json")
+    assert verify(store).ok
+    for name in store.list("_txn_engine/gaps"):
+        store.delete(f"_txn_engine/gaps/{name}")
     report = verify(store)
     assert not report.ok
     assert [f.invariant for f in report.errors] == ["no-gaps"]
@@ -439,31 +443,71 @@ def test_verify_tells_cleaned_up_history_from_damage() -> None:
     assert [f.invariant for f in verify(other).errors] == ["no-gaps"]
 
 
-def test_a_live_lease_keeps_files_written_since_it_was_taken(tmp_path: Path) -> None:
+def test_a_live_writers_lease_keeps_every_unreferenced_file_until_it_goes(
+    tmp_path: Path,
+) -> None:
+    """Cleanup cannot tell a lease holder's uncommitted files from other orphans, and no
+    clock (neither the writer's nor a listed modification time) decides it: while a
+    writer's lease it read at its start is live, it deletes no unreferenced file at all."""
     store = LocalStorage(tmp_path / "t.lance", fsync=False)
     _history(store)
-    t0 = time.time_ns()
-    held = Lease(store, 5, ttl=600.0, owner="w", renew_in_background=False, clock=lambda: t0)
+    held = Lease(store, 5, ttl=600.0, owner="w", renew_in_background=False)
     store.put("data/before.lance", b"b")
     store.put("data/in-flight.lance", b"i")
-    before = (t0 - 10 * NS) / NS
-    after = (t0 + 1 * NS) / NS
-    os.utime(store.full_path("data/before.lance"), (before, before))
-    os.utime(store.full_path("data/in-flight.lance"), (after, after))
-    later = t0 + 5 * NS
-    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, now_ns=later, progress=False)
+    old = time.time() - 10 * 86400
+    os.utime(store.full_path("data/before.lance"), (old, old))
+    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False,
+                     wait_for_writers=ZERO)  # fmt: skip
     assert isinstance(report, CleanupReport)
-    assert not store.exists("data/before.lance")
+    assert store.exists("data/before.lance")
     assert store.exists("data/in-flight.lance")  # the lease holder may still commit it
+    assert report.kept_for_new_leases >= 2
+    assert {d.path for d in plan_cleanup(store, older_than=ZERO, retention_orphans=ZERO).deletes
+            }.isdisjoint({"data/before.lance", "data/in-flight.lance"})  # fmt: skip
     held.release()
-    cleanup(store, older_than=ZERO, retention_orphans=ZERO, now_ns=later, progress=False)
+    cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert not store.exists("data/before.lance")
     assert not store.exists("data/in-flight.lance")
+
+
+def test_a_readers_lease_pins_versions_but_no_files() -> None:
+    store = MemoryStorage()
+    refs = _history(store)
+    store.put("data/orphan.lance", b"o")
+    with Lease(store, 2, ttl=600.0, owner="r", writes=False, renew_in_background=False):
+        cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+        assert _versions(store) == [2, 3, 4, 5]
+        assert refs[1] <= _all_files(store)
+        assert not store.exists("data/orphan.lance")
+
+
+def test_cleanup_waits_a_little_for_a_writer_that_is_about_to_finish() -> None:
+    store = MemoryStorage()
+    _history(store)
+    store.put("data/orphan.lance", b"o")
+    held = Lease(store, 5, ttl=600.0, owner="w", renew_in_background=False)
+    reads = [0]
+    original = store.list
+
+    def listing(prefix: str) -> list[str]:
+        if prefix == LEASES_DIR:
+            reads[0] += 1
+            if reads[0] == 4:  # the writer finishes while cleanup waits for it
+                held.release()
+        return list(original(prefix))
+
+    store.list = listing  # type: ignore[method-assign]
+    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert not store.exists("data/orphan.lance")
+    assert reads[0] >= 4
 
 
 def test_lease_clock_stamps_the_object() -> None:
     store = MemoryStorage()
     _history(store)
-    held = Lease(store, 3, ttl=2.0, owner="w", renew_in_background=False, clock=lambda: 10 * NS)
+    held = Lease(store, 3, ttl=2.0, owner="w", renew_in_background=False,
+                 clock=ManualClock(now_ns=10 * NS))  # fmt: skip
     (obj,) = [json.loads(store.get(f"{LEASES_DIR}/{n}")) for n in store.list(LEASES_DIR)]
     assert obj["created_at_ns"] == 10 * NS
     assert obj["expires_at_ns"] == 12 * NS
@@ -511,53 +555,52 @@ def test_a_version_that_lands_during_cleanup_keeps_its_orphan_files() -> None:
     assert _versions(store) == [5, 6]
 
 
-def test_lease_waits_for_a_running_cleanup_then_rechecks(monkeypatch: pytest.MonkeyPatch) -> None:
-    store = MemoryStorage()
-    _history(store)
-    store.put(
-        f"{CLEANING_DIR}/c.json",
-        json.dumps({"started_at_ns": 0, "expires_at_ns": time.time_ns() + 60 * NS}).encode(),
-    )
-    victim = resolve_version(store, 4).path
-    sleeps: list[float] = []
+class _Stalling(MemoryStorage):
+    """Advances ``clock`` by ``pause`` seconds on the first manifest delete (the cleanup
+    process stalls right there: a GC pause, a stopped VM)."""
 
-    def cleanup_finishes(seconds: float) -> None:
-        sleeps.append(seconds)
-        if len(sleeps) == 2:  # the cleanup removes version 4, then its marker
-            store.delete(victim)
-            store.delete(f"{CLEANING_DIR}/c.json")
+    def __init__(self, clock: ManualClock, pause: float) -> None:
+        super().__init__()
+        self.clock, self.pause = clock, pause
 
-    with pytest.raises(VersionNotFoundError):
-        Lease(store, 4, ttl=60.0, owner="t", renew_in_background=False, sleep=cleanup_finishes)
-    assert len(sleeps) == 2
-    assert store.list(LEASES_DIR) == []
-    # an expired marker (a crashed cleanup) is not waited for
-    store.put(f"{CLEANING_DIR}/old.json", json.dumps({"expires_at_ns": 1}).encode())
-    held = Lease(store, 5, ttl=60.0, owner="t", renew_in_background=False, sleep=sleeps.append)
-    assert len(sleeps) == 2
-    held.release()
+    def delete(self, path: str) -> None:
+        super().delete(path)
+        if path.startswith("_versions/") and self.pause:
+            self.clock.advance(self.pause)
+            self.pause = 0.0
 
 
-def test_manifest_deletes_stop_before_the_marker_expires(monkeypatch: pytest.MonkeyPatch) -> None:
-    import txn_engine.cleanup as cleanup_mod
-
-    monkeypatch.setattr(cleanup_mod, "_MARKER_MARGIN_NS", cleanup_mod._MARKER_TTL_NS)
-    store = MemoryStorage()
+def test_a_cleanup_that_stalled_long_enough_to_lose_its_marker_stops_deleting() -> None:
+    """Another cleanup removes a marker unchanged for MARKER_STALE_NS, and lease takers miss
+    it from then on: a cleanup that stalled half that long deletes no more manifests and
+    no unreferenced file (it may have listed a file whose writer missed its marker)."""
+    clock = ManualClock(now_ns=time.time_ns() + 60 * NS)
+    store = _Stalling(clock, pause=MARKER_STALE_NS / NS / 2)
     refs = _history(store)
-    report = cleanup(store, older_than=ZERO, now_ns=time.time_ns(), progress=False)
+    store.put("data/orphan.lance", b"o")
+    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False, clock=clock)
     assert isinstance(report, CleanupReport)
     assert report.plan.removed_versions == (1, 2, 3, 4)
-    assert _versions(store) == [1, 2, 3, 4, 5]  # nothing removed: no time left
-    assert set().union(*refs) <= _all_files(store)  # and their files stay
+    assert _versions(store) == [2, 3, 4, 5]  # the first delete, then it stopped
+    assert store.exists("data/orphan.lance")
+    assert refs[1] | refs[2] <= _all_files(store)
+    # a shorter pause (the marker is rewritten every BEAT_SECONDS) changes nothing
+    clock2 = ManualClock(now_ns=time.time_ns() + 60 * NS)
+    store2 = _Stalling(clock2, pause=MARKER_STALE_NS / NS / 2 - 1)
+    _history(store2)
+    store2.put("data/orphan.lance", b"o")
+    cleanup(store2, older_than=ZERO, retention_orphans=ZERO, progress=False, clock=clock2)
+    assert _versions(store2) == [5]
+    assert not store2.exists("data/orphan.lance")
 
 
 @pytest.mark.parametrize("unlink_at", [True, False], ids=["dir-fd", "whole-paths"])
 def test_local_delete_many_across_directories(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unlink_at: bool
 ) -> None:
-    import txn_engine.cleanup as cleanup_module
+    import txn_engine.retention._delete as delete_module
 
-    monkeypatch.setattr(cleanup_module, "_UNLINK_AT", unlink_at)  # False: as on Windows
+    monkeypatch.setattr(delete_module, "_UNLINK_AT", unlink_at)  # False: as on Windows
     store = LocalStorage(tmp_path)
     for path in ("data/a.lance", "_indices/u1/x", "_indices/u1/y", "_indices/u2/z"):
         store.put(path, b"1")
@@ -659,3 +702,44 @@ def test_carrier_claims_of_versions_before_the_latest_are_removed() -> None:
     assert "2 old carrier claims" in plan.summary()
     cleanup(store, older_than=ZERO, keep_versions=100, progress=False)
     assert sorted(f"{HOSTS_DIR}/{n}" for n in store.list(HOSTS_DIR)) == sorted(kept)
+
+
+@pytest.mark.parametrize(("name", "file_name"), [("é", "%C3%A9.json"), ("a/é", "a%2F%C3%A9.json")])
+def test_a_branch_pylance_percent_encodes_keeps_the_files_it_references(
+    tmp_path: Path, name: str, file_name: str
+) -> None:
+    """The branch's file name is decoded as pylance encodes it (``_refs/branches/%C3%A9.json``
+    is the branch ``é``, whose versions are under ``tree/é/``), so its manifests are read."""
+    root = tmp_path / "t.lance"
+    store = LocalStorage(root, fsync=False)
+    refs = _history(store)
+    shared = next(iter(refs[1]))  # a file of version 2, overwritten by version 3
+    branch = LocalStorage(root / "tree" / name, fsync=False)
+    base = BasePath(0, str(root), is_dataset_root=True)
+    frag = Fragment(0, (DataFile(shared.split("/", 1)[1], (0,), (0,), 2, 2, 10, 0),), 5)
+    commit(branch, Transaction(0, Overwrite([frag], SCHEMA, initial_bases=(base,))))
+    store.put(f"_refs/branches/{file_name}", json.dumps({"parentBranch": "x"}).encode())
+    report = cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert isinstance(report, CleanupReport)
+    assert _versions(store) == [5]
+    assert store.exists(shared)
+    # and a branch manifest cleanup cannot read stops it, as the main line's do
+    (root / "tree" / name / "_versions" / "18446744073709551613.manifest").write_bytes(b"junk")
+    with pytest.raises(CleanupAbortedError) as caught:
+        cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert caught.value.path == f"tree/{name}/_versions/18446744073709551613.manifest"
+
+
+@pytest.mark.parametrize("file_name", ["..%2F..%2Fx.json", "%FF.json", "%c3%a9.json"])
+def test_a_branch_file_pylance_could_not_have_written_aborts_naming_it(file_name: str) -> None:
+    store = MemoryStorage()
+    _history(store)
+    before = {o.path for o in list_objects(store, "data")}
+    path = f"_refs/branches/{file_name}"
+    store.put(path, json.dumps({"parentBranch": None, "parentVersion": 1}).encode())
+    with pytest.raises(CleanupAbortedError) as caught:
+        cleanup(store, older_than=ZERO, retention_orphans=ZERO, progress=False)
+    assert caught.value.path == path
+    assert file_name in str(caught.value)
+    assert _versions(store) == [1, 2, 3, 4, 5]
+    assert {o.path for o in list_objects(store, "data")} == before

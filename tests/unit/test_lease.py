@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -16,11 +17,22 @@ from txn_engine.errors import (
     LeaseExpiredError,
     VersionNotFoundError,
 )
-from txn_engine.lease import LEASES_DIR, Lease, LeaseInfo, lease, read_leases
+from txn_engine.format.io import resolve_version
+from txn_engine.format.naming import NamingScheme, manifest_name
+from txn_engine.lease import (
+    CLEANING_DIR,
+    LEASES_DIR,
+    Lease,
+    LeaseInfo,
+    lease,
+    marker_name,
+    read_leases,
+)
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.storage import MemoryStorage
 from txn_engine.storage.base import Storage
+from txn_engine.testing.clocks import ManualClock
 from txn_engine.transaction import Transaction
 
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
@@ -49,8 +61,13 @@ def test_lease_writes_the_contract_object_and_deletes_it_on_exit() -> None:
         assert isinstance(held, Lease)
         assert held.version == 2
         (obj,) = _lease_objects(store)
-        assert set(obj) == {"version", "created_at_ns", "expires_at_ns", "owner"}
+        assert set(obj) == {
+            "version", "created_at_ns", "expires_at_ns", "ttl_ns", "owner", "writes", "cleanups",
+        }  # fmt: skip
         assert obj["version"] == 2
+        assert obj["ttl_ns"] == 60 * 10**9
+        assert obj["writes"] is True
+        assert obj["cleanups"] == []  # no cleanup was running
         assert obj["owner"] == "job-7"
         created, expires = obj["created_at_ns"], obj["expires_at_ns"]
         assert isinstance(created, int)
@@ -289,3 +306,179 @@ def test_a_ttl_no_lease_can_have_is_refused(ttl: float) -> None:
     assert read_leases(store) == []
     with lease(store, 1, ttl=315_576_000.0) as held:  # ten years: the longest
         assert [info.version for info in read_leases(store)] == [held.version]
+
+
+# ---- time as an input: the holder's monotonic clock, store time, markers ------------------
+
+
+class _SlowPuts(MemoryStorage):
+    """A store whose lease writes take ``delay`` seconds of the given clock."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.delay = 0.0
+
+    def put(self, path: str, data: bytes) -> None:
+        self.clock.advance(self.delay)
+        super().put(path, data)
+
+
+def _clocked_dataset(clock: ManualClock, versions: int = 3) -> _SlowPuts:
+    store = _SlowPuts(clock)
+    base = _dataset(versions)
+    for name in base.list("_versions"):
+        store.put(f"_versions/{name}", base.get(f"_versions/{name}"))
+    return store
+
+
+def test_the_holder_judges_its_lease_by_its_own_monotonic_clock_not_the_wall_clock() -> None:
+    clock = ManualClock()
+    store = _clocked_dataset(clock)
+    held = Lease(store, 2, ttl=10.0, owner="t", renew_in_background=False, clock=clock)
+    clock.skew_ns = -(10**12)  # the wall clock jumps back 1,000 s: nothing changes
+    clock.advance(9.9)
+    assert held.held()
+    assert 0 < held.remaining() <= 0.1 + 1e-9
+    clock.skew_ns = 10**12  # ... or ahead
+    assert held.held()
+    clock.advance(0.2)
+    assert not held.held()  # 10.1 s after its write was sent
+
+
+def test_check_before_a_create_renews_a_lease_past_half_its_ttl() -> None:
+    clock = ManualClock()
+    store = _clocked_dataset(clock)
+    held = Lease(store, 2, ttl=10.0, owner="t", renew_in_background=False, clock=clock)
+    clock.advance(4.0)
+    written = _lease_objects(store)[0]["expires_at_ns"]
+    held.check()  # 6 s left: no renewal
+    assert _lease_objects(store)[0]["expires_at_ns"] == written
+    clock.advance(2.0)
+    held.check()  # 4 s left: renewed first
+    assert held.remaining() == pytest.approx(10.0)
+    assert _lease_objects(store)[0]["expires_at_ns"] > written
+
+
+def test_check_refuses_a_lease_its_holder_stalled_past() -> None:
+    clock = ManualClock()
+    store = _clocked_dataset(clock)
+    held = Lease(store, 2, ttl=10.0, owner="t", renew_in_background=False, clock=clock)
+    clock.advance(10.0)  # a GC pause, a stopped VM, SIGSTOP: no renewal ran
+    with pytest.raises(LeaseExpiredError, match="re-plan"):
+        held.check()
+    assert held.expired
+    with pytest.raises(LeaseExpiredError):
+        held.check()  # and stays refused
+
+
+def test_a_renewal_that_reaches_the_store_after_the_expiry_does_not_revive_the_lease() -> None:
+    clock = ManualClock()
+    store = _clocked_dataset(clock)
+    held = Lease(store, 2, ttl=10.0, owner="t", renew_in_background=False, clock=clock)
+    clock.advance(8.0)
+    store.delay = 3.0  # the renewal is sent with 2 s left and lands 1 s after the expiry
+    with pytest.raises(LeaseExpiredError):
+        held.renew()
+    assert held.expired
+    assert not held.held()
+
+
+def test_lease_liveness_in_store_time_ignores_the_machines_clocks() -> None:
+    ns = 10**9
+    info = LeaseInfo("p", 3, 0, 5 * ns, "o", ttl_ns=10 * ns, mtime_ns=100 * ns)
+    # store time known: last write 100 s (store clock) + ttl 10 s + the 2 s margin
+    assert info.live(10**18, store_now_ns=111 * ns)  # the cleaner's wall clock says "far later"
+    assert not info.live(0, store_now_ns=112 * ns)  # ... or "far earlier": only store time counts
+    # no store time: the wall clocks (expires_at_ns against the cleaner's)
+    assert info.live(4 * ns)
+    assert not info.live(5 * ns)
+    # a lease written without ttl_ns (an older writer) is judged by the wall clocks
+    old = LeaseInfo("p", 3, 0, 5 * ns, "o", mtime_ns=100 * ns)
+    assert not old.live(6 * ns, store_now_ns=1)
+
+
+def _marker(store: Storage, floor: int) -> str:
+    name = marker_name(floor, uuid.uuid4().hex)
+    store.put(f"{CLEANING_DIR}/{name}", b"{}")
+    return name
+
+
+def test_a_lease_taken_while_a_cleanup_runs_records_its_marker_and_never_waits() -> None:
+    clock = ManualClock()
+    store = _clocked_dataset(clock, versions=4)
+    name = _marker(store, 2)
+    before = clock.monotonic()
+    held = Lease(store, None, ttl=10.0, owner="t", renew_in_background=False, clock=clock)
+    assert clock.monotonic() == before  # no sleep
+    (obj,) = _lease_objects(store)
+    assert obj["cleanups"] == [name]
+    assert obj["version"] == 4
+    held.release()
+
+
+def test_a_latest_lease_below_a_cleanups_floor_moves_up_to_the_latest() -> None:
+    class _Stale(_SlowPuts):
+        """The latest resolves to version 2 the first time (a listing served before 3, 4)."""
+
+        stale = True
+
+        def list(self, prefix: str) -> Sequence[str]:
+            names = super().list(prefix)
+            if prefix == "_versions" and self.stale:
+                self.stale = False
+                return [
+                    n for n in names if n in {manifest_name(v, NamingScheme.V2) for v in (1, 2)}
+                ]
+            return names
+
+    clock = ManualClock()
+    store = _Stale(clock)
+    base = _dataset(4)
+    for n in base.list("_versions"):
+        store.put(f"_versions/{n}", base.get(f"_versions/{n}"))
+    _marker(store, 4)  # a cleanup that listed version 4 as the latest may remove 2
+    held = Lease(store, None, ttl=10.0, owner="t", renew_in_background=False, clock=clock)
+    assert held.version == 4
+    assert _lease_objects(store)[0]["version"] == 4
+    held.release()
+
+
+class _HookedClock(ManualClock):
+    """A manual clock that calls ``hook(seconds)`` on every sleep (after moving on)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: Callable[[float], None] = lambda seconds: None
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        self.hook(seconds)
+
+
+def test_a_given_version_below_a_cleanups_floor_waits_bounded_then_is_checked() -> None:
+    clock = _HookedClock()
+    store = _clocked_dataset(clock, versions=4)
+    name = _marker(store, 4)
+    victim = resolve_version(store, 2).path
+    sleeps: list[float] = []
+
+    def cleanup_runs(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:  # the cleanup removes version 2, then takes its marker down
+            store.delete(victim)
+            store.delete(f"{CLEANING_DIR}/{name}")
+
+    clock.hook = cleanup_runs
+    with pytest.raises(VersionNotFoundError):
+        Lease(store, 2, ttl=10.0, owner="t", renew_in_background=False, clock=clock)
+    assert len(sleeps) == 2
+    assert store.list(LEASES_DIR) == []
+    # a marker that never goes (a forged one, or a cleanup killed with it up): the wait ends
+    _marker(store, 4)
+    clock.hook = lambda seconds: None
+    started = clock.monotonic()
+    held = Lease(store, 3, ttl=10.0, owner="t", renew_in_background=False, wait=2.0, clock=clock)
+    assert 2.0 <= clock.monotonic() - started < 3.5
+    assert held.version == 3
+    held.release()

@@ -27,7 +27,7 @@ from txn_engine.format.deletion import write_deletion_vector
 from txn_engine.format.io import latest_version, read_manifest
 from txn_engine.format.manifest_file import decode_manifest_file, encode_manifest_file
 from txn_engine.format.naming import (
-    VERSION_HINT_PATH,
+    TXN_HINT_PATH,
     NamingScheme,
     hint_replaces_listing,
     list_versions,
@@ -226,9 +226,9 @@ def test_a_commit_begun_on_a_one_block_directory_writes_no_hint(tmp_path: Path) 
     r = commit(fresh, Transaction(v, Append([frag()])), base=Dataset.open(fresh))
     assert r.version == v + 1
     assert hint_replaces_listing(fresh)  # our create took it past the block
-    assert not fresh.exists(VERSION_HINT_PATH)
+    assert not fresh.exists(TXN_HINT_PATH)
     r = commit(fresh, Transaction(v + 1, Append([frag()])), base=Dataset.open(fresh))
-    assert fresh.get(VERSION_HINT_PATH) == b'{"version":%d}' % r.version
+    assert fresh.get(TXN_HINT_PATH) == b'{"version":%d}' % r.version
 
 
 def _delete(store: Storage, read_version: int, rows: set[int]) -> Transaction:

@@ -15,6 +15,7 @@ from txn_engine.format.refs import (
     list_branches,
     list_tags,
     read_tag,
+    validate_branch_name,
     validate_ref_name,
 )
 from txn_engine.storage import MemoryStorage
@@ -109,3 +110,88 @@ def test_branches_are_read(storage: MemoryStorage) -> None:
     assert branch.path == "tree/dev"
     assert branch.created_at == dt.datetime.fromtimestamp(1795371749, tz=dt.UTC)
     assert te.Dataset.open(storage).branches() == [branch]
+
+
+# Branch file names as pylance 14.0.2 wrote them (measured: ``ds.create_branch(name, 1)``,
+# then the names in ``_refs/branches/``; each branch's versions were under ``tree/<name>/``
+# with the name as it is, ``/`` making sub-directories)
+PYLANCE_BRANCH_FILES = {
+    "é": "%C3%A9.json",
+    "a/b": "a%2Fb.json",
+    "a/b/c": "a%2Fb%2Fc.json",
+    "x.y-z_1": "x.y-z_1.json",
+    "日本": "%E6%97%A5%E6%9C%AC.json",
+    "Ünï/çødé": "%C3%9Cn%C3%AF%2F%C3%A7%C3%B8d%C3%A9.json",
+    "k\u093e": "k%E0%A4%BE.json",  # a combining vowel sign (Unicode Other_Alphabetic)
+    "Ⓐ": "%E2%92%B6.json",  # a symbol that is Other_Alphabetic
+    "\U0001d49c": "%F0%9D%92%9C.json",  # a letter outside the BMP
+    "a.": "a..json",
+    ".x": ".x.json",
+    "a/.b": "a%2F.b.json",
+    "main/x": "main%2Fx.json",
+    "a.lock/b": "a.lock%2Fb.json",
+}
+
+
+@pytest.mark.parametrize(("name", "file_name"), sorted(PYLANCE_BRANCH_FILES.items()))
+def test_branch_files_are_named_as_pylance_names_them(name: str, file_name: str) -> None:
+    from txn_engine.format.refs import branch_file_name, branch_name_from_file
+
+    assert branch_file_name(name) == file_name
+    assert branch_name_from_file(file_name) == name
+    assert validate_branch_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    # every one refused by pylance 14.0.2's create_branch (measured)
+    ["", "main", "a/", "/a", "a//b", "a..b", "a\\b", "a/b.lock", ".lock", "with space",
+     "pct%x", "a+b", "a:b", "~t", "a,b", "x\u00ad", "x\U0001f600", "x\u20dd",
+     ".", "a/./b", "./a", "a/."],
+)  # fmt: skip
+def test_branch_names_pylance_refuses_are_refused(name: str) -> None:
+    with pytest.raises(InvalidOperationError):
+        validate_branch_name(name)
+
+
+@pytest.mark.parametrize(
+    "file_name",
+    [
+        "..%2F..%2Fx.json",  # pylance: "Failed to decode branch name"
+        "%FF.json",  # not UTF-8
+        "a%2F%2Fb.json",  # an empty segment
+        "%2Fa.json",
+        "%c3%a9.json",  # lower-case escapes: pylance never writes them
+        "é.json",  # not percent-encoded: pylance never writes it
+        "b%20c.json",  # a space: no branch pylance creates
+        "x%ZZ.json",
+        "main.json",
+        ".json",
+        "a%2F.%2Fb.json",
+    ],
+)
+def test_branch_files_pylance_could_not_have_written_are_typed_errors(file_name: str) -> None:
+    from txn_engine.errors import CorruptRefError
+    from txn_engine.format.refs import branch_name_from_file
+
+    with pytest.raises(CorruptRefError) as caught:
+        branch_name_from_file(file_name)
+    assert caught.value.path == f"_refs/branches/{file_name}"
+    assert file_name in str(caught.value)
+
+
+def test_branches_with_encoded_names_are_listed_and_read(storage: MemoryStorage) -> None:
+    from txn_engine.errors import CorruptRefError
+    from txn_engine.format.refs import read_branch
+
+    body = json.dumps({"parentBranch": None, "parentVersion": 1}).encode()
+    for file_name in ("%C3%A9.json", "a%2Fb.json"):
+        storage.put(f"_refs/branches/{file_name}", body)
+    assert [(b.name, b.path) for b in list_branches(storage)] == [
+        ("a/b", "tree/a/b"),
+        ("é", "tree/é"),
+    ]
+    assert read_branch(storage, "a/b").parent_version == 1
+    storage.put("_refs/branches/..%2F..%2Fx.json", body)
+    with pytest.raises(CorruptRefError, match=r"\.\.%2F\.\.%2Fx\.json"):
+        list_branches(storage)

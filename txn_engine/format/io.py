@@ -31,6 +31,7 @@ from txn_engine.format.naming import (
     U64_MAX,
     NamingScheme,
     VersionEntry,
+    detached_manifest_name,
     manifest_name,
     manifest_path,
     scan_versions,
@@ -70,12 +71,18 @@ def latest_version(storage: Storage) -> VersionEntry:
 def resolve_version(
     storage: Storage, version: int, scheme: NamingScheme | None = None
 ) -> VersionEntry:
-    """Locate ``version`` without listing: try the V2 name, then V1 (or only ``scheme``)."""
+    """Locate ``version`` without listing: try the V2 name, then V1 (or only ``scheme``);
+    a number with the top bit set is a detached version (``_versions/d{version}.manifest``,
+    never listed among the main line's)."""
     if type(version) is not int:  # bool, float, str, ...: a caller's mistake
         raise InvalidOperationError(f"a version is a whole number, got {version!r}")
     schemes = [scheme] if scheme is not None else [NamingScheme.V2, NamingScheme.V1]
     if not 0 <= version < 1 << 63:
         schemes = []  # no main-line version has that number
+        if 1 << 63 <= version <= U64_MAX and scheme is not NamingScheme.V1:
+            detached = detached_manifest_name(version)  # only V2 tables have them
+            if storage.exists(f"_versions/{detached}"):
+                return VersionEntry(version, detached, NamingScheme.V2)
     for s in schemes:
         name = manifest_name(version, s)
         if storage.exists(f"_versions/{name}"):

@@ -10,10 +10,11 @@ version. A dataset keeps the scheme of its existing manifests; both schemes at o
 error.
 
 **The latest-version hint (local disk).** pylance 14 writes ``_versions/latest_version_hint.json``
-(exactly ``{"version":N}``) after each commit on local disk (not on S3). :func:`scan_versions`
-with ``since`` reads it there instead of listing the whole directory (local disk lists
-unordered: 121 ms at 100,000 versions), and :func:`write_version_hint` writes it after a
-txn_engine commit. See :func:`_scan_from_hint` for how a hint is verified.
+(exactly ``{"version":N}``) after each commit on local disk (not on S3); txn_engine writes the
+same bytes to ``_txn_engine/latest_version_hint.json`` (:func:`write_version_hint`).
+:func:`scan_versions` with ``since`` starts from them instead of listing the whole directory
+(local disk lists unordered: 121 ms at 100,000 versions). A hint is only where to start
+looking: see :func:`_scan_from_hint` for what the answer is checked against.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import enum
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import attrs
 
@@ -37,15 +38,19 @@ __all__ = [
     "VERSIONS_DIR",
     "TRANSACTIONS_DIR",
     "U64_MAX",
+    "TXN_HINT_PATH",
     "VERSION_HINT_PATH",
     "NamingScheme",
     "VersionEntry",
     "VersionListing",
+    "BEACON_SECONDS",
+    "beacon_dead",
     "beacon_expiry",
     "beacon_name",
     "carrier_beacon",
     "live_beacons",
     "detached_manifest_name",
+    "parse_detached_name",
     "detect_scheme",
     "forget_beacon",
     "list_versions",
@@ -67,6 +72,9 @@ U64_MAX = (1 << 64) - 1
 _SUFFIX = ".manifest"
 _V2_NAME_LEN = 20 + len(_SUFFIX)
 VERSION_HINT_PATH = f"{VERSIONS_DIR}/latest_version_hint.json"
+#: The version hint txn_engine writes (pylance's format, outside ``_versions/``).
+TXN_HINT_PATH = "_txn_engine/latest_version_hint.json"
+_HINT_PATHS = (TXN_HINT_PATH, VERSION_HINT_PATH)
 #: main-line versions are below 2**63 (the top bit marks a detached version)
 _MAIN_LINE_END = 1 << 63
 
@@ -109,6 +117,18 @@ def manifest_path(version: int, scheme: NamingScheme) -> str:
 def detached_manifest_name(version: int) -> str:
     """File name of a detached version (its number has the top bit set)."""
     return f"d{version}{_SUFFIX}"
+
+
+def parse_detached_name(name: str) -> int | None:
+    """The number of the detached version ``name`` names (``d{number}.manifest``, the
+    number with its top bit set, as pylance 14 writes it), else None."""
+    if not (name.startswith("d") and name.endswith(_SUFFIX)):
+        return None
+    stem = name[1 : -len(_SUFFIX)]
+    if not (stem.isascii() and stem.isdigit()) or len(stem) > 20 or stem != str(int(stem)):
+        return None
+    number = int(stem)
+    return number if _MAIN_LINE_END <= number <= U64_MAX else None
 
 
 def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
@@ -158,6 +178,10 @@ def detect_scheme(names: Sequence[str]) -> NamingScheme | None:
 #: names there, beside its own ``latest_version_hint.json``), and first in a listing in byte
 #: order ('.' sorts before digits), so every listing of the versions shows it.
 BEACON_PREFIX = ".txn-engine-carrier-"
+#: How long a carrier's beacon says it runs (seconds); a new one every third of it.
+BEACON_SECONDS = 10.0
+#: How far ahead a beacon's claimed expiry may lie and still be believed (ms).
+_BELIEVED_AHEAD_MS = 3 * BEACON_SECONDS * 1000
 _BEACON = r"\.txn-engine-carrier-([0-9]{20})-([0-9a-f]{32})"
 _BEACON_NAME = re.compile(_BEACON, re.ASCII)
 #: beacon names in a listing joined by NULs (as :func:`scan_versions` joins it)
@@ -181,9 +205,31 @@ def beacon_expiry(name: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def _believed(expires_ms: int, now_ms: float, floor: int) -> bool:
+    """A beacon's claimed expiry is believed while it lies ahead, but no further ahead than
+    a running carrier ever writes it (now + BEACON_SECONDS by its clock; three times that
+    for clock skew): a forged one, or a crashed carrier's whose clock ran fast, is not."""
+    return max(now_ms, floor) < expires_ms <= now_ms + _BELIEVED_AHEAD_MS
+
+
+def beacon_dead(name: str, mtime_ns: int | None, wall_ns: int, store_ns: int | None) -> bool:
+    """Whether cleanup may remove the beacon ``name``: its name says it expired (by the
+    cleaner's clock), or the store shows it unchanged for longer than a running carrier
+    ever leaves one (it writes a new one every third of :data:`BEACON_SECONDS`), whatever
+    expiry its name claims. Any other name: False."""
+    expires_ms = beacon_expiry(name)
+    if expires_ms is None:
+        return False
+    if expires_ms * 1_000_000 <= wall_ns:
+        return True
+    stale_ns = int(3 * BEACON_SECONDS * 1_000_000_000)
+    return store_ns is not None and mtime_ns is not None and mtime_ns + stale_ns < store_ns
+
+
 def live_beacons(uri: str, names: Iterable[str]) -> list[tuple[int, str]]:
-    """The ``(expiry ms, token)`` of the beacons among ``names`` that are live: not expired,
-    and not discredited in this process by a vain wait (:func:`forget_beacon`)."""
+    """The ``(expiry ms, token)`` of the beacons among ``names`` that are live: believed
+    (:func:`_believed`), and not discredited in this process by a vain wait
+    (:func:`forget_beacon`)."""
     now_ms = time.time() * 1000
     with _beacons_lock:
         floor = _discredited.get(uri, 0)
@@ -191,7 +237,7 @@ def live_beacons(uri: str, names: Iterable[str]) -> list[tuple[int, str]]:
     return [
         (int(m.group(1)), m.group(2))
         for m in found
-        if m is not None and int(m.group(1)) > max(now_ms, floor)
+        if m is not None and _believed(int(m.group(1)), now_ms, floor)
     ]
 
 
@@ -199,9 +245,13 @@ def _note_beacons(uri: str, text: str) -> tuple[str, ...]:
     """Remember, for this process, whether a listing of ``uri``'s versions (names joined
     by NULs) showed a live carrier's beacon; returns the beacons' names."""
     found = list(_BEACONS.finditer(text)) if BEACON_PREFIX in text else []
-    live = max((int(m.group(1)) for m in found), default=0)
+    now_ms = time.time() * 1000
     with _beacons_lock:
-        if live > time.time() * 1000 and live > _discredited.get(uri, 0):
+        floor = _discredited.get(uri, 0)
+        live = max(
+            (e for e in (int(m.group(1)) for m in found) if _believed(e, now_ms, floor)), default=0
+        )
+        if live:
             _beacons[uri] = live
         else:
             _beacons.pop(uri, None)
@@ -404,66 +454,31 @@ def _local_disk(storage: Storage) -> LocalStorage | None:
 
 
 def write_version_hint(storage: Storage, version: int) -> None:
-    """After a commit of ``version`` on local disk, write ``_versions/latest_version_hint.json``
-    as pylance 14 does (``{"version":N}``): through a staging file renamed into place
-    (:meth:`LocalStorage.put_unsynced`: readers never see a prefix), never fsynced, best
-    effort (an error is swallowed: the hint is an optimisation, a missing or stale one only
-    costs a listing). Nothing is written on other stores, nor where ``_versions/`` is small
-    enough to list in less time than the hint takes to check (``_HINT_MIN_DIR_BYTES``)."""
+    """After a commit of ``version`` on local disk, write txn_engine's version hint
+    (:data:`TXN_HINT_PATH`, pylance's bytes ``{"version":N}``) through a staging file renamed
+    into place (:meth:`LocalStorage.put_unsynced`: readers never see a prefix), never
+    fsynced, best effort (an error is swallowed: a missing or stale hint only costs a
+    listing). Outside ``_versions/``, so that writing it changes nothing a reader checks
+    the hint against (:func:`_scan_from_hint`). Nothing is written on other stores, nor
+    where ``_versions/`` is small enough to list in less time than the hint takes to check
+    (``_HINT_MIN_DIR_BYTES``)."""
     local = _local_disk(storage)
     if local is None or local.directory_bytes(VERSIONS_DIR) <= _HINT_MIN_DIR_BYTES:
         return
     with contextlib.suppress(Exception):
-        local.put_unsynced(VERSION_HINT_PATH, version_hint_bytes(version))
+        local.put_unsynced(TXN_HINT_PATH, version_hint_bytes(version))
 
 
-def _scan_from_hint(storage: Storage, since: int) -> VersionListing | None:
-    """The listing :func:`scan_versions` needs for ``since``, found from the hint without
-    listing ``_versions/``; None when the hint cannot be used (the caller lists).
-
-    1. Local disk only (:func:`_local_disk`), and only where ``_versions/`` is larger than
-       one 4 KiB directory block (a smaller one lists faster than the hint is checked).
-       Read the hint (at most 64 bytes) and parse it strictly; missing, garbage, negative
-       or huge: None.
-    2. The hint's V2 manifest must exist (a V1 dataset, or a hint naming a removed version:
-       None). Start there, or at ``since`` if that is newer and exists.
-    3. Probe forward with ``exists``: start+1, +2, +4, ... until one is missing, then binary
-       search the last gap: O(log gap) probes. Versions are created contiguously (each is
-       the latest plus one), so the first missing version above the start ends the line.
-    4. That last step fails only if a cleanup removed versions above the start. So the
-       answer stands only if nothing in ``_versions/`` was created, removed or renamed
-       after (a) the latest found was created: it was the latest then, so nothing is above
-       it; or (b) the hint was renamed into place: a writer writes the version it has just
-       created, while every version from it to the latest exists, so that run is unbroken
-       (:meth:`LocalStorage.unchanged_since`: the directory's mtime is not later than
-       their ctimes). Otherwise None. A stale hint (writers that do not update it) is
-       thus fine until a cleanup runs.
-    5. Every version in ``[since, latest]`` is stat'ed (each probe counts), so the listing
-       shows exactly which of them exist, as a full listing would: the commit loop's
-       missing-history check relies on it. More than 256 of them to stat: None.
-    """
-    local = _local_disk(storage)
-    if local is None or local.directory_bytes(VERSIONS_DIR) <= _HINT_MIN_DIR_BYTES:
-        return None
+def _read_hint(storage: Storage, path: str) -> int | None:
     try:
-        hint = parse_version_hint(get_bounded(storage, VERSION_HINT_PATH, _HINT_MAX_BYTES))
+        return parse_version_hint(get_bounded(storage, path, _HINT_MAX_BYTES))
     except TxnEngineError:  # missing, too large, not a regular file, unreadable
         return None
-    if hint is None:
-        return None
-    known: dict[int, bool] = {}
 
-    def exists(version: int) -> bool:
-        if version >= _MAIN_LINE_END:
-            return False
-        found = known.get(version)
-        if found is None:
-            found = known[version] = storage.exists(manifest_path(version, NamingScheme.V2))
-        return found
 
-    if not exists(hint):  # a V1 dataset, or a version removed since: the hint proves nothing
-        return None
-    start = since if hint < since < _MAIN_LINE_END and exists(since) else hint
+def _probe_latest(exists: Callable[[int], bool], start: int) -> int:
+    """The last version of the unbroken run from ``start`` (which exists) up: gallop
+    start+1, +2, +4, ... until one is missing, then binary search the last gap."""
     low, step = start, 1  # low exists
     while exists(low + step):
         low += step
@@ -475,13 +490,58 @@ def _scan_from_hint(storage: Storage, since: int) -> VersionListing | None:
             low = middle
         else:
             high = middle
-    latest = low
+    return low
+
+
+def _scan_from_hint(storage: Storage, since: int) -> VersionListing | None:
+    """The listing :func:`scan_versions` needs for ``since``, found from a version hint
+    without listing ``_versions/``; None when no hint can be used (the caller lists).
+
+    1. Local disk only (:func:`_local_disk`), and only where ``_versions/`` is larger than
+       one 4 KiB directory block (a smaller one lists faster than the hint is checked).
+       The hints are txn_engine's (:data:`TXN_HINT_PATH`) and pylance's
+       (:data:`VERSION_HINT_PATH`), each read (at most 64 bytes) and parsed strictly.
+    2. Start at the highest one whose V2 manifest exists (or at ``since`` if that is newer
+       and exists); none: None.
+    3. Probe forward with ``exists`` (:func:`_probe_latest`): O(log gap) probes. Versions
+       are created contiguously (each as the latest plus one), so the first missing version
+       above the start ends the line...
+    4. ... unless a cleanup removed versions above the start, or a version was created in a
+       slot a cleanup freed. So the answer stands only if nothing in ``_versions/`` was
+       created, removed or renamed after the latest found was created (the directory's
+       mtime is not later than that manifest's ctime: :meth:`LocalStorage.unchanged_since`):
+       it was the latest then, so nothing is above it. A hint never vouches for anything
+       itself: a stale or forged one is only a place to start probing, and a hint written
+       late (a writer delayed between its create and its hint) changes nothing it is
+       checked against, since it is not in ``_versions/``. pylance writes its own hint into
+       ``_versions/`` after its manifest, so a table pylance committed last is listed.
+    5. Every version in ``[since, latest]`` is stat'ed (each probe counts), so the listing
+       shows exactly which of them exist, as a full listing would: the commit loop's
+       missing-history check relies on it. More than 256 of them to stat: None.
+    """
+    local = _local_disk(storage)
+    if local is None or local.directory_bytes(VERSIONS_DIR) <= _HINT_MIN_DIR_BYTES:
+        return None
+    known: dict[int, bool] = {}
+
+    def exists(version: int) -> bool:
+        if version >= _MAIN_LINE_END:
+            return False
+        found = known.get(version)
+        if found is None:
+            found = known[version] = storage.exists(manifest_path(version, NamingScheme.V2))
+        return found
+
+    hints = [h for h in (_read_hint(storage, p) for p in _HINT_PATHS) if h is not None]
+    starts = [h for h in sorted(set(hints), reverse=True) if exists(h)][:1]
+    if not starts:  # a V1 dataset, or hints naming removed versions: they prove nothing
+        return None
+    start = since if starts[0] < since < _MAIN_LINE_END and exists(since) else starts[0]
+    latest = _probe_latest(exists, start)
     first = max(since, 0)
     if latest - first >= _HINT_MAX_STATS:
         return None
-    if not local.unchanged_since(
-        VERSIONS_DIR, (VERSION_HINT_PATH, manifest_path(latest, NamingScheme.V2))
-    ):
+    if not local.unchanged_since(VERSIONS_DIR, (manifest_path(latest, NamingScheme.V2),)):
         return None
     versions = [v for v in range(latest, first - 1, -1) if exists(v)] or [latest]
     return VersionListing(NamingScheme.V2, stems=[f"{U64_MAX - v:020d}" for v in versions])

@@ -11,9 +11,15 @@ A branch is ``_refs/branches/<name>.json`` (``{"parentBranch", "identifier":
 directory ``tree/<name>`` is a dataset root of its own (its first version, written when the
 branch is created, lists the parent's root among its base paths).
 
-Names follow pylance's rule: characters alphanumeric, ``.``, ``-`` or ``_``; not empty,
-not starting with ``.``, no ``..``, not ending with ``.lock``. In the file name, characters
-outside ASCII are percent-encoded (UTF-8), as pylance's object-store paths do.
+Tag names follow pylance's rule: characters alphanumeric, ``.``, ``-`` or ``_``; not empty,
+not starting with ``.``, no ``..``, not ending with ``.lock``. Branch names are ``/``-separated
+segments of those characters (:func:`validate_branch_name`). A ref's file name is its name
+encoded as one object-store path segment, as pylance 14 names it: every byte outside ASCII
+(UTF-8) and ``/`` percent-encoded with upper-case hex (``é`` -> ``%C3%A9.json``, ``a/b`` ->
+``a%2Fb.json``); a branch's directory ``tree/<name>`` is the name as it is (``tree/é``,
+``tree/a/b``). :func:`branch_name_from_file` is the one decoder: a file name that is not
+exactly the encoding of a valid branch name raises :class:`~txn_engine.errors.CorruptRefError`
+naming the file.
 
 Creating a tag is a create-if-absent (two writers creating one tag: exactly one wins);
 deleting one is a plain delete. Tagging does not create a version.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import json
+import unicodedata
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +40,7 @@ import attrs
 from txn_engine import jsontext
 from txn_engine.errors import (
     CorruptManifestError,
+    CorruptRefError,
     InvalidOperationError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -46,12 +54,15 @@ __all__ = [
     "TAGS_DIR",
     "Branch",
     "Tag",
+    "branch_file_name",
+    "branch_name_from_file",
     "create_tag",
     "delete_tag",
     "list_branches",
     "list_tags",
     "read_branch",
     "read_tag",
+    "validate_branch_name",
     "validate_ref_name",
 ]
 
@@ -117,6 +128,99 @@ def validate_ref_name(name: str) -> str:
             raise InvalidOperationError(
                 f"ref {name!r}: characters must be alphanumeric, '.', '-' or '_' (got {ch!r})"
             )
+    return name
+
+
+#: The symbols Rust's ``char::is_alphanumeric`` (pylance's branch rule) accepts: Unicode's
+#: Other_Alphabetic ones, the enclosed Latin letters (``Ⓐ``, ``🄰``, ``🅐``, ``🅰``).
+_ALPHABETIC_SYMBOLS = ((0x24B6, 0x24E9), (0x1F130, 0x1F149), (0x1F150, 0x1F169), (0x1F170, 0x1F189))
+#: ASCII characters an object-store path segment percent-encodes (object_store's PathPart),
+#: besides control characters; every non-ASCII byte is encoded too.
+_SEGMENT_ESCAPED = frozenset(b'/\\{^}%`]">[~<#|*?')
+
+
+def _branch_char(ch: str) -> bool:
+    """Whether pylance takes ``ch`` in a branch name: ASCII letters, digits and ``.-_``;
+    beyond ASCII, letters, numbers, the alphabetic symbols, and marks. Of marks Rust takes
+    only the Other_Alphabetic ones (vowel signs such as ``ा``), which Python cannot tell
+    from the others (a combining accent): names with the others pass here and pylance
+    refuses them when the branch is created."""
+    if ch.isascii():
+        return ch.isalnum() or ch in ".-_"
+    category = unicodedata.category(ch)
+    if category[0] in "LN" or category in ("Mn", "Mc"):
+        return True
+    return category == "So" and any(lo <= ord(ch) <= hi for lo, hi in _ALPHABETIC_SYMBOLS)
+
+
+def validate_branch_name(name: str) -> str:
+    """Return ``name`` if pylance 14 accepts it as a branch name, else raise
+    InvalidOperationError saying why: ``/``-separated segments of alphanumeric characters
+    (any script), ``.``, ``-`` and ``_``; not empty, not ``main``, no leading, trailing or
+    doubled ``/``, no ``..`` or backslash, no ``.`` segment, not ending with ``.lock``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidOperationError("a branch name cannot be empty")
+    if name == "main":
+        raise InvalidOperationError("'main' is the main line's name, not a branch's")
+    if name.startswith("/") or name.endswith("/"):
+        raise InvalidOperationError(f"branch {name!r} cannot start or end with '/'")
+    if "//" in name:
+        raise InvalidOperationError(f"branch {name!r} cannot contain '//'")
+    if ".." in name or "\\" in name:
+        raise InvalidOperationError(f"branch {name!r} cannot contain '..' or a backslash")
+    if name.endswith(".lock"):
+        raise InvalidOperationError(f"branch {name!r} cannot end with .lock")
+    for segment in name.split("/"):
+        if segment == ".":
+            raise InvalidOperationError(f"branch {name!r} cannot have a '.' segment")
+        for ch in segment:
+            if not _branch_char(ch):
+                raise InvalidOperationError(
+                    f"branch {name!r}: characters must be alphanumeric, '.', '-' or '_' "
+                    f"(got {ch!r})"
+                )
+    return name
+
+
+def _segment(text: str) -> str:
+    """``text`` as one object-store path segment, encoded as pylance encodes it."""
+    out = []
+    for byte in text.encode("utf-8", "surrogatepass"):
+        if byte < 0x20 or byte >= 0x7F or byte in _SEGMENT_ESCAPED:
+            out.append(f"%{byte:02X}")
+        else:
+            out.append(chr(byte))
+    return "".join(out)
+
+
+def branch_file_name(name: str) -> str:
+    """The name of branch ``name``'s file in ``_refs/branches/``, as pylance 14 writes it
+    (``é`` -> ``%C3%A9.json``, ``a/b`` -> ``a%2Fb.json``)."""
+    return _segment(name) + ".json"
+
+
+def branch_name_from_file(file_name: str) -> str:
+    """The branch a file in ``_refs/branches/`` is for: the inverse of
+    :func:`branch_file_name`. Raises CorruptRefError (naming the file) for a name pylance
+    could not have written: not ``.json``, not UTF-8 once decoded, not a valid branch name
+    (``..%2F..%2Fx.json``), or not that name's exact encoding (``%c3%a9.json``, ``é.json``)."""
+    path = f"{BRANCHES_DIR}/{file_name}"
+    if not file_name.endswith(".json"):
+        raise CorruptRefError(f"{path}: not a branch file (no .json)", path=path)
+    stem = file_name[: -len(".json")]
+    try:
+        name = urllib.parse.unquote(stem, errors="strict")
+        validate_branch_name(name)
+    except (UnicodeDecodeError, InvalidOperationError) as exc:
+        raise CorruptRefError(
+            f"{path}: not a branch file pylance writes ({exc}); remove or rename it", path=path
+        ) from exc
+    if branch_file_name(name) != file_name:
+        raise CorruptRefError(
+            f"{path}: not a branch file pylance writes (branch {name!r} is "
+            f"{branch_file_name(name)}); remove or rename it",
+            path=path,
+        )
     return name
 
 
@@ -271,22 +375,24 @@ def _branch(storage: Storage, name: str, path: str) -> Branch:
 
 
 def read_branch(storage: Storage, name: str) -> Branch:
-    """The branch ``name``. Raises VersionNotFoundError when there is no such branch."""
-    validate_ref_name(name)
+    """The branch ``name``. Raises VersionNotFoundError when there is no such branch,
+    InvalidOperationError when ``name`` is no branch name pylance accepts."""
+    validate_branch_name(name)
     try:
-        return _branch(storage, name, f"{BRANCHES_DIR}/{_file(name)}")
+        return _branch(storage, name, f"{BRANCHES_DIR}/{branch_file_name(name)}")
     except ObjectNotFoundError as exc:
         raise VersionNotFoundError(f"{storage.uri}: there is no branch {name!r}") from exc
 
 
 def list_branches(storage: Storage) -> list[Branch]:
     """Every branch, sorted by name. Commit to one with ``txn_engine.open(uri, branch=name)``;
-    its versions live under :attr:`Branch.path`."""
+    its versions live under :attr:`Branch.path`. A file there whose name pylance could not
+    have written raises CorruptRefError (pylance's own listing fails on it too)."""
     out: list[Branch] = []
     for file_name in storage.list(BRANCHES_DIR):
-        name = _name(file_name)
-        if name is None:
+        if not file_name.endswith(".json"):
             continue
+        name = branch_name_from_file(file_name)
         try:
             out.append(_branch(storage, name, f"{BRANCHES_DIR}/{file_name}"))
         except ObjectNotFoundError:

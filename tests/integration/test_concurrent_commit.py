@@ -22,6 +22,7 @@ import pytest
 from pyroaring import BitMap, BitMap64
 
 from txn_engine.commit import commit, replan_and_commit
+from txn_engine.conflicts import ConflictOptions
 from txn_engine.dataset import Dataset
 from txn_engine.errors import RetryableConflictError
 from txn_engine.format.deletion import read_deletion_vector, write_deletion_vector
@@ -32,6 +33,8 @@ from txn_engine.ops import Append, Delete
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import LocalStorage
 from txn_engine.transaction import Transaction
+
+LANCE = ConflictOptions(rebase_rows=False)  # pylance 14's rules
 
 pytestmark = pytest.mark.pylance
 
@@ -206,21 +209,37 @@ def test_concurrent_disjoint_row_deletes_in_one_fragment_all_land(tmp_path: Path
     assert len(list_versions(LocalStorage(uri))) == 1 + len(groups)
 
 
-def test_overlapping_row_deletes_are_retryable_then_land_after_replanning(tmp_path: Path) -> None:
+def test_overlapping_row_deletes_are_retryable_under_lance_rules_then_land_after_replanning(
+    tmp_path: Path,
+) -> None:
     uri = str(tmp_path / "ds")
     _create(uri, rows=40, per_file=40)
     commit(uri, _plan_delete(uri, 1, {3, 4}))
     with pytest.raises(RetryableConflictError) as info:
-        commit(uri, _plan_delete(uri, 1, {4, 5}))
+        commit(uri, _plan_delete(uri, 1, {4, 5}), conflict_options=LANCE)
     assert info.value.conflicts[0].row_addresses == (4,)
 
     def plan(ds: Dataset) -> Transaction:
         live = set(_ids(uri))
         return _plan_delete(uri, ds.version, {4, 5} & live)
 
-    result = replan_and_commit(uri, plan, retry_policy=RetryPolicy(max_attempts=3))
+    result = replan_and_commit(
+        uri, plan, retry_policy=RetryPolicy(max_attempts=3), conflict_options=LANCE
+    )
     assert result.version == 3
     assert _ids(uri) == [i for i in range(40) if i not in {3, 4, 5}]
+
+
+def test_overlapping_row_deletes_merge_by_default(tmp_path: Path) -> None:
+    """Both deletes land with no re-plan: serially the second one's predicate no longer
+    matches row 4, so the result is the union, as pylance reads it."""
+    uri = str(tmp_path / "ds")
+    _create(uri, rows=40, per_file=40)
+    commit(uri, _plan_delete(uri, 1, {3, 4}))
+    result = commit(uri, _plan_delete(uri, 1, {4, 5}))
+    assert result.version == 3
+    assert _ids(uri) == [i for i in range(40) if i not in {3, 4, 5}]
+    assert lance.dataset(uri).count_rows() == 37
 
 
 def test_engine_deletes_rebase_over_pylance_deletes(tmp_path: Path) -> None:

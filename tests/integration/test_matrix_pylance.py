@@ -23,6 +23,7 @@ operation.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -41,6 +42,7 @@ from lance.schema import LanceSchema
 
 from txn_engine.codec import transaction_from_proto
 from txn_engine.commit import commit
+from txn_engine.conflicts.rebase import ConflictOptions
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     IncompatibleTransactionError,
@@ -223,8 +225,13 @@ def _pylance_commit(uri: str, op: Any) -> None:
     lance.LanceDataset.commit(uri, op, read_version=1)
 
 
-def _engine_commit(uri: str, op: Operation) -> None:
-    result = commit(uri, Transaction(1, op))
+#: pylance 14's answers: the matrix scenarios run txn_engine without its resolutions
+#: beyond Lance (those cells are checked by ``test_cells_resolved_beyond_lance``)
+LANCE = ConflictOptions(rebase_rows=False)
+
+
+def _engine_commit(uri: str, op: Operation, options: ConflictOptions = LANCE) -> None:
+    result = commit(uri, Transaction(1, op), conflict_options=options)
     landed = Dataset.open(uri, version=result.version).manifest_pb
     assert landed.writer_feature_flags & FLAG_DISABLE_TRANSACTION_FILE
     assert landed.transaction_file == ""
@@ -315,3 +322,100 @@ def test_matrix_row_mixed_writers(catalogue: Catalogue, b: str) -> None:
     assert not content_mismatch, (
         f"B={b}: table contents differ from pylance's in {content_mismatch}"
     )
+
+
+#: (A committed first, B planned at the same version): the cells where txn_engine lands B
+#: (by default) and pylance 14 answers R. Rendered in docs/conflicts.md (*Beyond Lance*).
+RESOLVED_BEYOND_LANCE = {
+    ("Delete0", "Delete0"),
+    ("Delete0b", "Delete0"),
+    ("DeleteFrag0", "Delete0"),
+    ("Merge", "Delete0"),
+    ("MergeNN", "Delete0"),
+    ("Rewrite01", "Delete0"),
+    ("Delete0", "Delete0b"),
+    ("Delete0b", "Delete0b"),
+    ("DeleteFrag0", "Delete0b"),
+    ("Merge", "Delete0b"),
+    ("MergeNN", "Delete0b"),
+    ("Rewrite01", "Delete0b"),
+    ("Update0", "Delete0b"),
+    ("Delete1", "Delete1"),
+    ("Merge", "Delete1"),
+    ("MergeNN", "Delete1"),
+    ("Rewrite01", "Delete1"),
+    ("Delete0", "DeleteFrag0"),
+    ("Delete0b", "DeleteFrag0"),
+    ("DeleteFrag0", "DeleteFrag0"),
+    ("Merge", "DeleteFrag0"),
+    ("MergeNN", "DeleteFrag0"),
+    ("Rewrite01", "DeleteFrag0"),
+    ("Delete0", "Merge"),
+    ("Delete0b", "Merge"),
+    ("Delete1", "Merge"),
+    ("Delete0", "MergeNN"),
+    ("Delete0b", "MergeNN"),
+    ("Delete1", "MergeNN"),
+    ("Delete0", "Rewrite01"),
+    ("Delete0b", "Rewrite01"),
+    ("Delete1", "Rewrite01"),
+    ("Update0", "Rewrite01"),
+    ("Update2", "Rewrite23"),
+    ("Delete0b", "Update0"),
+    ("Rewrite01", "Update0"),
+    ("Rewrite23", "Update2"),
+}
+
+#: the operations whose row a resolution can change (B)
+_RESOLVING = [n for n in NAMES if n.startswith(("Delete", "Update", "Rewrite", "Merge"))]
+
+
+def _rows_by_id(uri: str) -> dict[int, tuple[Any, ...]]:
+    table = lance.dataset(uri).to_table()
+    cols = sorted(table.column_names)
+    return {r["id"]: tuple((c, r[c]) for c in cols) for r in table.to_pylist()}
+
+
+def _serial(
+    base: dict[int, Any], after_a: dict[int, Any], b_alone: dict[int, Any]
+) -> dict[int, Any]:
+    """A then B, for a B that deletes, rewrites or adds columns to rows: the rows B changed
+    (alone) as B left them, the others as A left them (compared on A's columns)."""
+    changed = {k for k in base.keys() | b_alone.keys() if base.get(k) != b_alone.get(k)}
+    out = {k: v for k, v in after_a.items() if k not in changed}
+    out.update({k: v for k, v in b_alone.items() if k in changed and k in after_a})
+    return out
+
+
+def _on_columns(rows: dict[int, Any], like: dict[int, Any]) -> dict[int, Any]:
+    cols = {c for v in like.values() for c, _ in v}
+    return {k: tuple((c, x) for c, x in v if c in cols) for k, v in rows.items()}
+
+
+@pytest.mark.parametrize("b", _RESOLVING)
+def test_cells_resolved_beyond_lance(catalogue: Catalogue, b: str) -> None:
+    """Row B with txn_engine's defaults (PE): every cell keeps pylance's answer except the
+    listed ones, which land, and the table then equals A followed by B serially."""
+    base = _rows_by_id(catalogue.fresh())
+    alone = catalogue.fresh()
+    _engine_commit(alone, catalogue.engine[b])
+    b_alone = _rows_by_id(alone)
+    got: list[str] = []
+    for a in NAMES:
+        uri = catalogue.fresh()
+        if _outcome(functools.partial(_pylance_commit, uri, catalogue.pylance[a])) != "Y":
+            got.append(MEASURED[b][NAMES.index(a)])
+            continue
+        after_a = _rows_by_id(uri)
+        mine = functools.partial(_engine_commit, uri, catalogue.engine[b], ConflictOptions())
+        outcome = _outcome(mine)
+        got.append(outcome)
+        if outcome == "Y" and (a, b) in RESOLVED_BEYOND_LANCE:
+            want = _serial(base, after_a, b_alone)
+            assert _on_columns(_rows_by_id(uri), after_a) == _on_columns(want, after_a), (a, b)
+    expected = [
+        "Y" if (a, b) in RESOLVED_BEYOND_LANCE else e
+        for a, e in zip(NAMES, MEASURED[b], strict=True)
+    ]
+    diff = [(a, g, e) for a, g, e in zip(NAMES, got, expected, strict=True) if g != e]
+    assert not diff, f"B={b}: (A, got, expected) {diff}"

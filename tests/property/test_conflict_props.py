@@ -161,11 +161,11 @@ def _final_dv(store: MemoryStorage) -> BitMap:
 
 
 def _run(
-    writers: list[frozenset[int]], *, affected: bool, derive: bool
+    writers: list[frozenset[int]], *, affected: bool, derive: bool, beyond_lance: bool = False
 ) -> tuple[list[bool], BitMap]:
     store = _dataset()
     planned = [_plan_delete(store, rows, affected=affected) for rows in writers]
-    options = ConflictOptions(derive_affected_rows=derive)
+    options = ConflictOptions(derive_affected_rows=derive, rebase_rows=beyond_lance)
     landed: list[bool] = []
     for txn in planned:
         try:
@@ -202,8 +202,20 @@ def test_derive_affected_rows_option_matches_serial_execution(
     assert _run(writers, affected=False, derive=True) == _serial_oracle(writers)
 
 
+@given(st.lists(ROWS, min_size=2, max_size=4), st.booleans())
+def test_overlapping_deletes_merge_beyond_lance(
+    writers: list[frozenset[int]], affected: bool
+) -> None:
+    """By default (``rebase_rows``) every concurrent delete of one fragment lands, with or
+    without recorded rows, and the result is the serial one: each delete removes the rows
+    it matched that are still there, so a row deleted twice is deleted once."""
+    landed, dv = _run(writers, affected=affected, derive=False, beyond_lance=True)
+    assert landed == [True] * len(writers)
+    assert dv == BitMap(frozenset().union(*writers))
+
+
 @given(st.lists(ROWS, min_size=2, max_size=3))
-def test_default_without_affected_rows_retries_every_later_delete(
+def test_lance_mode_without_affected_rows_retries_every_later_delete(
     writers: list[frozenset[int]],
 ) -> None:
     landed, dv = _run(writers, affected=False, derive=False)

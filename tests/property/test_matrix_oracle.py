@@ -64,7 +64,9 @@ def test_compatible_pairs_give_the_serial_result(
         frags.append(rows.fragment((rid, 0) for rid in range(start, start + n)))
         start += n
     created = commit(storage, Transaction(0, Overwrite(tuple(frags), SCHEMA)))
-    intent = IntentModel(created.version, Contents.of((r, 0) for r in range(start)))
+    intent = IntentModel(
+        created.version, Contents.of((r, 0) for r in range(start)), merge_deletes=True
+    )
     for kind in data.draw(st.lists(st.sampled_from(_SETUP_KINDS), max_size=3), label="setup"):
         snapshot = Dataset.open(storage)
         planned = planner.plan(kind, snapshot, data)
@@ -101,7 +103,9 @@ def test_compatible_pairs_give_the_serial_result(
     event(f"{b.kind} after {a.kind}: lands")
     assert landed_b.version == landed_a.version + 1
     try:
-        expected = apply_effect(intent.contents(), plan_b[1], intent.history)
+        expected = apply_effect(
+            intent.contents(), plan_b[1], intent.history, merge_deletes=intent.merge_deletes
+        )
     except EffectError as exc:
         raise AssertionError(
             f"{b.kind} landed after {a.kind}, but a serial execution cannot do that: {exc}"

@@ -252,13 +252,15 @@ def test_delete_replaces_and_removes_and_sets_the_deletion_flag() -> None:
 
 def test_append_sets_the_deletion_flag_from_its_own_fragments_on_a_clean_base() -> None:
     """An Append on a base without deletion files looks at its new fragments only (no scan
-    of the table): a new fragment carrying a deletion file sets the flag, one without
-    leaves it clear; on a base with the flag set the flag stays set."""
+    of the table): they carry none (a new fragment with a deletion file is refused), so the
+    flag stays clear; on a base with the flag set the flag stays set."""
     s = create(3)
     plain = apply(s, Append([frag()]))
     assert not plain.manifest.reader_feature_flags & FLAG_DELETION_FILES
     with_dv = attrs.evolve(frag(), deletion_file=DeletionFile(0, 1, 7, num_deleted_rows=1))
-    marked = apply(plain, Append([with_dv]))
+    with pytest.raises(InvalidOperationError, match="must be newly written"):
+        apply(plain, Append([with_dv]))
+    marked = apply(plain, Delete([deleted(plain.manifest.fragments[1], 1)], [], "a = 1"))
     assert marked.manifest.reader_feature_flags & FLAG_DELETION_FILES
     assert marked.manifest.writer_feature_flags & FLAG_DELETION_FILES
     kept = apply(marked, Append([frag()]))
@@ -479,6 +481,136 @@ def test_merge_validation(change: object, message: str) -> None:
     op = Merge(change(fs), SCHEMA)  # type: ignore[operator]
     with pytest.raises(InvalidOperationError, match=message):
         validate(s, Transaction(1, op))
+
+
+def _dv(n: int = 1) -> DeletionFile:
+    return DeletionFile(0, 1, 42, num_deleted_rows=n)
+
+
+def _foreign_row_ids(rows: int = 10) -> bytes:
+    return encode_row_id_sequence(range(rows))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda s: Overwrite([attrs.evolve(frag(), deletion_file=_dv())], SCHEMA), "Overwrite"),
+        (lambda s: Append([attrs.evolve(frag(), deletion_file=_dv())]), "Append"),
+        (lambda s: Append([attrs.evolve(frag(fid=9), deletion_file=_dv())]), "Append"),
+        (lambda s: Update([], [], [attrs.evolve(frag(), deletion_file=_dv())]), "Update"),
+        (
+            lambda s: Merge(
+                [
+                    *(Fragment.from_proto(f) for f in s.manifest.fragments),
+                    attrs.evolve(frag(), deletion_file=_dv()),
+                ],
+                SCHEMA,
+            ),
+            "Merge",
+        ),
+    ],
+)
+def test_a_new_fragment_with_a_deletion_file_is_refused(make: object, message: str) -> None:
+    """Its id is assigned at commit and a deletion file is found by its fragment's id: the
+    manifest would point at a file that is not there (pylance 14 refuses it for Overwrite,
+    and commits it for the others, then fails every scan)."""
+    s = create(2)
+    op = make(s)  # type: ignore[operator]
+    with pytest.raises(InvalidOperationError, match=f"{message} fragments must be newly written"):
+        validate(s, Transaction(1, op))
+
+
+@pytest.mark.parametrize("kind", ["Append", "Overwrite", "Update", "Merge", "Rewrite"])
+def test_row_ids_on_a_table_without_stable_row_ids_are_refused(kind: str) -> None:
+    s = create(2)
+    given = attrs.evolve(frag(), row_id_sequence=_foreign_row_ids())
+    existing = [Fragment.from_proto(f) for f in s.manifest.fragments]
+    op = {
+        "Append": lambda: Append([given]),
+        "Overwrite": lambda: Overwrite([given], SCHEMA),
+        "Update": lambda: Update([], [], [given]),
+        "Merge": lambda: Merge(
+            [existing[0], attrs.evolve(existing[1], row_id_sequence=_foreign_row_ids())], SCHEMA
+        ),
+        "Rewrite": lambda: Rewrite([RewriteGroup([existing[0]], [given])]),
+    }[kind]()
+    with pytest.raises(InvalidOperationError, match="does not use stable row ids"):
+        validate(s, Transaction(1, op))
+    if kind == "Overwrite":  # creating a table without stable row ids: refused at the build
+        txn = Transaction(0, op)
+        validate(None, txn)
+        with pytest.raises(InvalidOperationError, match="does not use stable row ids"):
+            build_manifest(None, txn, version=1, transaction_file="x")
+
+
+def test_overwrite_gives_every_fragment_a_new_id() -> None:
+    """pylance 14 ignores the ids an Overwrite's fragments come with: ids continue after
+    the high-water mark, so an id is never reused for other data."""
+    s = apply(create(2), Overwrite([frag(fid=1), frag(fid=7)], SCHEMA))
+    assert ids(s) == [2, 3]
+
+
+def test_new_fragments_get_fresh_version_sequences() -> None:
+    """pylance 14 ignores created-at / last-updated versions given with a newly written
+    fragment: its rows are created by the version that lands it."""
+    s = create(1, stable=True)
+    given = attrs.evolve(
+        frag(),
+        created_at_version_sequence=encode_version_sequence([(10, 1)]),
+        last_updated_at_version_sequence=encode_version_sequence([(10, 1)]),
+    )
+    s = apply(s, Append([given]))
+    new = s.manifest.fragments[-1]
+    assert decode_version_sequence(new.inline_created_at_versions) == [(10, 2)]
+    assert decode_version_sequence(new.inline_last_updated_at_versions) == [(10, 2)]
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_merge_adds_new_fragments_after_the_existing_ones(stable: bool) -> None:
+    """A Merge lists every fragment of the table, then may add new ones: id 0 (assigned at
+    commit, as an Append's, even where fragment 0 exists) or an id of its own; on a table
+    with stable row ids they get row ids and versions like an Append's."""
+    s = create(2, stable=stable)
+    existing = [Fragment.from_proto(f) for f in s.manifest.fragments]
+    s = apply(s, Merge([*existing, frag(5), frag(5, fid=9)], SCHEMA))
+    assert ids(s) == [0, 1, 2, 9]
+    assert [f.physical_rows for f in s.manifest.fragments] == [10, 10, 5, 5]
+    if stable:
+        row_ids = [decode_row_id_sequence(f.inline_row_ids) for f in s.manifest.fragments]
+        assert sorted(i for r in row_ids for i in r) == list(range(30))
+        new = s.manifest.fragments[2]
+        assert decode_version_sequence(new.inline_created_at_versions) == [(5, 2)]
+
+
+def test_merge_classifies_its_fragments_as_pylance_does() -> None:
+    s = create(2, stable=True)
+    existing = [Fragment.from_proto(f) for f in s.manifest.fragments]
+    for op, message in [
+        (Merge([frag(5), *existing], SCHEMA), "after a new fragment"),
+        (
+            Merge([existing[0], attrs.evolve(existing[1], row_id_sequence=None)], SCHEMA),
+            "dropped the stable row ids of existing fragment 1",
+        ),
+        (Merge([*existing, frag(5, fid=9), frag(5, fid=9)], SCHEMA), "listed twice"),
+        (
+            Merge([existing[0], attrs.evolve(existing[1], deletion_file=_dv())], SCHEMA),
+            "not the one it has",
+        ),
+    ]:
+        with pytest.raises(InvalidOperationError, match=message):
+            validate(s, Transaction(1, op))
+
+
+def test_merge_keeps_or_drops_a_fragment_deletion_file() -> None:
+    """A restated fragment keeps its deletion file, or drops it (pylance 14 commits both);
+    another deletion file is refused above."""
+    s = create(2)
+    s = apply(s, Delete([deleted(s.manifest.fragments[0], 2)], [], "a < 2"))
+    existing = [Fragment.from_proto(f) for f in s.manifest.fragments]
+    kept = apply(s, Merge(existing, SCHEMA))
+    assert kept.manifest.fragments[0].deletion_file == s.manifest.fragments[0].deletion_file
+    dropped = apply(s, Merge([attrs.evolve(existing[0], deletion_file=None), existing[1]], SCHEMA))
+    assert not dropped.manifest.fragments[0].HasField("deletion_file")
 
 
 def test_project_drops_files_without_remaining_fields_and_their_indices() -> None:
@@ -739,3 +871,16 @@ def test_rewrite_with_reserved_ids_below_newer_fragments_keeps_the_list_sorted()
                 ),
             ),
         )
+
+
+def test_merge_schema_metadata_replaces_the_tables_unless_none() -> None:
+    """As pylance's Merge: the schema's metadata becomes the table's (an empty one clears
+    it); a Merge of Lance fields without any (None) keeps the table's."""
+    s = apply(create(1), Overwrite([frag()], SCHEMA, schema_metadata={"owner": b"me"}))
+    existing = [Fragment.from_proto(f) for f in s.manifest.fragments]
+    assert dict(apply(s, Merge(existing, SCHEMA)).manifest.schema_metadata) == {"owner": b"me"}
+    replaced = apply(s, Merge(existing, SCHEMA, schema_metadata={"n": b"2"}))
+    assert dict(replaced.manifest.schema_metadata) == {"n": b"2"}
+    assert (
+        dict(apply(s, Merge(existing, SCHEMA, schema_metadata={})).manifest.schema_metadata) == {}
+    )

@@ -242,13 +242,23 @@ def test_plan_retry_is_pure_and_returns_what_to_write() -> None:
     winners = [Winner(2, transaction_to_proto(other))]
     kw = {"latest_version": 2, "latest_fragments": latest, "initial_fragments": _frag}
     listed = store.list("_deletions")
-    strict = plan_retry(bare, winners, read_dv=read_dv, **kw)  # type: ignore[arg-type]
+    lance = ConflictOptions(rebase_rows=False)
+    strict = plan_retry(bare, winners, read_dv=read_dv, options=lance, **kw)  # type: ignore[arg-type]
     assert isinstance(strict, Conflict)
     assert strict.rule == "D1"  # Lance's rule: same fragment, no rows known
     assert reads == []
     derived = plan_retry(
-        bare, winners, read_dv=read_dv, options=ConflictOptions(derive_affected_rows=True), **kw
+        bare,
+        winners,
+        read_dv=read_dv,
+        options=ConflictOptions(derive_affected_rows=True, rebase_rows=False),
+        **kw,
     )  # type: ignore[arg-type]
+    by_default = plan_retry(bare, winners, read_dv=read_dv, **kw)  # type: ignore[arg-type]
+    assert isinstance(by_default, Rebased)  # beyond Lance: rows derived by default
+    assert isinstance(derived, Rebased)
+    assert by_default.transaction.operation.affected_rows == _addr(0, 7, 8)  # type: ignore[union-attr]
+    assert [w.data for w in by_default.writes] == [w.data for w in derived.writes]
     assert isinstance(derived, Rebased)
     assert derived.transaction.read_version == 2
     op = derived.transaction.operation

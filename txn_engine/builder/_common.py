@@ -14,7 +14,11 @@ from pyroaring import BitMap
 from txn_engine._proto import file_pb2, table_pb2
 from txn_engine._version import __version__
 from txn_engine.errors import FormatError, InvalidOperationError, LimitExceededError
-from txn_engine.format.flags import FLAG_DISABLE_TRANSACTION_FILE, compute_feature_flags
+from txn_engine.format.flags import (
+    FLAG_DISABLE_TRANSACTION_FILE,
+    FLAG_STABLE_ROW_IDS,
+    compute_feature_flags,
+)
 from txn_engine.format.rowids import (
     decode_row_id_sequence,
     encode_row_id_sequence,
@@ -118,9 +122,53 @@ def _check_data_path(path: str, what: str) -> None:
         )
 
 
+def uses_stable_row_ids(current: ManifestState) -> bool:
+    return bool(current.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+
+
+def check_newly_written(frag: Fragment, what: str, stable: bool | None) -> None:
+    """A new fragment (its id assigned at commit) must come as its writer wrote it: no
+    deletion file (the file's name holds the fragment id, so renumbered, no reader would
+    find it: pylance 14 refuses it for Overwrite, and commits it for Append, Update, Merge
+    and Rewrite, then fails every scan), and no stable row ids on a table without them
+    (``stable`` False; pylance 14: "All fragments must have row ids", and after such a
+    commit it refuses every later one). ``stable`` None: not known yet (a new table)."""
+    if frag.deletion_file is not None:
+        remedy = (
+            "use Delete to commit deletions against existing fragments, or Merge to change "
+            "their schema"
+            if what == "Overwrite"
+            else "commit the fragment as written, then delete its rows with a Delete"
+        )
+        raise invalid(
+            f"{what} fragments must be newly written, but fragment {frag.id} carries deletion "
+            f"file _deletions/{frag.deletion_file.file_name(frag.id)} (a new fragment gets its "
+            f"id at commit, and a deletion file is found by its fragment's id): {remedy}"
+        )
+    if stable is False and frag.row_id_sequence is not None:
+        raise invalid(
+            f"{what}: fragment {frag.id} carries stable row ids (row_id_sequence), but this "
+            "table does not use stable row ids (pylance 14: 'All fragments must have row "
+            "ids'): drop its row_id_sequence"
+        )
+
+
 def check_new_fragments(
-    current: ManifestState | None, fragments: Sequence[Fragment], schema_ids: set[int], what: str
+    current: ManifestState | None,
+    fragments: Sequence[Fragment],
+    schema_ids: set[int],
+    what: str,
+    *,
+    stable: bool | None = None,
+    numbered_deletions: bool = False,
 ) -> None:
+    """Refuse new fragments no reader could use (see :func:`check_newly_written`; ``stable``
+    is whether the table uses stable row ids, ``current``'s when not given), with ids
+    already in use, paths outside the table, fields the schema never had, ...
+    ``numbered_deletions``: a fragment with an explicit id may carry a deletion file (a
+    Rewrite carrying deletions that landed after it was planned)."""
+    if stable is None and current is not None:
+        stable = uses_stable_row_ids(current)
     seen: set[int] = set()
     data_format = (
         current.manifest.data_format.version
@@ -131,6 +179,10 @@ def check_new_fragments(
     for frag in fragments:
         if frag.physical_rows < 0:
             raise invalid(f"{what}: fragment has negative physical_rows")
+        if numbered_deletions and frag.id and frag.deletion_file is not None:
+            check_newly_written(attrs.evolve(frag, deletion_file=None), what, stable)
+        else:
+            check_newly_written(frag, what, stable)
         if frag.id:
             if frag.id in seen:
                 raise invalid(f"{what}: duplicate fragment id {frag.id}")
@@ -314,10 +366,10 @@ def new_fragment_pb(
         pb.id = ids.take()
     if stable:
         assign_row_ids(pb, m)
-        if pb.WhichOneof("last_updated_at_version_sequence") is None:
-            pb.inline_last_updated_at_versions = fresh_version_sequence(pb.physical_rows, version)
-        if pb.WhichOneof("created_at_version_sequence") is None:
-            pb.inline_created_at_versions = fresh_version_sequence(pb.physical_rows, version)
+        # pylance 14 ignores version sequences given with a newly written fragment: its
+        # rows were created (and last updated) by this version
+        pb.inline_last_updated_at_versions = fresh_version_sequence(pb.physical_rows, version)
+        pb.inline_created_at_versions = fresh_version_sequence(pb.physical_rows, version)
     return pb
 
 

@@ -116,6 +116,8 @@ class RebaseTarget:
     initial_fragments: FragmentLookup | None
     read_dv: DeletionReader
     new_id: Callable[[], int]
+    #: fragments where only concurrent Deletes met my Delete: rows both deleted are merged
+    tolerant_fragment_ids: frozenset[int] = frozenset()
 
 
 @attrs.frozen

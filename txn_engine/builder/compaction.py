@@ -77,7 +77,9 @@ class RewriteHandler(Handler[Rewrite]):
         for group in op.groups:
             if not group.old_fragments:
                 raise invalid("Rewrite: a group has no old fragments")
-            check_new_fragments(current, group.new_fragments, schema_ids, kind)
+            check_new_fragments(
+                current, group.new_fragments, schema_ids, kind, numbered_deletions=True
+            )
             if stable and any(f.row_id_sequence is None for f in group.new_fragments):
                 raise invalid(
                     "Rewrite on a stable-row-id dataset: every new fragment must carry the "
@@ -174,7 +176,7 @@ def _apply_rewrite(
                         f"Rewrite: index {index.name} covers only part of a group being "
                         "compacted (split of indexed and non-indexed data)"
                     )
-                bm = (bm - old) | new
+                bm = (bm - old) | new if (ri is not None or not stable or deferred) else bm - old
             set_bitmap(index, bm)
         if ri is not None:
             index.uuid.uuid = uuid_bytes(ri.new_id, "Rewrite: rewritten index new_id")

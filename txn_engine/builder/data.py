@@ -20,6 +20,7 @@ from txn_engine.builder._common import (
     carry_sequences,
     check_existing,
     check_new_fragments,
+    check_newly_written,
     check_schema,
     data_format_version,
     extend_sorted,
@@ -28,6 +29,7 @@ from txn_engine.builder._common import (
     invalid,
     new_fragment_pb,
     sort_fragments,
+    uses_stable_row_ids,
 )
 from txn_engine.builder._policy import Predicate, RuleContext, expect
 from txn_engine.builder._registry import (
@@ -174,15 +176,13 @@ class OverwriteHandler(Handler[Overwrite]):
         if op.initial_bases and current is not None:
             raise invalid("Overwrite.initial_bases is only allowed when creating a dataset")
         ids = field_ids_of(op.schema)
-        check_new_fragments(None, op.fragments, ids, kind)
+        stable = None if current is None else uses_stable_row_ids(current)
+        check_new_fragments(None, op.fragments, ids, kind, stable=stable)
         versions = {
             (df.file_major_version, df.file_minor_version) for f in op.fragments for df in f.files
         }
         if len({data_format_version(*v) for v in versions}) > 1:
             raise invalid("Overwrite: data files of different Lance file versions")
-
-    def explicit_ids(self, op: Overwrite) -> Iterable[int]:
-        return [f.id for f in op.fragments]
 
     def config_edits(self, op: Overwrite) -> ConfigEdits:
         return frozenset(op.config_upserts), frozenset()
@@ -194,11 +194,16 @@ class OverwriteHandler(Handler[Overwrite]):
         m.schema_metadata.clear()
         for k, v in op.schema_metadata:
             m.schema_metadata[k] = v
+        if build.current is None:  # a new table: whether it has stable row ids is known now
+            for f in op.fragments:
+                check_newly_written(f, "Overwrite", build.stable)
         del m.fragments[:]
-        # pylance 14 continues after the high-water mark (Lance 1.0 restarted at 0), so an
-        # id is never reused for different data.
+        # pylance 14 gives every fragment of an Overwrite a new id (an id given is ignored),
+        # after the high-water mark (Lance 1.0 restarted at 0), so an id is never reused
+        # for different data.
         m.fragments.extend(
-            new_fragment_pb(f, build.ids, m, build.stable, build.version) for f in op.fragments
+            new_fragment_pb(f.with_id(0), build.ids, m, build.stable, build.version)
+            for f in op.fragments
         )
         build.indices = []
         for k, s in op.config_upsert_values or ():
@@ -231,47 +236,111 @@ class MergeHandler(Handler[Merge]):
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Merge) -> None:
         current = _existing(current)
-        check_schema(op.schema, txn.kind, current)
-        given: dict[int, Fragment] = {}
-        for frag in op.fragments:
-            if frag.id in given:
-                raise invalid(f"Merge: fragment id {frag.id} listed twice")
-            given[frag.id] = frag
+        kind = txn.kind
+        check_schema(op.schema, kind, current)
+        restated, new = _merge_split(current.manifest, op.fragments)
+        stable = uses_stable_row_ids(current)
         for existing in current.manifest.fragments:
-            listed = given.get(existing.id)
+            listed = restated.get(existing.id)
             if listed is None:
                 raise invalid(f"Merge must list every fragment; fragment {existing.id} is missing")
-            if listed.physical_rows != existing.physical_rows:
-                raise invalid(f"Merge changed physical_rows of fragment {existing.id}")
+            _check_restated(existing, listed, stable)
+        check_new_fragments(current, new, field_ids_of(op.schema), kind, stable=stable)
+
+    def explicit_ids(self, op: Merge) -> Iterable[int]:
+        return [f.id for f in op.fragments]
 
     def apply(self, build: Build, op: Merge) -> list[int] | None:
         m, stable, version = build.manifest, build.stable, build.version
         del m.fields[:]
         m.fields.extend(f.to_proto() for f in op.schema)
-        if op.schema_metadata:
+        if op.schema_metadata is not None:  # None: the table's is kept
             m.schema_metadata.clear()
             for k, v in op.schema_metadata:
                 m.schema_metadata[k] = v
         merged: list[table_pb2.DataFragment] = []
-        for given in op.fragments:  # ids are kept as given (id 0 is a real fragment here)
+        seen: set[int] = set()
+        for given in op.fragments:
+            pos = -1 if given.id in seen else find_fragment_index(m.fragments, given.id)
+            if pos < 0:  # a new fragment (an id 0 after fragment 0 too): as Append's
+                merged.append(new_fragment_pb(given, build.ids, m, stable, version))
+                continue
+            seen.add(given.id)
             pb = given.to_proto()
-            pos = find_fragment_index(m.fragments, given.id)
-            old = m.fragments[pos] if pos >= 0 else None
-            if stable and (old is None or list(old.files) != list(pb.files)):
+            old = m.fragments[pos]
+            if stable and list(old.files) != list(pb.files):
                 # pylance 14: a fragment that gained (or changed) data files was updated
                 # at this version; untouched fragments keep their version sequences.
                 pb.inline_last_updated_at_versions = fresh_version_sequence(
                     pb.physical_rows, version
                 )
-            if old is not None:
-                carry_sequences(old, pb)
-            elif stable and pb.WhichOneof("created_at_version_sequence") is None:
-                pb.inline_created_at_versions = fresh_version_sequence(pb.physical_rows, version)
+            carry_sequences(old, pb)
             merged.append(pb)
         del m.fragments[:]
         m.fragments.extend(merged)
         sort_fragments(m)
         return None
+
+
+def _merge_split(
+    manifest: table_pb2.Manifest, fragments: Sequence[Fragment]
+) -> tuple[dict[int, Fragment], list[Fragment]]:
+    """A Merge's fragments as pylance 14 reads them: the first one listed with an existing
+    fragment's id restates it; the others are new (id 0: assigned at commit, as an
+    Append's; another id: reserved). Refused as pylance refuses them: an id other than 0
+    listed twice, an existing fragment listed after a new one (an id-0 fragment before
+    fragment 0 would be taken for it)."""
+    restated: dict[int, Fragment] = {}
+    new: list[Fragment] = []
+    new_ids: set[int] = set()
+    for frag in fragments:
+        exists = frag.id not in restated and find_fragment_index(manifest.fragments, frag.id) >= 0
+        if exists:
+            if new:
+                raise invalid(
+                    f"Merge lists existing fragment {frag.id} after a new fragment (id "
+                    f"{new[0].id}): list every existing fragment first, then the new ones"
+                )
+            restated[frag.id] = frag
+        elif frag.id and (frag.id in restated or frag.id in new_ids):
+            raise invalid(
+                f"Merge: fragment id {frag.id} listed twice (a new fragment takes id 0, "
+                "assigned at commit, or an id of its own)"
+            )
+        else:
+            new_ids.add(frag.id)
+            new.append(frag)
+    return restated, new
+
+
+def _check_restated(existing: table_pb2.DataFragment, listed: Fragment, stable: bool) -> None:
+    """A Merge's restatement of an existing fragment keeps its rows: the same physical
+    rows, its deletion file or none (pylance 14 commits another one, then fails every
+    scan: the file is not there), and its stable row ids exactly when the table has them."""
+    fid = existing.id
+    if listed.physical_rows != existing.physical_rows:
+        raise invalid(f"Merge changed physical_rows of fragment {fid}")
+    given = listed.deletion_file
+    if given is not None and (
+        not existing.HasField("deletion_file") or given.to_proto() != existing.deletion_file
+    ):
+        raise invalid(
+            f"Merge: fragment {fid} carries deletion file _deletions/{given.file_name(fid)}, "
+            "which is not the one it has: a Merge keeps each fragment's deletions (list "
+            "the fragment as the table has it); commit deletions with a Delete"
+        )
+    if stable and listed.row_id_sequence is None:
+        raise invalid(
+            f"Merge dropped the stable row ids of existing fragment {fid} (pylance 14 refuses "
+            "it): list the fragment with its row_id_sequence, as the table has it; new "
+            "fragments (id 0) go after the existing ones"
+        )
+    if not stable and listed.row_id_sequence is not None:
+        raise invalid(
+            f"Merge: fragment {fid} carries stable row ids (row_id_sequence), but this table "
+            "does not use stable row ids (pylance 14: 'All fragments must have row ids'): "
+            "drop its row_id_sequence"
+        )
 
 
 @register(Project)

@@ -425,7 +425,7 @@ def rebase_deletions(txn: Transaction, target: RebaseTarget) -> Rebased | RowCla
         existing = _pb_dv(read_dv, latest)
         mine = fragment_offsets(affected, fid)
         clash = existing & mine
-        if clash:
+        if clash and fid not in target.tolerant_fragment_ids:
             sample = tuple(fid << 32 | int(o) for o in list(clash)[:5])
             return RowClash(
                 f"both deleted or updated rows of fragment {fid} (row addresses {list(sample)})",

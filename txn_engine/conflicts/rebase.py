@@ -51,7 +51,14 @@ from txn_engine.builder._row_addresses import fragment_offsets
 from txn_engine.builder._row_addresses import offsets_by_mask as _offsets_by_mask  # noqa: F401
 from txn_engine.builder.rows import derive_affected_rows
 from txn_engine.conflicts.detect import Conflict
+from txn_engine.conflicts.isolation import (
+    ISOLATION_LEVELS,
+    SERIALIZABLE,
+    PylanceMatcher,
+    RowMatcher,
+)
 from txn_engine.conflicts.matrix import Outcome
+from txn_engine.errors import InvalidOperationError
 from txn_engine.transaction import Transaction
 
 __all__ = [
@@ -63,6 +70,7 @@ __all__ = [
     "find_fragment",
     "fragment_offsets",
     "rebase",
+    "with_isolation",
 ]
 
 
@@ -79,6 +87,46 @@ class ConflictOptions:
     """
 
     derive_affected_rows: bool = False
+    #: Resolve, instead of refusing, the pairs that have one correct result although pylance
+    #: 14 refuses them (``docs/conflicts.md``, *Beyond Lance*): a Delete/Update and a
+    #: Rewrite or Merge of the same fragments (either order; rows are mapped through the
+    #: rewrite and deletion vectors carried over), and two Deletes of the same fragment
+    #: (their affected rows derived when not recorded; a row deleted by both is deleted
+    #: once). ``False`` answers every such pair as pylance 14 does.
+    rebase_rows: bool = True
+    #: ``"snapshot"`` (Lance's) or ``"serializable"``: a Delete/Update then also conflicts
+    #: with a concurrent transaction that added rows its predicate matches
+    #: (:mod:`txn_engine.conflicts.isolation`; ``row_matcher`` evaluates the predicate on
+    #: the added rows, without one every added row conflicts).
+    isolation: str = attrs.field(default="snapshot")
+    row_matcher: RowMatcher | None = attrs.field(default=None, eq=False, repr=False)
+
+    @isolation.validator
+    def _known(self, _attr: object, value: str) -> None:
+        if value not in ISOLATION_LEVELS:
+            raise InvalidOperationError(
+                f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {value!r}"
+            )
+
+
+def with_isolation(
+    options: ConflictOptions | None,
+    isolation: str | None,
+    uri: str,
+    storage_options: dict[str, str] | None = None,
+) -> ConflictOptions | None:
+    """``options`` at ``isolation`` (None: as they are) for the dataset at ``uri``: a
+    serializable level gets a :class:`~txn_engine.conflicts.isolation.PylanceMatcher` of
+    ``uri`` unless it carries a matcher of its own."""
+    if isolation is None and options is None:
+        return None
+    out = options or ConflictOptions()
+    if isolation is not None:
+        out = attrs.evolve(out, isolation=isolation)
+    own = out.row_matcher is not None and not isinstance(out.row_matcher, PylanceMatcher)
+    if out.isolation == SERIALIZABLE and not own:
+        out = attrs.evolve(out, row_matcher=PylanceMatcher(uri, storage_options))
+    return out
 
 
 def find_fragment(
@@ -99,6 +147,7 @@ def rebase(
     initial_fragments: FragmentLookup | None,
     read_dv: DeletionReader,
     new_id: Callable[[], int] = lambda: secrets.randbits(64),
+    tolerant_fragment_ids: frozenset[int] = frozenset(),
 ) -> Rebased | Conflict:
     """Move ``txn`` onto ``latest_version`` (whose fragment list is ``latest_fragments``).
 
@@ -106,10 +155,17 @@ def rebase(
     marked (rule D1). Returns the rebased transaction with one ``.bin`` deletion file per
     merged fragment to write (none when there is nothing to merge; ids from ``new_id``), or a
     retryable ``Conflict`` when my affected rows clash with rows the latest version already
-    deleted.
+    deleted (except on ``tolerant_fragment_ids``, where only Deletes met mine: a row
+    deleted twice is deleted once).
     """
     target = RebaseTarget(
-        latest_version, latest_fragments, rebase_fragment_ids, initial_fragments, read_dv, new_id
+        latest_version,
+        latest_fragments,
+        rebase_fragment_ids,
+        initial_fragments,
+        read_dv,
+        new_id,
+        tolerant_fragment_ids,
     )
     out = handler_for(txn.operation).rebase(txn, target)
     if isinstance(out, RowClash):

@@ -241,6 +241,7 @@ def check_history(
     foreign: Callable[[int], bool] | None = None,
     max_findings: int = 20,
     progress: Callable[[int, int], None] | None = None,
+    merge_deletes: bool = True,
 ) -> HistoryCheck:
     """Fold the journal intents over the landed history from ``first_version`` (whose
     contents are ``first_contents``) and compare every version (see module docstring).
@@ -252,14 +253,18 @@ def check_history(
     contents are kept up to date from each manifest's changed fragments,
     :class:`~txn_engine.testing.model.StoredContents`; the expected contents from each
     intent); both folds take each version in one pass. ``progress(done, total)`` is called
-    after each version (total: the versions to check)."""
+    after each version (total: the versions to check). ``merge_deletes`` as in
+    :func:`~txn_engine.testing.model.apply_effect` (True: the writers committed with
+    txn_engine's default conflict options, under which overlapping deletes both land)."""
     source = journal.rows if fallback_rows is None else ChainedRows(journal.rows, fallback_rows)
     entries = [e for e in list_versions(storage) if e.version >= first_version]
     # from version 1 the landed transactions are folded too, in the same pass (one read of
     # each manifest, one index of its fragments for both folds)
     landed = HistoryModel(storage, source) if first_version == 1 else None
     landed_findings: list[str] = []
-    fold = _IntentFold(first_version, first_contents, StoredContents(storage, source))
+    fold = _IntentFold(
+        first_version, first_contents, StoredContents(storage, source), merge_deletes
+    )
     seen: dict[str, int] = {}
     unacked = 0
     foreign_versions = 0
@@ -337,8 +342,11 @@ class _IntentFold:
     version by version; only the rids either side changed are compared, and the set of rids
     that differ is kept, so a version costs what it changed."""
 
-    def __init__(self, first_version: int, first: Contents, stored: StoredContents) -> None:
+    def __init__(
+        self, first_version: int, first: Contents, stored: StoredContents, merge_deletes: bool
+    ) -> None:
         self.first = first
+        self.merge_deletes = merge_deletes
         self.stored = stored
         self.rows: _Versioned[int, int] = _Versioned()
         self.rows.replace(first.by_rid)
@@ -446,10 +454,11 @@ class _IntentFold:
             return [r for r, _ in effect.rows]
         if isinstance(effect, RemoveRows):
             missing = sorted(r for r in effect.rids if r not in current)
-            if missing:
+            if missing and not self.merge_deletes:
                 raise EffectError(f"deleted rids that are not live (deleted twice?): {missing[:5]}")
             for rid in effect.rids:
-                rows.pop(rid)
+                if rid in current:
+                    rows.pop(rid)
             return effect.rids
         if isinstance(effect, SetValues):
             missing = sorted(r for r, _ in effect.rows if r not in current)

@@ -24,7 +24,7 @@ Every row has an identity (``rid``) and a value; data files are synthetic
   and every rejected commit (conflict, storage error, crash before the manifest) is absent;
 * every conflict raised is one the conflict matrix allows for that pair of operations.
 
-With ``cleaner = True`` a cleaner (:func:`txn_engine.cleanup.cleanup`) runs between any two
+With ``cleaner = True`` a cleaner (:func:`txn_engine.retention.cleanup`) runs between any two
 steps, including between a writer's plan and its commit, on a logical wall clock (one
 second per step). Writers then write their data files when they plan, and each takes a
 lease (:mod:`txn_engine.lease`) on the version it reads: a long one, a short one that
@@ -66,7 +66,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from txn_engine.cleanup import FILE_DIRS, CleanupReport, ObjectInfo, cleanup, referenced_files
 from txn_engine.commit import CommitResult, commit, find_transaction
 from txn_engine.committer import Committer
 from txn_engine.conflicts.matrix import MATRIX, Outcome
@@ -98,9 +97,11 @@ from txn_engine.ops import (
     UpdateConfig,
     UpdateMap,
 )
+from txn_engine.retention import FILE_DIRS, CleanupReport, ObjectInfo, cleanup, referenced_files
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage.base import ForwardingStorage, Storage
 from txn_engine.storage.memory import MemoryStorage
+from txn_engine.testing.clocks import FollowClock
 from txn_engine.testing.fault_storage import fault_rules
 from txn_engine.testing.faults import Fault, FaultyStorage, SimulatedCrash
 from txn_engine.testing.model import (
@@ -160,7 +161,7 @@ _NS = 1_000_000_000
 class ClockedStorage(ForwardingStorage):
     """A storage wrapper that stamps every object it writes with a (logical) wall clock and
     lists objects with those times (``list_objects``, the optional Storage extension
-    :func:`txn_engine.cleanup.list_objects` uses), so cleanup's orphan retention can be
+    :func:`txn_engine.retention.list_objects` uses), so cleanup's orphan retention can be
     driven deterministically. Objects written around it have no time (never orphan-aged).
     """
 
@@ -271,7 +272,9 @@ class WritersMachine(RuleBasedStateMachine):
             for df in _data_files(first.operation):
                 self.inner.put(f"data/{df.path}", b"synthetic")
         created = commit(self.inner, first, naming=self.naming)
-        self.intent = IntentModel(created.version, Contents.of(_FIRST_ROWS))
+        self.intent = IntentModel(
+            created.version, Contents.of(_FIRST_ROWS), merge_deletes=True
+        )
         self.history = HistoryModel(self.inner, self.rows)
         self.effects: dict[str, Effect] = {first.uuid: ReplaceTable(_FIRST_ROWS)}
         #: group uuid -> member uuid -> its rows, while a group's members are being checked
@@ -310,7 +313,7 @@ class WritersMachine(RuleBasedStateMachine):
                     ttl=ttl,
                     owner=f"writer-{w}",
                     renew_in_background=False,
-                    clock=lambda: self.now_ns,
+                    clock=FollowClock(lambda: self.now_ns),
                 )
         note(f"writer {w} reads version {snapshot.version} (lease: {held is not None})")
         self.writers[w] = _Writer(snapshot=snapshot, lease=held)
@@ -394,6 +397,7 @@ class WritersMachine(RuleBasedStateMachine):
             progress=False,
             workers=1,
             now_ns=self.now_ns,
+            wait_for_writers=timedelta(0),  # one step: the writers move between steps
         )
         assert isinstance(report, CleanupReport)
         gone = {d.path for d in report.plan.deletes if not self.inner.exists(d.path)}
@@ -699,15 +703,30 @@ class WritersMachine(RuleBasedStateMachine):
         fragment removed) by a commit after its read version."""
         op = txn.operation
         assert isinstance(op, (Delete, Update))
-        assert op.affected_rows is not None, "ROWS conflict without known affected rows"
+        removes = self._removed_addresses(txn) if op.affected_rows is None else op.affected_rows
         latest = Dataset.open(self.inner).manifest_pb
         by_id = {pb.id: pb for pb in latest.fragments}
         gone = []
-        for address in op.affected_rows:
+        for address in removes:
             pb = by_id.get(address >> 32)
             if pb is None or (address & 0xFFFFFFFF) not in live_offsets(self.inner, pb):
                 gone.append(address)
         assert gone, f"ROWS conflict, but every row {txn.kind} removes is still in place"
+
+    def _removed_addresses(self, txn: Transaction) -> list[int]:
+        """The row addresses a Delete/Update without recorded affected rows removes, read
+        from its deletion files against its read version's (as the engine derives them)."""
+        op = txn.operation
+        assert isinstance(op, (Delete, Update))
+        read = Dataset.open(self.inner, version=txn.read_version).manifest_pb
+        before = {pb.id: set(live_offsets(self.inner, pb)) for pb in read.fragments}
+        removed = op.deleted_fragment_ids if isinstance(op, Delete) else op.removed_fragment_ids
+        out = [(fid << 32) | o for fid in removed for o in sorted(before.get(fid, ()))]
+        for frag in op.updated_fragments:
+            after = set(live_offsets(self.inner, frag.to_proto()))
+            out += [(frag.id << 32) | o for o in sorted(before.get(frag.id, set()) - after)]
+        assert out, f"ROWS conflict, but {txn.kind} removes no row"
+        return out
 
     # ---- invariants -------------------------------------------------------------------
 

@@ -311,7 +311,9 @@ OPERATION_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
         Merge,
         fragments=_frags,
         schema=st.lists(_any_fields, max_size=3).map(tuple),
-        schema_metadata=st.dictionaries(_keys, st.binary(max_size=4), max_size=2),
+        # an empty map on the wire is a Merge that keeps the table's (None)
+        schema_metadata=st.none()
+        | st.dictionaries(_keys, st.binary(max_size=4), min_size=1, max_size=2),
         preserves_nullability=st.booleans(),
     ),
     "Restore": st.builds(Restore, version=_u64),
@@ -563,9 +565,9 @@ def valid_transaction(
                 column_indices=(0,),
                 file_minor_version=f.files[0].file_minor_version if len(f.files) else 2,
             )
-            merged.append(
-                Fragment(frag.id, (*frag.files, extra), frag.physical_rows, frag.deletion_file)
-            )
+            # as pylance's merge_columns: the fragment as the table has it (deletions, row
+            # ids), one data file more
+            merged.append(attrs.evolve(frag, files=(*frag.files, extra)))
         op = Merge(merged, (*fields, new_field))
     elif kind == "Project":
         fields = [LanceField.from_proto(f) for f in manifest.fields]

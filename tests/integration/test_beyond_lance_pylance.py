@@ -1,0 +1,139 @@
+"""The pairs pylance 14 refuses that txn_engine resolves (``docs/conflicts.md``, *Beyond
+Lance*), on real datasets: the second transaction is planned at the same version as the
+first, lands after it without a re-plan, and the table equals pylance applying the two
+operations one after the other; pylance itself refuses the same interleaving."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import txn_engine as te
+from txn_engine.commit import commit
+from txn_engine.conflicts.rebase import ConflictOptions
+from txn_engine.errors import RetryableConflictError
+from txn_engine.testing.interleave import Step, lance_apply, table_rows
+
+lance = pytest.importorskip("lance")
+
+COMPACT = Step("compact")
+DELETE_ONE = Step("delete", ("id = 37",))
+UPSERT = Step(
+    "merge_insert",
+    (pa.table({"id": pa.array([5, 55], pa.int64()), "v": pa.array([-5, -55], pa.int64())}), "id"),
+)
+ADD_COLUMN = Step("add_columns", ({"w": "id * 2"},))
+
+PAIRS = [
+    ("compact-then-delete", COMPACT, DELETE_ONE),
+    ("delete-then-compact", DELETE_ONE, COMPACT),
+    ("delete-overlapping", Step("delete", ("id < 50",)), Step("delete", ("id < 60",))),
+    ("compact-then-upsert", COMPACT, UPSERT),
+    ("upsert-then-compact", UPSERT, COMPACT),
+    ("add-column-then-delete", ADD_COLUMN, DELETE_ONE),
+    ("delete-then-add-column", DELETE_ONE, ADD_COLUMN),
+]
+
+
+def _table(path: Path, *, stable: bool) -> str:
+    uri = str(path / "t.lance")
+    data = pa.table({"id": pa.array(range(100), pa.int64()), "v": pa.array(range(100), pa.int64())})
+    lance.write_dataset(data, uri, max_rows_per_file=25, enable_stable_row_ids=stable)
+    lance.dataset(uri).delete("id = 3 or id = 80")  # deletion vectors before anything
+    return uri
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["addresses", "stable-row-ids"])
+@pytest.mark.parametrize(("name", "first", "second"), PAIRS, ids=[p[0] for p in PAIRS])
+def test_pair_lands_and_equals_serial_pylance(
+    tmp_path: Path, name: str, first: Step, second: Step, stable: bool
+) -> None:
+    uri = _table(tmp_path, stable=stable)
+    oracle = str(tmp_path / "oracle.lance")
+    shutil.copytree(uri, oracle)
+    table = te.open(uri)
+    planned = second.plan(table)  # planned at the same version as the first
+    getattr(table, first.method)(*first.args, **dict(first.kwargs))
+    with pytest.raises(RetryableConflictError):  # pylance 14's answer
+        commit(table._storage, planned, conflict_options=ConflictOptions(rebase_rows=False))
+    result = commit(table._storage, planned)
+    assert result.attempts == 1
+    lance_apply(oracle, first)
+    lance_apply(oracle, second)
+    assert table_rows(uri) == table_rows(oracle)
+    ds = lance.dataset(uri)
+    assert ds.count_rows() == lance.dataset(oracle).count_rows()
+    if stable:
+        got = ds.to_table(columns=["id"], with_row_id=True).sort_by("id")
+        want = lance.dataset(oracle).to_table(columns=["id"], with_row_id=True).sort_by("id")
+        assert got.column("_rowid").to_pylist() == want.column("_rowid").to_pylist()
+
+
+@pytest.mark.parametrize("compact_first", [True, False], ids=["compact-first", "delete-first"])
+def test_indexed_table_answers_index_queries_like_serial_pylance(
+    tmp_path: Path, compact_first: bool
+) -> None:
+    """A BTREE index over the compacted fragments (through the fragment-reuse record):
+    after the resolved pair, index queries answer as pylance's serial run. (Address
+    tables only: on a stable-row-id table, an indexed table compacted by
+    ``Table.compact`` answers index queries with no rows even without a concurrent
+    writer, a defect of its own.)"""
+    uri = _table(tmp_path, stable=False)
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    oracle = str(tmp_path / "oracle.lance")
+    shutil.copytree(uri, oracle)
+    table = te.open(uri)
+    first, second = (COMPACT, DELETE_ONE) if compact_first else (DELETE_ONE, COMPACT)
+    planned = second.plan(table)
+    getattr(table, first.method)(*first.args, **dict(first.kwargs))
+    assert commit(table._storage, planned).attempts == 1
+    lance_apply(oracle, first)
+    lance_apply(oracle, second)
+    for where in ("id = 37", "id = 36", "id = 38", "id < 40", "id >= 90", "id = 3"):
+        got = lance.dataset(uri).to_table(filter=where).sort_by("id").to_pylist()
+        want = lance.dataset(oracle).to_table(filter=where).sort_by("id").to_pylist()
+        assert got == want, where
+    assert table_rows(uri) == table_rows(oracle)
+
+
+@pytest.mark.parametrize(
+    ("appended", "refused"), [(5, True), (500, False)], ids=["matching", "not-matching"]
+)
+def test_serializable_delete_conflicts_with_an_append_its_predicate_matches(
+    tmp_path: Path, appended: int, refused: bool
+) -> None:
+    """``isolation="serializable"``: a delete of ``id < 50`` planned before an Append is
+    refused (retryable) exactly when the appended rows match, evaluated on the appended
+    fragment with pylance; the default (snapshot, Lance's) lands it either way."""
+    uri = _table(tmp_path, stable=False)
+    serial = te.open(uri, isolation="serializable")
+    planned = Step("delete", ("id < 50",)).plan(serial)
+    rows = pa.table({"id": pa.array([appended], pa.int64()), "v": pa.array([0], pa.int64())})
+    te.open(uri).append(rows)
+    options = serial.conflict_options
+    assert options is not None
+    assert options.isolation == "serializable"
+    if refused:
+        with pytest.raises(RetryableConflictError) as info:
+            commit(serial._storage, planned, conflict_options=options)
+        assert info.value.conflicts[0].rule == "SER"
+    else:
+        commit(serial._storage, planned, conflict_options=options)
+    commit(serial._storage, planned)  # snapshot: lands (or finds it landed)
+    assert lance.dataset(uri).to_table(filter="id < 50").num_rows == (1 if refused else 0)
+
+
+def test_serializable_update_records_its_predicate_for_pylance(tmp_path: Path) -> None:
+    """An update records what it read in a transaction property; pylance 14 still reads
+    the manifest and the transaction."""
+    uri = _table(tmp_path, stable=False)
+    table = te.open(uri, isolation="serializable", transaction_file=True)
+    result = table.update({"v": "v + 1"}, where="id = 10")
+    ds = lance.dataset(uri)
+    assert ds.to_table(filter="id = 10").column("v").to_pylist() == [11]
+    txn = ds.read_transaction(result.version)  # pylance reads the inline transaction
+    assert txn.transaction_properties["txn_engine.read_predicate"] == "id = 10"
+    assert dict(result.transaction.properties)["txn_engine.read_predicate"] == "id = 10"

@@ -455,8 +455,8 @@ def test_a_read_leases_its_pinned_version_against_cleanup(tmp_path: Path) -> Non
     import time
     from datetime import timedelta
 
-    from txn_engine.cleanup import cleanup
     from txn_engine.lease import read_leases
+    from txn_engine.retention import cleanup
     from txn_engine.spark._datasource import TxnLanceDataSource
 
     uri = str(tmp_path / "t.lance")

@@ -37,6 +37,7 @@ from pyspark.sql.datasource import (
 
 from txn_engine.errors import InvalidOperationError
 from txn_engine.spark import _filters
+from txn_engine.spark._namespace import namespace_path
 from txn_engine.spark._options import ReadOptions, parse_read_options, parse_write_options
 from txn_engine.spark._read import (
     ReadPlan,
@@ -92,6 +93,8 @@ class TxnLanceDataSource(DataSource):
     #: The version :meth:`schema` pinned (Spark pickles the data source after calling it,
     #: so :meth:`reader` sees it); None until then.
     pinned_version: int | None = None
+    #: The Arrow table columns of a stream or change feed, fixed by :meth:`schema`.
+    feed_columns: pa.Schema | None = None
 
     @classmethod
     def name(cls) -> str:
@@ -99,25 +102,77 @@ class TxnLanceDataSource(DataSource):
 
     def _read_args(self) -> tuple[str, ReadOptions]:
         options = dict(self.options)
-        uri = options.pop("path", None)
+        uri = options.pop("path", None) or namespace_path(options)
         if not uri:
             raise InvalidOperationError(
                 'txn_lance needs the dataset URI: spark.read.format("txn_lance").load(uri)'
             )
         return uri, parse_read_options(options)
 
+    def _feed_uri(self) -> tuple[str, dict[str, str]]:
+        options = dict(self.options)
+        uri = options.get("path")
+        if not uri:
+            raise InvalidOperationError(
+                'txn_lance needs the dataset URI: spark.readStream.format("txn_lance").load(uri)'
+            )
+        return uri, options
+
     def schema(self) -> Any:
         """The Spark schema of the version to read (pinned here, when ``load()`` runs):
-        the table schema, or the ``columns`` option's columns of it."""
+        the table schema, or the ``columns`` option's columns of it; for a change feed or
+        a stream with its options, the latest version's (see ``_stream_read``)."""
+        from txn_engine.spark._feed_options import is_feed_read
+
+        if is_feed_read(self.options):
+            from txn_engine.spark._stream_read import feed_spark_schema
+
+            uri, raw = self._feed_uri()
+            spark_schema, self.feed_columns = feed_spark_schema(uri, raw)
+            return spark_schema
         uri, options = self._read_args()
         plan = plan_read(uri, options)
         self.pinned_version = plan.version
         pin_read_version(uri, options, plan.version)
         return arrow_to_spark_schema(_selected(plan, options))
 
-    def reader(self, schema: Any) -> TxnLanceReader:
+    def _feed_reader(self, schema: Any, *, streaming: bool) -> Any:
+        from txn_engine.spark._feed_options import parse_feed_options
+        from txn_engine.spark._stream_read import (
+            ChangeFeedReader,
+            TxnLanceStreamReader,
+            feed_spark_schema,
+            resolve_feed_uri,
+        )
+
+        uri, raw = self._feed_uri()
+        options = parse_feed_options(raw)
+        if not streaming and not options.read_change_feed:
+            raise InvalidOperationError(
+                "startingVersion, maxRowsPerTrigger and the like are options of "
+                "spark.readStream or of a change feed (readChangeFeed=true); a batch read "
+                "takes version / timestamp / tag"
+            )
+        columns = self.feed_columns
+        if columns is None:
+            columns = feed_spark_schema(uri, raw)[1]
+        root = resolve_feed_uri(uri, options)
+        cls = TxnLanceStreamReader if streaming else ChangeFeedReader
+        return cls(root, options, schema, columns)
+
+    def streamReader(self, schema: Any) -> Any:
+        """``spark.readStream.format("txn_lance").load(uri)``: versions as offsets (see
+        ``txn_engine.spark._stream_read``)."""
+        return self._feed_reader(schema, streaming=True)
+
+    def reader(self, schema: Any) -> Any:
         """The reader of the pinned version (or, with a user-given schema, of the version
-        the options name, resolved now): one manifest read; the partitions are fixed."""
+        the options name, resolved now): one manifest read; the partitions are fixed.
+        With ``readChangeFeed``: the change feed of a range of versions."""
+        from txn_engine.spark._feed_options import is_feed_read
+
+        if is_feed_read(self.options):
+            return self._feed_reader(schema, streaming=False)
         uri, options = self._read_args()
         plan = plan_read(uri, options, version=self.pinned_version)
         _check_requested(plan, schema)
@@ -126,7 +181,7 @@ class TxnLanceDataSource(DataSource):
 
     def writer(self, schema: Any, overwrite: bool) -> TxnLanceWriter:
         options = dict(self.options)
-        uri = options.pop("path", None)
+        uri = options.pop("path", None) or namespace_path(options)
         if not uri:
             raise InvalidOperationError(
                 'txn_lance needs the dataset URI: df.write.format("txn_lance").save(uri)'
@@ -151,7 +206,7 @@ class TxnLanceDataSource(DataSource):
         )
 
         options = dict(self.options)
-        uri = options.pop("path", None)
+        uri = options.pop("path", None) or namespace_path(options)
         if not uri:
             raise InvalidOperationError(
                 'txn_lance needs the dataset URI: df.writeStream.format("txn_lance").start(uri)'

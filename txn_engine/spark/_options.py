@@ -43,6 +43,8 @@ _MAP_OPTIONS = {
 
 _SCALAR_OPTIONS = {
     "path",
+    "namespace",
+    "table_id",
     "max_rows_per_file",
     "max_rows_per_group",
     "max_bytes_per_file",
@@ -94,6 +96,10 @@ class WriteOptions:
     #: ``replaceWhere``: with mode overwrite, replace only the rows matching this Lance SQL
     #: filter by the DataFrame, in one Update (see docs/spark.md).
     replace_where: str | None = None
+    #: ``namespace`` / ``table_id``: a namespace table instead of a path; the commit goes
+    #: through the namespace (docs/namespace.md)
+    namespace: str | None = None
+    table_id: str | None = None
 
 
 def _json_object(name: str, text: str) -> dict[str, Any]:
@@ -241,6 +247,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         "write_id",
         "commit_report",
         "storage_factory",
+        "namespace",
+        "table_id",
     ):
         if name in lowered and lowered[name] != "":
             kwargs[name] = lowered[name]
@@ -251,6 +259,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
 
 _READ_SCALAR_OPTIONS = {
     "path",
+    "namespace",
+    "table_id",
     "version",
     "timestamp",
     "tag",
@@ -286,7 +296,7 @@ class ReadOptions:
     ``lance_storage_options`` for pylance's data-file reads (executors); both take Lance's
     option names, and when only one set is given it is used for both.
     ``lease_ttl``: seconds the pinned version is leased for when the DataFrame is created
-    (``txn_engine.cleanup`` keeps it that long; 0: no lease).
+    (``txn_engine.retention`` keeps it that long; 0: no lease).
     """
 
     version: int | None = None
@@ -299,6 +309,9 @@ class ReadOptions:
     lease_ttl: int = 3600
     storage_options: Mapping[str, Any] = attrs.field(factory=dict, repr=_masked)
     lance_storage_options: Mapping[str, str] = attrs.field(factory=dict, repr=_masked)
+    #: ``namespace`` / ``table_id``: a namespace table instead of a path
+    namespace: str | None = None
+    table_id: str | None = None
 
 
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
@@ -322,7 +335,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     }
     if lowered.get("version", "") != "":
         kwargs["version"] = _int("version", lowered["version"], minimum=1)
-    for name in ("timestamp", "tag"):
+    for name in ("timestamp", "tag", "namespace", "table_id"):
         if lowered.get(name, "") != "":
             kwargs[name] = lowered[name]
     if "columns" in lowered:

@@ -146,7 +146,7 @@ def resolve_version(storage: Storage, options: ReadOptions) -> int:
 
 def pin_read_version(uri: str, options: ReadOptions, version: int) -> None:
     """Lease ``version`` for ``options.lease_ttl`` seconds (none when 0), so a concurrent
-    :func:`txn_engine.cleanup.cleanup` keeps what the DataFrame reads. The lease is not
+    :func:`txn_engine.retention.cleanup` keeps what the DataFrame reads. The lease is not
     renewed nor released: it expires (the driver-side planning runs in a short-lived
     Python worker, which cannot keep renewing it). A version already gone is left to the
     scan to report."""
@@ -164,6 +164,7 @@ def pin_read_version(uri: str, options: ReadOptions, version: int) -> None:
             version,
             ttl=float(options.lease_ttl),
             owner="txn_engine.spark read",
+            writes=False,
             renew_in_background=False,
         )
 
@@ -174,6 +175,14 @@ def plan_read(uri: str, options: ReadOptions, *, version: int | None = None) -> 
     from txn_engine.format.io import read_manifest
     from txn_engine.format.schema import fields_to_arrow
 
+    if options.namespace and options.table_id and version is None:
+        from txn_engine.spark._namespace import roll_forward
+
+        roll_forward(
+            options.namespace,
+            options.table_id,
+            dict(options.storage_options or options.lance_storage_options) or None,
+        )
     storage = open_storage(
         uri, dict(options.storage_options or options.lance_storage_options) or None
     )

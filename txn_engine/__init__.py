@@ -15,9 +15,12 @@ Layers (each only imports the ones above it)::
     txn_engine.api         writer API: txn_engine.open(uri).append / delete / merge_insert ...
                            (plans with pylance, commits with txn_engine.commit)
     txn_engine.testing     Hypothesis strategies, reference model, fault injection
+    txn_engine.namespace   tables under ids, multi-table transactions, a Lance namespace
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from txn_engine import errors as errors
 from txn_engine import interop as interop
@@ -75,9 +78,14 @@ from txn_engine.ops import UpdateMap as UpdateMap
 from txn_engine.ops import UpdateMemWalState as UpdateMemWalState
 from txn_engine.ops import UpdateMode as UpdateMode
 from txn_engine.ops import operation_kind as operation_kind
+from txn_engine.retention import cleanup as cleanup
+from txn_engine.retention import plan_cleanup as plan_cleanup
 from txn_engine.retry import RetryPolicy as RetryPolicy
 from txn_engine.storage import open_storage as open_storage
 from txn_engine.transaction import Transaction as Transaction
+
+if TYPE_CHECKING:
+    from txn_engine.namespace import Namespace as Namespace
 
 __all__ = [
     "Append",
@@ -107,6 +115,7 @@ __all__ = [
     "MemWalId",
     "MemWalState",
     "Merge",
+    "Namespace",
     "NamingScheme",
     "Operation",
     "Overwrite",
@@ -128,6 +137,7 @@ __all__ = [
     # validate refuses it, pylance 14 uses another MemWAL layout (txn_engine.builder.index)
     "UpdateMode",
     "__version__",
+    "cleanup",
     "commit",
     "errors",
     "find_transaction",
@@ -136,8 +146,19 @@ __all__ = [
     "lease",
     "open_storage",
     "operation_kind",
+    "plan_cleanup",
     "replan_and_commit",
     "transaction_from_proto",
     "transaction_to_proto",
     "writers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``txn_engine.Namespace``, imported on first use (it needs lance-namespace: the
+    ``namespace`` extra)."""
+    if name == "Namespace":
+        from txn_engine import namespace
+
+        return namespace.Namespace
+    raise AttributeError(f"module 'txn_engine' has no attribute {name!r}")

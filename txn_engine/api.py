@@ -49,7 +49,8 @@ from pyroaring import BitMap64
 
 from txn_engine._proto import table_pb2
 from txn_engine.commit import CommitResult, commit, replan_and_commit
-from txn_engine.conflicts.rebase import ConflictOptions
+from txn_engine.conflicts.isolation import READ_PREDICATE
+from txn_engine.conflicts.rebase import ConflictOptions, with_isolation
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     DatasetNotFoundError,
@@ -69,7 +70,7 @@ from txn_engine.format.refs import (
 )
 from txn_engine.format.rowids import encode_row_id_sequence
 from txn_engine.interop import as_fragments, as_index, as_transaction
-from txn_engine.lease import Lease
+from txn_engine.lease import MAX_LEASE_TTL
 from txn_engine.model import Fragment, IndexDetails, IndexMetadata, LanceField
 from txn_engine.ops import (
     CreateIndex,
@@ -132,14 +133,19 @@ class Table:
     pylance does (default: the transaction inline in the manifest only; see
     :func:`txn_engine.commit`).
     ``lance_storage_options`` are given to pylance (default: ``storage_options``).
+    ``uri`` may also be a ready :class:`~txn_engine.storage.Storage` (its versions are then
+    created by its commit handler: a namespace table's, see ``docs/namespace.md``).
     ``branch`` names a branch (``_refs/branches/``, pylance's too): every read and commit of
     the handle is then on that branch (its versions are under ``tree/<branch>/``); the main
-    line is untouched.
+    line is untouched. ``lease_ttl``: seconds each call's lease lives past each renewal
+    (renewed every third of it while the call runs): a call whose process stalls for longer
+    (a GC pause, a stopped VM) gets LeaseExpiredError before its commit instead of landing
+    a version whose files a cleanup may have removed.
     """
 
     def __init__(
         self,
-        uri: _Uri,
+        uri: _Uri | Storage,
         *,
         branch: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
@@ -148,10 +154,23 @@ class Table:
         commit_retry_policy: RetryPolicy | None = None,
         conflict_options: ConflictOptions | None = None,
         transaction_file: bool = False,
+        lease_ttl: float = 600.0,
+        isolation: str | None = None,
     ) -> None:
-        self._root_uri = os.fspath(uri)
+        if not 0 < lease_ttl <= MAX_LEASE_TTL:
+            raise InvalidOperationError(
+                f"lease_ttl must be seconds above 0 and at most {MAX_LEASE_TTL:g}, "
+                f"got {lease_ttl!r}"
+            )
+        if isinstance(uri, str | os.PathLike):
+            self._root_uri = os.fspath(uri)
+            self._root: Storage = open_storage(self._root_uri, storage_options)
+        else:  # a ready Storage (a namespace table's, with its commit handler)
+            if branch is not None:
+                raise InvalidOperationError("open a branch by its dataset URI, not a Storage")
+            self._root_uri = uri.uri
+            self._root = open_storage(uri, storage_options)
         self._options = dict(storage_options) if storage_options is not None else None
-        self._root: Storage = open_storage(self._root_uri, storage_options)
         self._branch = branch
         if branch is None:
             self._uri, self._storage = self._root_uri, self._root
@@ -164,8 +183,12 @@ class Table:
         self._lance_options = dict(lance_storage_options) if lance_storage_options else None
         self.retry_policy = retry_policy
         self.commit_retry_policy = commit_retry_policy
-        self.conflict_options = conflict_options
+        # issue 46: "snapshot" (default) or "serializable" (docs/conflicts.md, Isolation)
+        self.conflict_options = with_isolation(
+            conflict_options, isolation, self._uri, self._lance_options
+        )
         self.transaction_file = transaction_file
+        self.lease_ttl = lease_ttl
 
     # ------------------------------------------------------------------ reading
 
@@ -204,6 +227,39 @@ class Table:
         with _planning("read"):
             return self.to_lance().to_table(**scan)
 
+    def changes(
+        self,
+        start_version: int,
+        end_version: int | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        reader: bool = False,
+    ) -> Any:
+        """The row changes of versions ``start_version`` to ``end_version`` (both
+        included; default: up to the latest) as a ``pyarrow.Table``, or with
+        ``reader=True`` a ``RecordBatchReader`` (bounded memory, for large ranges): the
+        table's columns (or ``columns``) plus ``_change_type``, ``_commit_version`` and
+        ``_commit_timestamp`` (see :mod:`txn_engine.changes`). Needs pylance. Raises
+        HistoryUnavailableError when a version of the range was cleaned up."""
+        from txn_engine import changes as feed
+
+        call = feed.change_reader if reader else feed.changes
+        return call(
+            self._uri,
+            start_version,
+            end_version,
+            columns=columns,
+            storage_options=self._options,
+            lance_storage_options=self._lance_options,
+        )
+
+    def changes_since(
+        self, version: int, *, columns: Sequence[str] | None = None, reader: bool = False
+    ) -> Any:
+        """The row changes committed after ``version`` up to the latest (empty when
+        ``version`` is the latest); as :meth:`changes`."""
+        return self.changes(version + 1, None, columns=columns, reader=reader)
+
     def __repr__(self) -> str:
         from txn_engine.redact import redact_uri
 
@@ -229,19 +285,15 @@ class Table:
         if_missing: Callable[[], CommitResult] | None = None,
     ) -> CommitResult:
         """Plan at the pinned latest version (pylance opened at that version too),
-        commit, re-plan on a retryable conflict. A lease pins the read version against
-        cleanup from the start of planning until the commit is decided. ``if_missing``
-        answers instead when there is no dataset to plan against (append / overwrite
-        create it)."""
-        held: list[Lease] = []
+        commit, re-plan on a retryable conflict. A lease (``lease_ttl``) pins the read
+        version and the files the plan writes against cleanup from before planning starts
+        until the commit is decided, and is checked before the manifest create
+        (LeaseExpiredError when the plan outlived it). ``if_missing`` answers instead when
+        there is no dataset to plan against (append / overwrite create it)."""
         calls: list[int] = []
 
         def planned(snapshot: Dataset) -> Transaction:
             calls.append(snapshot.version)
-            for old in held:  # re-planning: the previous read version is no longer needed
-                old.release()
-            held.clear()
-            held.append(Lease(self._storage, snapshot.version, ttl=600.0, owner=_OWNER))
             lds = self.to_lance(snapshot.version) if with_lance else None
             with _planning(what):
                 out = plan(snapshot, lds)
@@ -257,14 +309,13 @@ class Table:
                 commit_retry_policy=self.commit_retry_policy,
                 conflict_options=self.conflict_options,
                 transaction_file=self.transaction_file,
+                lease_ttl=self.lease_ttl,
+                lease_owner=_OWNER,
             )
         except DatasetNotFoundError:
             if if_missing is None or calls:  # planned against a dataset that then vanished
                 raise
             return if_missing()
-        finally:
-            for old in held:
-                old.release()
 
     def _create(self, data: Any, schema: Any, what: str) -> CommitResult:
         """Create the dataset (read version 0) from ``data``."""
@@ -397,7 +448,8 @@ class Table:
         def plan(snapshot: Dataset, lds: Any) -> Operation:
             return _update_plan(lds, snapshot, values, where, self._lance_options)
 
-        return self._run("update", plan, properties=properties)
+        read = {READ_PREDICATE: where or "", **(properties or {})}  # what it read (issue 46)
+        return self._run("update", plan, properties=read)
 
     def merge_insert(
         self,
@@ -721,10 +773,12 @@ class Table:
         line and return a handle on it. The branch is created by pylance
         (``LanceDataset.create_branch``: its refs file and its first version, which reads
         the parent's files in place); what the returned handle commits lands on the branch.
-        Raises InvalidOperationError when the name is invalid or taken."""
-        from txn_engine.format.refs import validate_ref_name
+        Names are pylance's (``/``-separated, any script: ``"team/é"``; see
+        :func:`txn_engine.format.refs.validate_branch_name`). Raises InvalidOperationError
+        when the name is invalid or taken."""
+        from txn_engine.format.refs import validate_branch_name
 
-        validate_ref_name(name)
+        validate_branch_name(name)
         if name in {b.name for b in list_branches(self._root)}:
             # (pylance 14 fails with an internal error here)
             raise InvalidOperationError(f"create_branch: branch {name!r} already exists")
@@ -736,7 +790,13 @@ class Table:
         reference: Any = target if self._branch is None else (self._branch, target)
         with _planning("create_branch"):
             root = lance.dataset(self._root_uri, storage_options=self._lance_options)
-            root.create_branch(name, reference, storage_options=self._lance_options)
+            try:
+                root.create_branch(name, reference, storage_options=self._lance_options)
+            except OSError as exc:
+                if "Ref is invalid" not in str(exc):
+                    raise
+                # a name Python cannot tell from pylance's (a combining accent)
+                raise InvalidOperationError(f"create_branch: {exc}") from exc
         return Table(
             self._root_uri,
             branch=name,
@@ -759,11 +819,13 @@ def open(
     commit_retry_policy: RetryPolicy | None = None,
     conflict_options: ConflictOptions | None = None,
     transaction_file: bool = False,
+    lease_ttl: float = 600.0,
+    isolation: str | None = None,
 ) -> Table:
     """A :class:`Table` writer handle on the dataset at ``uri`` (which need not exist yet:
     ``append`` / ``overwrite`` create it). With ``branch``, the handle reads and commits
     that existing branch (VersionNotFoundError if there is none; ``create_branch`` makes
-    one)."""
+    one). The options are :class:`Table`'s."""
     return Table(
         uri,
         branch=branch,
@@ -773,6 +835,8 @@ def open(
         commit_retry_policy=commit_retry_policy,
         conflict_options=conflict_options,
         transaction_file=transaction_file,
+        lease_ttl=lease_ttl,
+        isolation=isolation,
     )
 
 

@@ -59,6 +59,7 @@ from txn_engine.errors import ObjectExistsError, TxnEngineError
 from txn_engine.format.io import read_manifest_entry, read_version_by_name
 from txn_engine.format.manifest_file import decode_manifest_file
 from txn_engine.format.naming import (
+    BEACON_SECONDS,
     U64_MAX,
     VERSIONS_DIR,
     NamingScheme,
@@ -103,9 +104,6 @@ _REOPEN_TRIES = 3
 
 #: How long the carrier waits for one listing of the offers (seconds) before listing again.
 _SCAN_WAIT_SECONDS = 10.0
-
-#: How long a carrier's beacon says it runs (seconds); a new one every third of it.
-BEACON_SECONDS = 10.0
 
 #: A carrier hosted by writers (:func:`host`) stops after carrying nothing for this long
 #: (seconds). Idle, it lists the offers and the versions about once per round trip each.

@@ -137,7 +137,7 @@ def _enc_merge(op: Merge, pb: T) -> None:
     m.SetInParent()
     m.fragments.extend(f.to_proto() for f in op.fragments)
     m.schema.extend(f.to_proto() for f in op.schema)
-    for k, v in op.schema_metadata:
+    for k, v in op.schema_metadata or ():
         m.schema_metadata[k] = v
     m.preserves_nullability = op.preserves_nullability
 
@@ -345,7 +345,7 @@ def _dec_merge(pb: T) -> Merge:
     return Merge(
         fragments=_frag_list(m.fragments),
         schema=_fields(m.schema),
-        schema_metadata=dict(m.schema_metadata),
+        schema_metadata=dict(m.schema_metadata) if len(m.schema_metadata) else None,
         preserves_nullability=m.preserves_nullability,
     )
 

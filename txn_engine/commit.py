@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -77,7 +78,9 @@ import attrs
 
 from txn_engine._proto import transaction_pb2
 from txn_engine.builder import WRITER_LIBRARY, ManifestState, build_manifest, validate
+from txn_engine.builder import max_fragment_id as _high  # issue 46: the carry's fragment ids
 from txn_engine.carrier import POLL_LIST_EVERY, carried_here, host, hosting, publish_created
+from txn_engine.clock import SYSTEM_CLOCK, Clock
 from txn_engine.codec import operation_kind_of, transaction_from_proto, transaction_to_proto
 from txn_engine.conflicts.detect import (
     Conflict,
@@ -98,6 +101,7 @@ from txn_engine.errors import (
     IncompatibleTransactionError,
     InvalidOperationError,
     InvalidStorageArgumentError,
+    LeaseExpiredError,
     ObjectExistsError,
     ObjectNotFoundError,
     RetriesExhaustedError,
@@ -109,6 +113,8 @@ from txn_engine.errors import (
 from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import check_writer_flags
 from txn_engine.format.io import (
+    latest_version,
+    read_manifest,
     read_manifest_entry,
     read_transaction_and_manifest,
     read_version_by_name,
@@ -120,10 +126,13 @@ from txn_engine.format.manifest_file import (
     encode_manifest_file,
 )
 from txn_engine.format.naming import (
+    U64_MAX,
+    VERSIONS_DIR,
     NamingScheme,
     VersionEntry,
     VersionListing,
     carrier_beacon,
+    detached_manifest_name,
     hint_replaces_listing,
     manifest_name,
     manifest_path,
@@ -133,6 +142,7 @@ from txn_engine.format.naming import (
     write_version_hint,
 )
 from txn_engine.interop import as_transaction
+from txn_engine.lease import Lease
 from txn_engine.model import Fragment
 from txn_engine.offers import (
     CARRIER_KEY,
@@ -351,6 +361,9 @@ class _State:
     #: a lost race starts a carrier in this process when none is seen
     #: (``RetryPolicy.host_carrier``)
     hosts: bool = False
+    #: the lease protecting the read version and the transaction's files (checked before
+    #: and after each create)
+    lease: Lease | None = None
 
     @property
     def storage(self) -> Storage:
@@ -500,6 +513,7 @@ def _settle(
     cause: BaseException,
     txn: Transaction,
     version: int,
+    guard: Lease | None = None,
 ) -> bytes:
     """Decide whether an ambiguous manifest create landed: return the bytes now at
     ``path`` (``data`` itself when ours is there, else the winner's manifest, which the
@@ -517,6 +531,8 @@ def _settle(
             continue
         if found is not None:
             return found
+        if guard is not None:
+            guard.check()  # the same bytes created again: still under the lease
         try:  # nothing there: offer the very same bytes again at the same name
             handler.commit(version, path, data)
         except ObjectExistsError:
@@ -543,22 +559,27 @@ def _create(
     data: bytes,
     txn: Transaction,
     peek: _Peek | None = None,
+    guard: Lease | None = None,
 ) -> bytes:
     """``handler.commit`` with settlement: the bytes now at ``path`` (``data`` if ours).
     ``peek``: a read of ``path`` sent beside the create; when the create finds the name
     taken and the peek found a manifest there, those bytes settle it (a version's manifest
-    is never replaced), so the read-back is not one more round trip."""
+    is never replaced), so the read-back is not one more round trip. ``guard``: the lease
+    that protects what the transaction read and wrote, checked right before the create
+    (:meth:`~txn_engine.lease.Lease.check`: LeaseExpiredError, nothing created)."""
+    if guard is not None:
+        guard.check()
     try:
         handler.commit(version, path, data)
     except ObjectExistsError as exc:
         found = peek.result() if peek is not None else None
         if found is not None:
             return found
-        return _settle(handler, path, data, exc, txn, version)
+        return _settle(handler, path, data, exc, txn, version, guard)
     except (AtomicityUnsupportedError, InvalidStorageArgumentError):
         raise
     except StorageError as exc:
-        return _settle(handler, path, data, exc, txn, version)
+        return _settle(handler, path, data, exc, txn, version, guard)
     return data
 
 
@@ -656,6 +677,78 @@ def _source_entry(source: Storage, version: int) -> VersionEntry:
     return entry
 
 
+# ---- detached versions -------------------------------------------------------------------------
+
+#: The top bit of a detached version's number (pylance's DETACHED_VERSION_MASK).
+DETACHED_BIT = 1 << 63
+#: Draws of a detached version number before giving up (a draw is taken with odds 2**-63).
+_DETACHED_DRAWS = 10
+
+
+def _commit_detached(
+    handler: CommitHandler,
+    txn: Transaction,
+    base: Dataset | ManifestFile | None,
+    timestamp_ns: int | None,
+    transaction_file: bool,
+) -> CommitResult:
+    """``commit(..., detached=True)``, as pylance's ``LanceDataset.commit(...,
+    detached=True)``: ``txn`` applied to the version it reads (main line or detached, no
+    conflict checks: no other commit builds on the new version's number), landing as
+    ``_versions/d{number}.manifest`` with a random number whose top bit is set; the main
+    line, its latest version and the version hint do not move. As in pylance, the rows'
+    version sequences say read version + 1. Refused (InvalidOperationError, nothing
+    written): creating a dataset, V1 manifest names, an external manifest store (a
+    main-line commit reading a detached version is refused by :func:`as_transaction`)."""
+    op = txn.operation
+    storage = handler.storage
+    if txn.read_version == 0 or isinstance(op, Clone):
+        raise InvalidOperationError(
+            "detached commits cannot create a dataset (as in pylance): create it with a "
+            "main-line commit first"
+        )
+    if not isinstance(handler, StoreCommitHandler):
+        raise InvalidOperationError(
+            f"detached commits are not supported with an external manifest store "
+            f"({handler!r}), which decides main-line versions only: commit to a branch "
+            "instead (txn_engine.open(uri).create_branch)"
+        )
+    if latest_version(storage).scheme is not NamingScheme.V2:
+        raise InvalidOperationError(
+            "detached commits cannot be used with V1 manifest names (as in pylance): "
+            "commit to a branch instead (txn_engine.open(uri).create_branch)"
+        )
+    mf = base.manifest_file if isinstance(base, Dataset) else base
+    if mf is None or mf.manifest.version != txn.read_version:
+        mf = read_manifest(storage, txn.read_version)[1]
+    current = _state_of(mf)
+    restore = _state_of(read_manifest(storage, op.version)[1]) if isinstance(op, Restore) else None
+    validate(current, txn)
+    name, pb = _write_transaction_file(storage, txn, transaction_file)
+    built = build_manifest(
+        current,
+        txn,
+        version=min(current.manifest.version + 1, U64_MAX),
+        transaction_file=name,
+        timestamp_ns=timestamp_ns,
+        restore_source=restore,
+    )
+    for attempt in range(1, _DETACHED_DRAWS + 1):
+        version = secrets.randbits(64) | DETACHED_BIT
+        built.manifest.version = version
+        data = encode_manifest_file(built.manifest, built.indices, pb, owned=True)
+        path = f"{VERSIONS_DIR}/{detached_manifest_name(version)}"
+        if _landed(_create(handler, version, path, data, txn), data):
+            return CommitResult(version, txn, attempt, path)
+    raise RetriesExhaustedError(
+        f"{txn.kind} transaction {txn.uuid}: {_DETACHED_DRAWS} detached version numbers "
+        "drawn were all taken",
+        read_version=txn.read_version,
+        operation=txn.kind,
+        remedy="the random source repeats itself: check it, then commit again",
+    )
+
+
 # ---- the loop --------------------------------------------------------------------------------
 
 
@@ -672,6 +765,8 @@ def commit(
     enable_stable_row_ids: bool = False,
     assume_latest: bool = False,
     transaction_file: bool = False,
+    lease: Lease | None = None,
+    detached: bool = False,
 ) -> CommitResult:
     """Commit ``transaction`` to the dataset at ``uri_or_storage``; return where it landed.
 
@@ -702,6 +797,16 @@ def commit(
       as pylance does, for a table that Lance writers older than inline transactions also
       commit to (they refuse a table whose writer flags they do not know rather than miss a
       conflict). See ``docs/architecture.md`` (*Inline transactions*).
+    * ``lease``: the :class:`~txn_engine.lease.Lease` taken before planning (at or below
+      ``transaction.read_version``, before the transaction's files were written): checked
+      right before every manifest create, so a writer that stalled past its lease gets
+      LeaseExpiredError instead of landing a version whose files a cleanup removed.
+    * ``detached``: land the transaction outside the main line, as pylance's
+      ``commit(..., detached=True)``: a version whose number has the top bit set
+      (``CommitResult.version``; read it with ``Dataset.open(uri, version=n)`` or
+      ``lance.dataset(uri, version=n)``), applied to the version it reads without conflict
+      checks; the latest version does not move. V2 manifest names and an existing dataset
+      only. See ``docs/writing.md`` (*Detached versions*).
 
     Raises RetryableConflictError (re-plan and retry; see :func:`replan_and_commit`),
     IncompatibleTransactionError, RetriesExhaustedError (contention), CommitStateUnknownError
@@ -710,9 +815,16 @@ def commit(
     StorageError (before the manifest create: nothing landed).
     """
     handler = commit_handler_for(open_storage(uri_or_storage, storage_options))
-    transaction = as_transaction(transaction)  # pylance's Transaction is accepted too
+    transaction = as_transaction(transaction, detached=detached)  # pylance's too
     base = as_base(base)
     policy = retry_policy or _DEFAULT_POLICY
+    if lease is not None and lease.version > transaction.read_version:
+        raise InvalidOperationError(
+            f"the lease pins version {lease.version}, above the transaction's read version "
+            f"{transaction.read_version}: it does not protect what the transaction read"
+        )
+    if detached:
+        return _commit_detached(handler, transaction, base, timestamp_ns, transaction_file)
     if transaction.read_version == 0 or isinstance(transaction.operation, Clone):
         return _commit_new(
             handler, transaction, naming, timestamp_ns, enable_stable_row_ids, transaction_file
@@ -726,6 +838,7 @@ def commit(
         members=frozenset(members_of(transaction)),
         guarded=_guards(handler),
         transaction_file=transaction_file,
+        lease=lease,
     )
     state.offerable = state.guarded and may_offer(transaction)
     state.carrier = CARRIER_KEY in transaction.properties_dict
@@ -1255,6 +1368,7 @@ def _attempt(
         initial_fragments=state.initial_fragment,
         read_dv=lambda fid, pb: read_deletion_vector(storage, fid, pb),
         options=state.options,
+        latest_max_fragment_id=None if base_file is None else _high(base_file.manifest),
     )
     if isinstance(plan, Conflict):
         raise _conflict_error(state.txn, plan)
@@ -1469,7 +1583,7 @@ def _land(
             # read-back goes beside the create (docs/architecture.md, *Guarded creates*)
             peek = _Peek(storage, path)
     try:
-        found = _create(state.handler, target, path, data, txn, peek)
+        found = _create(state.handler, target, path, data, txn, peek, state.lease)
     except BaseException:
         if guard is not None:
             guard.result()  # do not leave the listing running behind an error
@@ -1502,6 +1616,8 @@ def _land(
             state.prefetched = listing.with_version(target)
             state.raced = state.contended = True
         return None
+    if state.lease is not None and not state.lease.held():
+        _lapsed(state, target, path)
     if guard is None:
         if copy_path:
             copy = _TransactionCopy(storage, copy_path, copy_data)
@@ -1748,18 +1864,10 @@ def _check_lineage(
 
     Costs one existence check when no newer version is there (the common case).
     """
-    storage = state.storage
     above = VersionEntry(version + 1, manifest_name(version + 1, scheme), scheme)
-    if not listed and not state.handler.resolve(above.version, above.path):
+    if not listed and not _exists_after_landing(state, above, path):
         return
-    newer: ManifestFile | None
-    try:
-        newer = read_manifest_entry(storage, above)
-        op = None if newer.transaction is None else transaction_from_proto(newer.transaction)
-    except Exception:  # unreadable, or seen and then gone: nothing proves
-        # that it was built on ours (a version built on ours is younger than our create's
-        # round trip, and no cleanup that keeps our version removes its successor first)
-        newer, op = None, None
+    newer, op = _read_above(state, above, path)
     if newer is not None and descends_from(
         base.manifest,
         ours.manifest,
@@ -1780,10 +1888,81 @@ def _check_lineage(
     )
 
 
+def _read_above(
+    state: _State, above: VersionEntry, ours: str
+) -> tuple[ManifestFile | None, Transaction | None]:
+    """The manifest of the version above ours (and its transaction), or None when it is gone
+    or not a manifest we can read: then nothing proves it was built on ours (a version built
+    on ours is younger than our create's round trip, and no cleanup that keeps our version
+    removes its successor first). A read that fails for the store's sake is tried again;
+    one that keeps failing leaves the outcome unknown (withdrawing ours could cut a version
+    built on it out of the history): CommitStateUnknownError."""
+    last: Exception | None = None
+    for _ in range(SETTLE_ATTEMPTS):
+        try:
+            newer = read_manifest_entry(state.storage, above)
+            op = None if newer.transaction is None else transaction_from_proto(newer.transaction)
+        except (ObjectNotFoundError, VersionNotFoundError):
+            return None, None  # seen, then gone
+        except StorageError as exc:
+            last = exc
+            continue
+        except Exception:  # not a manifest (or a transaction) this library can read
+            return None, None
+        return newer, op
+    raise CommitStateUnknownError(
+        f"{ours} for transaction {state.txn.uuid} was created, but version "
+        f"{above.version} above it could not be read to check that it was built on it "
+        f"({type(last).__name__}: {last})",
+        read_version=state.txn.read_version,
+        operation=state.txn.kind,
+        remedy=_UNKNOWN_REMEDY,
+    ) from last
+
+
+def _exists_after_landing(state: _State, entry: VersionEntry, ours: str) -> bool:
+    """Whether version ``entry`` exists, asked after our manifest ``ours`` landed: a
+    failed check is tried again, and one that keeps failing leaves the outcome unknown
+    (ours is there; whether a cleanup freed its slot cannot be told): never a plain
+    StorageError, which says nothing landed."""
+    last: Exception | None = None
+    for _ in range(SETTLE_ATTEMPTS):
+        try:
+            return state.handler.resolve(entry.version, entry.path)
+        except StorageError as exc:
+            last = exc
+    raise CommitStateUnknownError(
+        f"{ours} for transaction {state.txn.uuid} was created, but whether version "
+        f"{entry.version} exists could not be checked ({type(last).__name__}: {last})",
+        read_version=state.txn.read_version,
+        operation=state.txn.kind,
+        remedy=_UNKNOWN_REMEDY,
+    ) from last
+
+
+def _take_back(state: _State, path: str) -> None:
+    """Delete our landed manifest at ``path`` (tried again on a storage failure; one that
+    keeps failing leaves it landed: CommitStateUnknownError, never a plain StorageError)."""
+    last: Exception | None = None
+    for _ in range(SETTLE_ATTEMPTS):
+        try:
+            state.storage.delete(path)
+            return
+        except StorageError as exc:
+            last = exc
+    raise CommitStateUnknownError(
+        f"{path} for transaction {state.txn.uuid} had to be withdrawn, but it could not be "
+        f"deleted ({type(last).__name__}: {last})",
+        read_version=state.txn.read_version,
+        operation=state.txn.kind,
+        remedy=_UNKNOWN_REMEDY,
+    ) from last
+
+
 def _withdraw(state: _State, version: int, path: str, why: str = "") -> NoReturn:
     """Our manifest at ``version`` landed in a slot a cleanup freed, below versions not
     built on it: delete it and raise HistoryUnavailableError (nothing landed)."""
-    state.storage.delete(path)
+    _take_back(state, path)
     conflict = missing_history_conflict(state.txn, version)
     why = why or (
         f"versions above {version} exist but version {version + 1} does not, so none of "
@@ -1799,6 +1978,33 @@ def _withdraw(state: _State, version: int, path: str, why: str = "") -> NoReturn
                 "so that manifest has been withdrawn. Nothing landed."
             ),
         ),
+    )
+
+
+def _lapsed(state: _State, version: int, path: str) -> NoReturn:
+    """Our manifest at ``version`` landed, but the lease protecting the transaction's files
+    had run out by the time the create returned (the request, or this process, stalled for
+    longer than the lease's ttl): a cleanup may have removed them meanwhile. Withdrawn when
+    no version above it exists yet (LeaseExpiredError: nothing landed, re-plan); else it
+    cannot be taken back (CommitStateUnknownError: check the table's files)."""
+    lease = state.lease
+    assert lease is not None
+    scheme = state.listing.scheme or NamingScheme.V2
+    above = VersionEntry(version + 1, manifest_name(version + 1, scheme), scheme)
+    if not _exists_after_landing(state, above, path):
+        _take_back(state, path)
+        raise LeaseExpiredError(
+            f"{state.txn.kind} transaction {state.txn.uuid}: its lease {lease.path} expired "
+            f"while version {version} was being created, so a cleanup may have removed its "
+            "files; the version was withdrawn and nothing landed: re-plan under a new lease"
+        )
+    raise CommitStateUnknownError(
+        f"{path} for transaction {state.txn.uuid} landed after its lease {lease.path} "
+        f"expired, and version {version + 1} was already built on it: a cleanup may have "
+        "removed the files it references",
+        read_version=state.txn.read_version,
+        operation=state.txn.kind,
+        remedy="check the table with `txn-engine verify --data-files` before writing more",
     )
 
 
@@ -1841,6 +2047,9 @@ def replan_and_commit(
     conflict_options: ConflictOptions | None = None,
     timestamp_ns: int | None = None,
     transaction_file: bool = False,
+    lease_ttl: float | None = None,
+    lease_owner: str = "txn_engine.replan_and_commit",
+    lease_clock: Clock | None = None,
 ) -> CommitResult:
     """Plan a transaction against the latest version and commit it; on a retryable
     conflict, re-plan from a fresh read and try again (what Lance's delete / update /
@@ -1850,18 +2059,34 @@ def replan_and_commit(
     from the snapshot it is given, each time it is called. ``retry_policy`` is the
     re-planning budget (default :meth:`RetryPolicy.replanning`: 10 retries, 30 s; the
     first attempt is never cut short); ``commit_retry_policy`` the budget of each commit.
-    Raises RetriesExhaustedError (chained to the last RetryableConflictError) when the
-    budget runs out; every other error propagates unchanged. ``transaction_file``: as for
-    :func:`commit`.
+    ``lease_ttl``: each plan first takes a :class:`~txn_engine.lease.Lease` (that many
+    seconds, renewed in the background) on the latest version and reads its snapshot at
+    the leased version, so a cleanup keeps it and the files ``plan`` writes until the
+    commit is decided; the commit checks the lease before its create. Raises
+    RetriesExhaustedError (chained to the last RetryableConflictError) when the budget runs
+    out; LeaseExpiredError when a plan outlived its lease; every other error propagates
+    unchanged. ``transaction_file``: as for :func:`commit`. ``lease_clock``: the clock the
+    leases run on; given one, a lease is renewed only by its checks, not in the background
+    (tests and simulations drive the time).
     """
     storage = open_storage(uri_or_storage, storage_options)
     policy = retry_policy or RetryPolicy.replanning()
     budget = policy.budget()
     while True:
         budget.start_attempt()
-        snapshot = Dataset.open(storage)
-        txn = as_transaction(plan(snapshot))
+        held = None
+        if lease_ttl is not None:
+            held = Lease(
+                storage,
+                None,
+                ttl=lease_ttl,
+                owner=lease_owner,
+                renew_in_background=lease_clock is None,
+                clock=lease_clock or SYSTEM_CLOCK,
+            )
         try:
+            snapshot = Dataset.open(storage, version=None if held is None else held.version)
+            txn = as_transaction(plan(snapshot))
             return commit(
                 storage,
                 txn,
@@ -1870,6 +2095,7 @@ def replan_and_commit(
                 base=snapshot if txn.read_version == snapshot.version else None,
                 timestamp_ns=timestamp_ns,
                 transaction_file=transaction_file,
+                lease=held if held is not None and held.version <= txn.read_version else None,
             )
         except RetryableConflictError as exc:
             if not budget.wait():
@@ -1884,3 +2110,6 @@ def replan_and_commit(
                     remedy="retry later, or raise the re-planning RetryPolicy budgets",
                     conflicts=exc.conflicts,
                 ) from exc
+        finally:
+            if held is not None:
+                held.release()

@@ -21,9 +21,15 @@ gets its own outcome:
   records its members' uuids (``txn_engine.group_members``), so committing the caller's
   transaction again, here or with :func:`txn_engine.commit` anywhere, finds it if the group
   landed and lands it once if not.
+* a transaction submitted again while a copy of it (same uuid) is queued, say by a caller
+  whose ``commit(txn, timeout=...)`` timed out, lands once: the later copy gets the first
+  one's outcome (its version, ``already_committed=True``, or the same error). A copy submitted
+  while the first one is being committed, or after it landed, is committed on its own and
+  found landed by its uuid (``already_committed``). A *different* transaction under a uuid
+  already queued gets :class:`~txn_engine.errors.InvalidOperationError`.
 
 While batches commit, the committer holds a :func:`txn_engine.lease` at or below the
-oldest read version queued, so a concurrent :func:`txn_engine.cleanup.cleanup` keeps the
+oldest read version queued, so a concurrent :func:`txn_engine.retention.cleanup` keeps the
 history the members must be checked against. The lease is kept from batch to batch while it
 still covers the batch (taking one costs round trips: on an object store more than the
 group commit itself); it is taken again, at the batch's oldest read version, when a batch
@@ -212,17 +218,22 @@ class Committer:
             self._unpin()
 
     def _commit_batch(self, batch: Sequence[_Pending]) -> None:
+        live, copies = _distinct(batch)
+        if not live:
+            return
         try:
-            self._cover(min(p.txn.read_version for p in batch))
+            self._cover(min(p.txn.read_version for p in live))
         except TxnEngineError:
             # no lease (the store failed): the commits still check every version they
             # need and report one a cleanup removed, so none is skipped
             self._unpin()
-        for run in _runs(batch, self._max_group):
+        for run in _runs(live, self._max_group):
             if len(run) == 1:
-                self._alone(run[0])
+                self._settle_alone(run[0])
             else:
                 self._group(run)
+        for copy, first in copies:
+            _settle_copy(copy, first)
 
     def _cover(self, version: int) -> None:
         """Hold a lease at or below ``version`` (the oldest read version of the batch):
@@ -232,7 +243,7 @@ class Committer:
         now = time.monotonic()
         if (
             held is not None
-            and not held.expired
+            and held.held()
             and held.version <= version
             and now - self._pinned_at < self._repin_after
         ):
@@ -261,22 +272,23 @@ class Committer:
             return None
 
     def _commit(self, txn: Transaction) -> CommitResult:
+        """Commit under the batch's lease: checked before the create; one that lapsed (the
+        worker stalled past its ttl) is taken again first, on the read version, so that
+        nothing is created on a history a cleanup may have removed meanwhile."""
+        held = self._pin
+        if held is not None and not held.held():
+            self._cover(txn.read_version)  # takes a new one
+            held = self._pin
         return commit(
             self._storage,
             txn,
             retry_policy=self._policy,
             conflict_options=self._options,
             transaction_file=self._transaction_file,
+            lease=held if held is not None and held.version <= txn.read_version else None,
         )
 
-    def _alone(self, item: _Pending) -> None:
-        if item.future.set_running_or_notify_cancel():
-            self._settle_alone(item)
-
-    def _group(self, run: Sequence[_Pending]) -> None:
-        live = [p for p in run if p.future.set_running_or_notify_cancel()]
-        if not live:
-            return
+    def _group(self, live: Sequence[_Pending]) -> None:
         group = _merge([p.txn for p in live])
         try:
             result = self._commit(group)
@@ -326,6 +338,45 @@ class Committer:
         if not result.already_committed:
             self.groups.append((result.version, 1))
         item.future.set_result(result)
+
+
+def _distinct(
+    batch: Sequence[_Pending],
+) -> tuple[list[_Pending], list[tuple[_Pending, _Pending]]]:
+    """The batch's items to commit, each marked running (cancelled ones dropped), one per
+    transaction uuid; and the later copies of a uuid, each with its first copy, whose outcome
+    it gets (a caller whose wait timed out may submit its transaction again: it must not land
+    twice). A different transaction under a uuid already queued is refused here."""
+    first: dict[str, _Pending] = {}
+    live: list[_Pending] = []
+    copies: list[tuple[_Pending, _Pending]] = []
+    for item in batch:
+        if not item.future.set_running_or_notify_cancel():
+            continue  # cancelled while queued
+        seen = first.setdefault(item.txn.uuid, item)
+        if seen is item:
+            live.append(item)
+        elif seen.txn == item.txn:
+            copies.append((item, seen))
+        else:
+            item.future.set_exception(
+                InvalidOperationError(
+                    f"another transaction with uuid {item.txn.uuid} is queued in this "
+                    "Committer: give each transaction its own uuid (the same transaction "
+                    "submitted again is committed once)"
+                )
+            )
+    return live, copies
+
+
+def _settle_copy(copy: _Pending, first: _Pending) -> None:
+    """Settle a later copy of a transaction with its first copy's (settled) outcome: the
+    version it landed in, as already committed, or the same error."""
+    error = first.future.exception(timeout=0)
+    if error is not None:
+        copy.future.set_exception(error)
+    else:
+        copy.future.set_result(attrs.evolve(first.future.result(0), already_committed=True))
 
 
 def _runs(batch: Sequence[_Pending], max_group: int) -> list[list[_Pending]]:

@@ -13,6 +13,9 @@ Catch the narrowest class that tells you what to do next::
     ├── CommitError                     a commit did not (knowingly) land
     │   ├── CommitConflictError         a concurrent commit conflicts with this one
     │   │   ├── RetryableConflictError  re-read the dataset, re-plan the operation, commit again
+    │   │   │   └── NamespaceTransactionAbortedError
+    │   │   │                       a namespace transaction gave way or was aborted before
+    │   │   │                       its commit point; nothing visible: run it again
     │   │   └── IncompatibleTransactionError
     │   │       │                       the operation can never land on top of what was
     │   │       │                       committed; give up or build a different operation
@@ -36,6 +39,8 @@ Catch the narrowest class that tells you what to do next::
     │   ├── UnknownOperationError       a transaction whose operation this library does not
     │   │                               know (written by a newer Lance)
     │   ├── CorruptDeletionFileError    a deletion file that cannot be decoded
+    │   ├── CorruptRefError             a file under ``_refs/`` whose name pylance could not
+    │   │                               have written (``path`` names it)
     │   ├── DataFileError               a data file needed to count rows (legacy manifests
     │   │                               without physical_rows) is missing or unreadable
     │   └── LimitExceededError          a declared size, count or depth exceeds what the
@@ -52,6 +57,12 @@ Catch the narrowest class that tells you what to do next::
     │                                   was deleted. Fix or remove the named object, rerun
     ├── LeaseExpiredError               a lease was not renewed before it expired: cleanup
     │                                   may have removed what it protected; re-plan
+    ├── UnsupportedChangeError          a version in a change feed or stream range changed
+    │   │                               the table in a way that reader cannot express
+    │   ├── NonAppendVersionError       a streamed version deletes or rewrites rows: skip
+    │   │                               such versions or read the change feed
+    │   └── SchemaChangedError          the columns read changed within the range: start
+    │                                   a new read after the schema change
     ├── InvalidStorageArgumentError (+ValueError)
     │                                   a storage path, byte range, URI or option is
     │                                   malformed; nothing was read or written. Fix the call.
@@ -84,6 +95,7 @@ __all__ = [
     "CommitStateUnknownError",
     "CorruptDeletionFileError",
     "CorruptManifestError",
+    "CorruptRefError",
     "DataFileError",
     "DatasetAlreadyExistsError",
     "DatasetNotFoundError",
@@ -95,15 +107,19 @@ __all__ = [
     "LeaseExpiredError",
     "LimitExceededError",
     "MixedNamingSchemeError",
+    "NamespaceTransactionAbortedError",
+    "NonAppendVersionError",
     "ObjectExistsError",
     "ObjectNotFoundError",
     "RetriesExhaustedError",
     "RetryableConflictError",
+    "SchemaChangedError",
     "SchemaMismatchError",
     "StorageError",
     "TransactionNotFoundError",
     "TxnEngineError",
     "UnknownOperationError",
+    "UnsupportedChangeError",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
 ]
@@ -202,6 +218,14 @@ class RetryableConflictError(CommitConflictError):
     retryable = True
 
 
+class NamespaceTransactionAbortedError(RetryableConflictError):
+    """A namespace transaction (``Namespace.transaction()``) was aborted before its commit
+    point: it gave way to an older transaction holding one of its tables, or another
+    writer aborted it after waiting longer than ``abort_after``. Nothing of it is
+    visible; run it again (with a new transaction id).
+    """
+
+
 class IncompatibleTransactionError(CommitConflictError):
     """The transaction cannot land on top of a concurrent commit (e.g. Append after an
     Overwrite, same config key changed by both). Do not retry the same operation; decide
@@ -289,6 +313,17 @@ class CorruptDeletionFileError(FormatError):
     """A deletion file could not be decoded (bad Arrow IPC, bad roaring bitmap, bad schema)."""
 
 
+class CorruptRefError(FormatError):
+    """A file under ``_refs/`` (a tag or a branch) has a name pylance 14 could not have
+    written: it does not decode to a valid ref name, or is not that name's encoding (such as
+    ``_refs/branches/..%2F..%2Fx.json``). ``path`` names the file; remove or rename it.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+
 class DataFileError(FormatError):
     """A data file the manifest references is missing or not a readable Lance file.
 
@@ -344,6 +379,53 @@ class LeaseExpiredError(TxnEngineError):
     longer than the TTL). Cleanup may since have removed the versions and files it protected:
     stop using the leased version, re-read the dataset and re-plan under a new lease.
     """
+
+
+class UnsupportedChangeError(TxnEngineError):
+    """A version in the range of a change feed or a streaming read changed the table in a
+    way that reader cannot deliver; nothing was read past it.
+
+    ``version`` is that version, ``operation`` its transaction's operation (Lance's name:
+    ``delete``, ``overwrite``, ...) and ``remedy`` what to do instead (also in the message).
+    """
+
+    def __init__(
+        self, message: str, *, version: int, operation: str, remedy: str | None = None
+    ) -> None:
+        self.version = version
+        self.operation = operation
+        self.remedy = remedy
+        super().__init__(message if remedy is None else f"{message} Help: {remedy}")
+
+
+class NonAppendVersionError(UnsupportedChangeError):
+    """A version read by ``readStream.format("txn_lance")`` deletes or rewrites rows
+    (Delete, Overwrite, Restore, ...), which a stream of added rows cannot express.
+
+    Restart the query with ``skipChangeCommits=true`` (such versions are skipped: their
+    removals are not seen downstream) or read the change feed (``readChangeFeed=true``).
+    """
+
+
+class SchemaChangedError(UnsupportedChangeError):
+    """A column read by a change feed or a stream is missing or has another type at
+    ``version`` (a schema change within the range).
+
+    Read the range up to ``version - 1``, then start a new read (a new streaming
+    checkpoint) at ``version`` with the new schema.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        version: int,
+        operation: str,
+        column: str,
+        remedy: str | None = None,
+    ) -> None:
+        self.column = column
+        super().__init__(message, version=version, operation=operation, remedy=remedy)
 
 
 class InvalidStorageArgumentError(TxnEngineError, ValueError):

@@ -188,6 +188,22 @@ def as_fields(value: object) -> tuple[LanceField, ...]:
     return tuple(out)
 
 
+#: schema metadata as the operations take it: text keys, byte (or text) values
+SchemaMetadata = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
+
+
+def schema_metadata_of(schema: object) -> dict[str, bytes] | None:
+    """The schema-level metadata a pylance ``LanceSchema`` or a ``pyarrow.Schema`` carries
+    (empty when it has none); None for anything else (Lance fields carry none)."""
+    from txn_engine.format.schema import arrow_to_schema_metadata
+
+    if is_pylance(schema, "LanceSchema"):
+        return arrow_to_schema_metadata(cast("Any", schema).to_pyarrow())
+    if type(schema).__name__ == "Schema" and type(schema).__module__.startswith("pyarrow"):
+        return arrow_to_schema_metadata(cast("Any", schema))
+    return None
+
+
 # ---- indices -----------------------------------------------------------------------------
 
 
@@ -265,7 +281,7 @@ def _operation_from_pylance(name: str, v: Any) -> Operation:
                 "pylance Overwrite with initial_bases: build txn_engine.Overwrite with "
                 "BasePath values instead"
             )
-        return ops.Overwrite(as_fragments(v.fragments), as_fields(v.new_schema))
+        return ops.Overwrite(as_fragments(v.fragments), v.new_schema)  # with its metadata
     if name == "Update":
         offsets = v.updated_fragment_offsets or {}
         return ops.Update(
@@ -282,7 +298,7 @@ def _operation_from_pylance(name: str, v: Any) -> Operation:
     if name == "Merge":
         return ops.Merge(
             as_fragments(v.fragments),
-            as_fields(v.schema),
+            v.schema,  # with its metadata
             preserves_nullability=bool(v.preserves_nullability),
         )
     if name == "Project":
@@ -367,10 +383,12 @@ def _operation_types(ops: Any) -> tuple[type, ...]:
     return _OP_TYPES
 
 
-def as_transaction(value: object) -> Transaction:
+def as_transaction(value: object, *, detached: bool = False) -> Transaction:
     """A :class:`~txn_engine.transaction.Transaction` from one, or from a pylance
     ``Transaction`` (``read_transaction``, ``execute_uncommitted``, ...): same read
-    version, uuid and properties."""
+    version, uuid and properties. Its read version must be a main-line version number
+    (0 to 2**63 - 1), or with ``detached`` (a detached commit's) any version number: a
+    detached version (top bit set) too."""
     from txn_engine.transaction import Transaction
 
     if isinstance(value, Transaction):
@@ -386,8 +404,12 @@ def as_transaction(value: object) -> Transaction:
     else:
         raise _refuse("a txn_engine.Transaction or a pylance Transaction", value)
     read = txn.read_version
-    if type(read) is not int or not 0 <= read < 1 << 63:
+    if type(read) is not int or not 0 <= read < 1 << (64 if detached else 63):
+        hint = ""
+        if type(read) is int and 1 << 63 <= read < 1 << 64:
+            hint = ": a detached version, which only a detached commit builds on (detached=True)"
         raise InvalidOperationError(
-            f"a transaction's read_version is a version number (0 to 2**63 - 1), got {read!r}"
+            f"a transaction's read_version is a version number "
+            f"(0 to 2**{64 if detached else 63} - 1), got {read!r}{hint}"
         )
     return txn

@@ -5,9 +5,11 @@ invariant as a :class:`Finding`. Nothing is modified. Checked:
 
 * the version chain has no gaps and every manifest decodes (strict reader); versions removed
   by cleanup are told from damage and reported as ``"info"`` ("cleaned-up"): a missing
-  prefix below the oldest listed version, and gaps below which every listed version is
-  pinned by a tag or a branch base (``_refs/``, what txn_engine's and pylance's cleanups
-  keep), are history that was cleaned up; any other gap is an error;
+  prefix below the oldest listed version, gaps txn_engine's cleanup recorded when it made
+  them (:mod:`txn_engine.format.gaps`), and gaps below which every listed version is pinned
+  by a tag or a branch base (``_refs/``: what pylance's cleanup leaves while the tag lives)
+  are history that was cleaned up; any other gap is an error; a gap record that cannot be
+  read is a warning (and explains nothing);
 * every version has a decodable transaction, and no transaction uuid lands twice
   (exactly-once); manifests from before transactions existed (no ``writer_version``) only
   get a warning;
@@ -15,6 +17,11 @@ invariant as a :class:`Finding`. Nothing is modified. Checked:
   every id in use and the id high-water mark never goes down (except through Restore), and
   an id that left the table never comes back (except through Restore; a warning for an
   Overwrite by Lance releases that restarted ids at 0);
+* every detached version (``_versions/d{n}.manifest``, outside the chain) decodes and says
+  its own number (``deep``: its deletion files, and with ``data_files`` its data files,
+  are checked too);
+* every file in ``_refs/branches/`` is named as pylance names a branch's file
+  (:func:`txn_engine.format.refs.branch_name_from_file`);
 * feature flags agree with the content (deletion files <-> flag 1, base paths <-> 16);
 * deletion files of the latest version exist, decode, count ``num_deleted_rows`` offsets
   and hold only offsets below ``physical_rows``; a deletion vector covering every row is a
@@ -40,11 +47,24 @@ import attrs
 from txn_engine import jsontext
 from txn_engine._proto import table_pb2
 from txn_engine.codec import transaction_from_proto
-from txn_engine.errors import InvalidStorageArgumentError, StorageError, TxnEngineError
+from txn_engine.errors import (
+    CorruptRefError,
+    InvalidStorageArgumentError,
+    StorageError,
+    TxnEngineError,
+)
 from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import FLAG_BASE_PATHS, FLAG_DELETION_FILES
+from txn_engine.format.gaps import GAPS_DIR, GapRecords, read_gaps
 from txn_engine.format.io import read_manifest_entry, read_transaction
-from txn_engine.format.naming import list_versions
+from txn_engine.format.naming import (
+    VERSIONS_DIR,
+    NamingScheme,
+    VersionEntry,
+    list_versions,
+    parse_detached_name,
+)
+from txn_engine.format.refs import BRANCHES_DIR, branch_name_from_file
 from txn_engine.format.schema import major_version
 from txn_engine.offers import carried_in_order
 from txn_engine.redact import redact_uri
@@ -127,6 +147,7 @@ def verify(
             redact_uri(storage.uri), 0, None, None, (Finding(0, "exists", "no versions"),)
         )
     findings += _gaps(storage, [e.version for e in entries])
+    findings += _branch_names(storage)
     seen_uuids: dict[str, int] = {}
     retired: set[int] = set()
     previous_ids: set[int] = set()
@@ -184,9 +205,35 @@ def verify(
                 _check_data_files(storage, v, m, findings)
             if last:
                 live_rows = rows
+    findings += _detached(storage, deep=deep, data_files=data_files)
     return VerifyReport(
         redact_uri(storage.uri), len(entries), entries[-1].version, live_rows, tuple(findings)
     )
+
+
+def _detached(storage: Storage, *, deep: bool, data_files: bool) -> list[Finding]:
+    """Detached versions (``_versions/d{n}.manifest``, outside the chain): each decodes,
+    says its own number, and (``deep``) has sound deletion files (and data files)."""
+    out: list[Finding] = []
+    for name in storage.list(VERSIONS_DIR):
+        v = parse_detached_name(name)
+        if v is None:
+            continue
+        try:
+            m = read_manifest_entry(storage, VersionEntry(v, name, NamingScheme.V2)).manifest
+        except StorageError as exc:
+            out.append(Finding(v, "manifest-reads", str(exc)))
+            continue
+        except TxnEngineError as exc:
+            out.append(Finding(v, "manifest-decodes", str(exc)))
+            continue
+        if m.version != v:
+            out.append(Finding(v, "version-field", f"detached manifest says version {m.version}"))
+        if deep:
+            _check_deletions(storage, v, m, out)
+            if data_files:
+                _check_data_files(storage, v, m, out)
+    return out
 
 
 def _pinned_versions(storage: Storage) -> set[int]:
@@ -210,6 +257,19 @@ def _pinned_versions(storage: Storage) -> set[int]:
     return pinned
 
 
+def _branch_names(storage: Storage) -> list[Finding]:
+    """A branch file whose name pylance could not have written: pylance cannot list this
+    table's branches, and cleanup refuses to run, until it is removed or renamed."""
+    out: list[Finding] = []
+    for name in storage.list(BRANCHES_DIR):
+        if name.endswith(".json"):
+            try:
+                branch_name_from_file(name)
+            except CorruptRefError as exc:
+                out.append(Finding(0, "refs", str(exc)))
+    return out
+
+
 def _gaps(storage: Storage, versions: list[int]) -> list[Finding]:
     """Gaps in the version chain: cleaned-up history (info) or damage (error)."""
     out: list[Finding] = []
@@ -218,8 +278,23 @@ def _gaps(storage: Storage, versions: list[int]) -> list[Finding]:
         span = "version 1" if first == 2 else f"versions 1..{first - 1}"
         out.append(Finding(first, "cleaned-up", f"{span} removed (cleanup)", "info"))
     pinned: set[int] | None = None
+    records: GapRecords | None = None
     for i, (prev, cur) in enumerate(itertools.pairwise(versions)):
         if cur == prev + 1:
+            continue
+        if records is None:
+            records = read_gaps(storage)
+            out += [
+                Finding(0, "gap-record", f"{p}: ignored ({why})", "warning")
+                for p, why in records.bad
+            ]
+        span = f"versions {prev + 1}..{cur - 1}" if cur > prev + 2 else f"version {prev + 1}"
+        if records.covers(prev + 1, cur - 1):
+            out.append(
+                Finding(
+                    cur, "cleaned-up", f"{span} removed (cleanup, recorded in {GAPS_DIR}/)", "info"
+                )
+            )
             continue
         if pinned is None:
             pinned = _pinned_versions(storage)
@@ -228,13 +303,22 @@ def _gaps(storage: Storage, versions: list[int]) -> list[Finding]:
                 Finding(
                     cur,
                     "cleaned-up",
-                    f"versions {prev + 1}..{cur - 1} removed (cleanup; the versions below are "
-                    "pinned by tags/branches)",
+                    f"{span} removed (cleanup; the versions below are pinned by tags/branches)",
                     "info",
                 )
             )
         else:
-            out.append(Finding(cur, "no-gaps", f"follows version {prev}"))
+            out.append(
+                Finding(
+                    cur,
+                    "no-gaps",
+                    f"follows version {prev}: {span} missing, and neither a record of "
+                    "txn_engine's cleanup nor tags/branches pinning every version below "
+                    "explain it (pylance's cleanup_old_versions(error_if_tagged_old_versions="
+                    "False) leaves such a gap once the tag is deleted; anything else lost "
+                    "the versions)",
+                )
+            )
     return out
 
 

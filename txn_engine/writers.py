@@ -39,7 +39,7 @@ from txn_engine.format.deletion import (
 )
 from txn_engine.format.naming import NamingScheme
 from txn_engine.format.schema import arrow_to_lance_fields, assign_new_field_ids, max_field_id
-from txn_engine.interop import as_fields, as_transaction, is_pylance
+from txn_engine.interop import as_fields, as_transaction, is_pylance, schema_metadata_of
 from txn_engine.interop import as_fragment as _as_fragment
 from txn_engine.model import Fragment, LanceField
 from txn_engine.ops import Append, Delete, Merge, Overwrite, Restore, UpdateConfig, UpdateMap
@@ -355,7 +355,7 @@ def add_columns(
     """
     frags = tuple(as_fragment(f) for f in fragments)
     ds = _open(uri, storage_options, read_version)
-    op = Merge(frags, _schema(schema))
+    op = Merge(frags, _schema(schema), schema_metadata=schema_metadata_of(schema))
     return commit(
         ds.storage,
         _txn(ds.version, op, tag, properties),

@@ -28,3 +28,14 @@ def test_quick_benchmark_writes_results_and_plot(tmp_path: Path) -> None:
     assert "| 100 | warm |" in table
     assert "| 2 | stale |" in table
     assert "| local | 2,000 | 1 |" in table  # workload 7, cleanup
+
+
+def test_store_time_measures_the_listed_times_against_the_clock(tmp_path: Path) -> None:
+    from benchmarks.store_time import measure
+
+    out = measure(str(tmp_path / "t"), None, 30)
+    assert out["objects"] == 30
+    # local disk lists nanoseconds, stamped by the kernel's tick: far inside the margin
+    assert out["granularity"] in ("1 ns", "1 us")
+    assert 0 <= out["early_ms"] < 100
+    assert out["within_margin"] is True

@@ -59,3 +59,29 @@ def test_pylance_reads_every_grouped_version(tmp_path: Path) -> None:
         assert txn.transaction_properties.get(GROUP_MEMBERS_KEY) == members
         assert table.num_rows >= 1
     assert grouped >= 1
+
+
+def test_a_transaction_submitted_twice_is_read_once_by_pylance(tmp_path: Path) -> None:
+    """A caller resubmitting after its wait timed out: the copy queued beside the first (one
+    group) and the copy submitted after the group landed add their rows once, as pylance
+    reads the table."""
+    uri = str(tmp_path / "ds")
+    lance.write_dataset(pa.table({"id": pa.array([-1], pa.int64())}), uri)
+
+    def append(ids: list[int]) -> te.Transaction:
+        rows = pa.table({"id": pa.array(ids, pa.int64())})
+        frags = [te.Fragment.from_lance_json(m.to_json()) for m in lf.write_fragments(rows, uri)]
+        return te.Transaction(1, te.Append(fragments=tuple(frags)))
+
+    twice, other = append([1, 2]), append([3])
+    with te.Committer(uri) as committer:
+        futures = committer.submit_all([twice, other, twice])
+        assert {f.result(timeout=60).version for f in futures} == {2}
+        assert [f.result().already_committed for f in futures] == [False, False, True]
+        again = committer.commit(twice, timeout=60)
+        assert (again.version, again.already_committed) == (2, True)
+    ds = lance.dataset(uri)
+    assert ds.version == 2
+    assert sorted(ds.to_table()["id"].to_pylist()) == [-1, 1, 2, 3]
+    members = ds.read_transaction(2).transaction_properties[GROUP_MEMBERS_KEY].split(",")
+    assert sorted(members) == sorted([twice.uuid, other.uuid])

@@ -150,7 +150,7 @@ def test_branch_handles_refuse_what_they_cannot_do(tmp_path: Path) -> None:
 def test_what_txn_engine_commits_on_a_branch_survives_a_main_line_cleanup(tmp_path: Path) -> None:
     import datetime as dt
 
-    from txn_engine.cleanup import cleanup
+    from txn_engine.retention import cleanup
 
     uri = str(tmp_path / "t.lance")
     main = te.open(uri)

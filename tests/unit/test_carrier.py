@@ -445,7 +445,7 @@ def test_a_crashed_carriers_beacon_costs_one_vain_wait_not_one_per_commit() -> N
     still shows it; a running carrier's next beacon (a later expiry) is believed again."""
     store = table()
     now_ms = int(time.time() * 1000)
-    stale = f"{VERSIONS_DIR}/{beacon_name(now_ms + 60_000, uuid.uuid4().hex)}"
+    stale = f"{VERSIONS_DIR}/{beacon_name(now_ms + 9_000, uuid.uuid4().hex)}"
     store.put(stale, b"")
     started = time.monotonic()
     append(store, RetryPolicy())  # opens (lists the beacon), waits in vain, races
@@ -456,9 +456,25 @@ def test_a_crashed_carriers_beacon_costs_one_vain_wait_not_one_per_commit() -> N
         assert time.monotonic() - started < MIN_PATIENCE
         assert result.attempts == 1
     assert not carrier_beacon(store.uri)
-    store.put(f"{VERSIONS_DIR}/{beacon_name(now_ms + 120_000, uuid.uuid4().hex)}", b"")
+    store.put(f"{VERSIONS_DIR}/{beacon_name(now_ms + 12_000, uuid.uuid4().hex)}", b"")
     scan_versions(store, since=U64_MAX)
     assert carrier_beacon(store.uri)  # a later beacon: a carrier at work again
+
+
+@pytest.mark.parametrize("ahead_ms", [31_000, 3_600_000, 10**15])
+def test_a_beacon_claiming_a_far_expiry_is_not_believed(ahead_ms: int) -> None:
+    """A running carrier writes its beacon BEACON_SECONDS ahead by its own clock; one that
+    claims a much later expiry (forged, or a crashed carrier whose clock ran fast) is not a
+    carrier at work: no commit waits for it, in a new process or not."""
+    store = table()
+    far = f"{VERSIONS_DIR}/{beacon_name(int(time.time() * 1000) + ahead_ms, uuid.uuid4().hex)}"
+    store.put(far, b"")
+    scan_versions(store, since=U64_MAX)
+    assert not carrier_beacon(store.uri)
+    started = time.monotonic()
+    _, result = append(store, RetryPolicy())
+    assert time.monotonic() - started < MIN_PATIENCE
+    assert result.attempts == 1
 
 
 def test_a_carriers_transaction_is_never_offered() -> None:
@@ -763,7 +779,7 @@ def test_hosted_carriers_step_down_for_one_that_ranks_before_them() -> None:
 
 def test_a_hosted_carrier_does_not_step_down_for_a_discredited_beacon() -> None:
     store = table()
-    crashed = f"{VERSIONS_DIR}/{beacon_name(int(time.time() * 1000) + 60_000, '0' * 32)}"
+    crashed = f"{VERSIONS_DIR}/{beacon_name(int(time.time() * 1000) + 9_000, '0' * 32)}"
     store.put(crashed, b"")  # a crashed carrier's, ranking before any hosted one
     scan_versions(store, since=U64_MAX)
     assert carrier_beacon(store.uri)

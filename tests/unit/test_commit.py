@@ -19,6 +19,7 @@ from txn_engine._proto import transaction_pb2
 from txn_engine.commit import CommitResult, commit, find_transaction, replan_and_commit
 from txn_engine.conflicts.detect import Conflict
 from txn_engine.conflicts.matrix import Outcome
+from txn_engine.conflicts.rebase import ConflictOptions
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     AmbiguousWriteError,
@@ -59,6 +60,10 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.t += seconds
+
+
+#: pylance 14's answers (no resolution beyond Lance)
+LANCE = ConflictOptions(rebase_rows=False)
 
 
 def policy(clock: FakeClock, **kw: object) -> RetryPolicy:
@@ -485,9 +490,13 @@ def test_same_fragment_deletes_without_affected_rows_are_retryable() -> None:
     b = _delete(store, 0, {7, 8}, affected=False)
     commit(store, a)
     with pytest.raises(RetryableConflictError) as info:
-        commit(store, b)
+        commit(store, b, conflict_options=LANCE)
     assert info.value.retryable
     assert info.value.conflicts[0].rule == "D1"
+    # beyond Lance (the default): b's rows are derived from its deletion file and merged
+    r = commit(store, b)
+    assert r.version == 3
+    assert _deleted(store, 0) == BitMap([1, 2, 7, 8])
 
 
 def test_disjoint_row_deletes_in_one_fragment_both_land() -> None:
@@ -511,11 +520,15 @@ def test_overlapping_row_deletes_are_retryable() -> None:
     store = MemoryStorage()
     create(store)
     commit(store, _delete(store, 0, {1, 2}, affected=True))
+    second = _delete(store, 0, {2, 3}, affected=True)
     with pytest.raises(RetryableConflictError) as info:
-        commit(store, _delete(store, 0, {2, 3}, affected=True))
+        commit(store, second, conflict_options=LANCE)
     assert info.value.conflicts[0].rule == "ROWS"
     assert info.value.conflicts[0].row_addresses == (2,)
     assert _deleted(store, 0) == BitMap([1, 2])
+    # beyond Lance (the default): a row deleted by both is deleted once
+    commit(store, second)
+    assert _deleted(store, 0) == BitMap([1, 2, 3])
 
 
 def test_unreadable_concurrent_transaction_is_an_incompatible_conflict() -> None:
@@ -805,7 +818,9 @@ def test_replan_and_commit_replans_after_a_retryable_conflict() -> None:
         return _delete(inner, 0, {1}, affected=False, read_version=ds.version)
 
     clock = FakeClock()
-    r = replan_and_commit(store, plan, retry_policy=policy(clock, max_attempts=3))
+    r = replan_and_commit(
+        store, plan, retry_policy=policy(clock, max_attempts=3), conflict_options=LANCE
+    )
     assert calls == [1, 2]
     assert r.version == 3
     assert _deleted(inner, 0) == BitMap([1, 5])
@@ -826,7 +841,9 @@ def test_replan_budget_exhaustion_chains_the_last_conflict() -> None:
         return _delete(inner, 0, {0}, affected=False, read_version=ds.version)
 
     with pytest.raises(RetriesExhaustedError, match="preempted 2 time") as info:
-        replan_and_commit(inner, plan, retry_policy=policy(clock, max_attempts=2))
+        replan_and_commit(
+            inner, plan, retry_policy=policy(clock, max_attempts=2), conflict_options=LANCE
+        )
     assert isinstance(info.value.__cause__, RetryableConflictError)
     assert info.value.conflicts
     assert planned == [1, 2]
@@ -895,7 +912,7 @@ def test_pairs_compatible_by_kind_are_not_decoded(monkeypatch: pytest.MonkeyPatc
     commit(inner, first)
     decoded.clear()
     with pytest.raises(RetryableConflictError):
-        commit(inner, second)
+        commit(inner, second, conflict_options=LANCE)
     assert [pb.WhichOneof("operation") for pb in decoded] == ["delete"]
 
 
@@ -912,9 +929,7 @@ def test_intervening_versions_parse_only_their_transactions(
     assert len(decoded) == 1
 
 
-def test_a_base_creates_first_and_lists_after_unless_the_caller_assumes_it_is_the_latest() -> (
-    None
-):
+def test_a_base_creates_first_and_lists_after_unless_the_caller_assumes_it_is_the_latest() -> None:
     """By default a Dataset base on a store without concurrent requests creates the next
     version first and lists after it (the listing decides the lineage check, so a stale
     base cannot land below versions a lease-ignoring cleanup removed); with assume_latest

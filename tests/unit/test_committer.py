@@ -309,3 +309,148 @@ def test_the_worker_survives_a_batch_that_fails_outside_any_commit() -> None:
         assert first.result(timeout=10).version == 2  # committed without the lease
         second = committer.submit(Transaction(2, Append([frag()])))
         assert second.result(timeout=10).version == 3
+
+
+def rows_at_latest(store: Storage) -> int:
+    from txn_engine.dataset import Dataset
+
+    return Dataset.open(store).count_rows()
+
+
+def gated(inner: Storage) -> tuple[FaultyStorage, threading.Event, threading.Event]:
+    """A store whose first manifest create waits for the returned gate: the worker is busy
+    with its first batch (``entered`` is set once it is) while the test queues more."""
+    store = FaultyStorage(inner)
+    gate, entered = threading.Event(), threading.Event()
+
+    def hold(_method: str, _path: str) -> None:
+        entered.set()
+        gate.wait(5)
+
+    store.add(Fault("put_if_absent", "_versions/*", mode="hook", hook=hold))
+    return store, gate, entered
+
+
+def test_a_transaction_queued_twice_in_one_batch_lands_once_and_both_callers_get_it() -> None:
+    """A caller whose commit(txn, timeout=...) timed out submits the same transaction again
+    while the first copy is still queued: the group lands its rows once, both Futures give
+    the one version (the copy as already committed), and the group records each uuid once."""
+    inner = created()
+    store, gate, entered = gated(inner)
+    committer = Committer(store)
+    head = committer.submit(Transaction(1, Append([frag()])))  # occupies the worker
+    assert entered.wait(5)
+    twice = Transaction(1, Append([frag(5)]))
+    other = Transaction(1, Append([frag(7)]))
+    with pytest.raises(TimeoutError):
+        committer.commit(twice, timeout=0.01)
+    again = committer.submit(twice)
+    later = committer.submit(other)
+    gate.set()
+    committer.close()
+    assert rows_at_latest(inner) == 3 + 3 + 5 + 7  # the rows of `twice` once
+    members = read_transaction(inner, 3).transaction_properties[GROUP_MEMBERS_KEY].split(",")
+    assert sorted(members) == sorted([twice.uuid, other.uuid])
+    assert head.result().version == 2
+    result = again.result(timeout=10)
+    assert result.version == 3
+    assert result.already_committed
+    assert result.transaction == twice
+    assert later.result().version == 3
+    assert not later.result().already_committed
+    assert committer.groups == [(2, 1), (3, 2)]
+
+
+def test_submit_all_of_the_same_transaction_twice_lands_it_once() -> None:
+    inner = created()
+    txn = Transaction(1, Append([frag(4)]))
+    with Committer(inner) as committer:
+        futures = committer.submit_all([txn, txn])
+    assert rows_at_latest(inner) == 3 + 4
+    first, second = (f.result(timeout=10) for f in futures)
+    assert (first.version, first.already_committed) == (2, False)
+    assert (second.version, second.already_committed) == (2, True)
+    assert versions(inner) == [1, 2]
+
+
+def test_copies_among_other_operations_land_once() -> None:
+    """The copies are not next to each other (an operation committed alone between them):
+    still one landing, the later copy told where."""
+    inner = created()
+    txn = Transaction(1, Append([frag(4)]))
+    config = Transaction(1, UpdateConfig(config_updates=UpdateMap({"k": "v"})))
+    with Committer(inner) as committer:
+        futures = committer.submit_all([txn, config, txn])
+    results = [f.result(timeout=10) for f in futures]
+    assert [r.version for r in results] == [2, 3, 2]
+    assert results[2].already_committed
+    assert rows_at_latest(inner) == 3 + 4
+
+
+def test_a_copy_submitted_while_the_first_is_in_flight_lands_once() -> None:
+    """The worker is creating the first copy's version when the second is queued: the next
+    batch's commit finds the uuid landed (already_committed), alone or in a group."""
+    inner = created()
+    store, gate, entered = gated(inner)
+    committer = Committer(store)
+    txn = Transaction(1, Append([frag(4)]))
+    first = committer.submit(txn)
+    assert entered.wait(5)  # the worker is in the create
+    copy, newcomer = committer.submit_all([txn, Transaction(1, Append([frag(6)]))])
+    gate.set()
+    committer.close()
+    assert (first.result().version, first.result().already_committed) == (2, False)
+    assert (copy.result().version, copy.result().already_committed) == (2, True)
+    assert newcomer.result().version == 3
+    assert rows_at_latest(inner) == 3 + 4 + 6
+    assert versions(inner) == [1, 2, 3]
+
+
+def test_a_copy_submitted_after_its_group_landed_is_found_already_committed() -> None:
+    inner = created()
+    txn = Transaction(1, Append([frag(4)]))
+    with Committer(inner) as committer:
+        landed = committer.submit_all([txn, Transaction(1, Append([frag()]))])
+        assert {f.result(timeout=10).version for f in landed} == {2}
+        again = committer.commit(txn, timeout=10)
+        assert (again.version, again.already_committed) == (2, True)
+        # and as a member of the next group: the others of that group still land once
+        futures = committer.submit_all([txn, Transaction(2, Append([frag(2)]))])
+        assert (futures[0].result(timeout=10).version, futures[0].result().already_committed) == (
+            2,
+            True,
+        )
+        assert futures[1].result(timeout=10).version == 3
+    assert rows_at_latest(inner) == 3 + 4 + 3 + 2
+    assert versions(inner) == [1, 2, 3]
+
+
+def test_a_different_transaction_with_a_queued_uuid_is_refused() -> None:
+    """Two different transactions under one uuid cannot both land exactly once: the copy
+    that differs from the one queued first gets InvalidOperationError, the first lands."""
+    inner = created()
+    txn = Transaction(1, Append([frag(4)]))
+    forged = Transaction(1, Append([frag(9)]), uuid=txn.uuid)
+    with Committer(inner) as committer:
+        futures = committer.submit_all([txn, forged])
+    assert futures[0].result(timeout=10).version == 2
+    with pytest.raises(InvalidOperationError, match="uuid"):
+        futures[1].result(timeout=10)
+    assert rows_at_latest(inner) == 3 + 4
+
+
+def test_a_cancelled_first_copy_leaves_the_second_to_land() -> None:
+    inner = created()
+    store, gate, entered = gated(inner)
+    committer = Committer(store)
+    head = committer.submit(Transaction(1, Append([frag()])))
+    assert entered.wait(5)
+    txn = Transaction(1, Append([frag(4)]))
+    first = committer.submit(txn)
+    assert first.cancel()
+    second = committer.submit(txn)
+    gate.set()
+    committer.close()
+    assert head.result().version == 2
+    assert (second.result(timeout=10).version, second.result().already_committed) == (3, False)
+    assert rows_at_latest(inner) == 3 + 3 + 4

@@ -14,7 +14,11 @@ import pkgutil
 import txn_engine
 
 #: module prefix -> the top-level packages its extra brings (pyproject's optional deps)
-EXTRAS = {"txn_engine.spark.": {"pyspark", "pandas", "lance"}}
+EXTRAS = {
+    "txn_engine.spark.": {"pyspark", "pandas", "lance"},
+    "txn_engine.namespace._lance": {"lance_namespace"},
+    "txn_engine.namespace._rest": {"lance_namespace"},
+}
 
 
 def test_every_module_imports_or_needs_only_its_extra() -> None:

@@ -169,3 +169,39 @@ def test_update_map_edits_a_protobuf_map_in_place_like_a_dict() -> None:
     target = {"k": "v"}
     edit.apply_to(target)  # deleting a key that is not there is a no-op
     assert target == {"k": "v"}
+
+
+def test_overwrite_and_merge_take_the_metadata_their_schema_carries() -> None:
+    """A ``pyarrow.Schema`` carries schema-level metadata (``pandas``, a user's keys):
+    Overwrite and Merge keep it as their ``schema_metadata`` unless one is given, as
+    pylance's operations do; field-level metadata stays on the fields."""
+    import pyarrow as pa
+
+    from txn_engine import Merge
+
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), metadata={"unit": "cm"})], metadata={"owner": "me"}
+    )
+    over = Overwrite([frag()], schema)
+    assert over.schema_metadata == (("owner", b"me"),)
+    assert dict(over.schema[0].metadata) == {"unit": b"cm"}
+    assert Overwrite([frag()], schema, schema_metadata={"k": b"v"}).schema_metadata == (
+        ("k", b"v"),
+    )
+    assert Overwrite([frag()], over.schema).schema_metadata == ()  # Lance fields carry none
+    assert attrs.evolve(over, fragments=[frag(1)]).schema_metadata == over.schema_metadata
+    merge = Merge([frag()], schema)
+    assert merge.schema_metadata == (("owner", b"me"),)
+    assert Merge([frag()], schema.with_metadata({})).schema_metadata == ()  # clears it
+    assert Merge([frag()], merge.schema).schema_metadata is None  # keeps the table's
+
+
+@pytest.mark.parametrize("metadata", [None, {"owner": b"me"}])
+def test_merge_schema_metadata_round_trips_through_the_codec(
+    metadata: dict[str, bytes] | None,
+) -> None:
+    from txn_engine import Merge, transaction_from_proto, transaction_to_proto
+
+    op = Merge([frag()], Overwrite([frag()], []).schema, schema_metadata=metadata)
+    txn = Transaction(1, op)
+    assert transaction_from_proto(transaction_to_proto(txn)).operation == op

@@ -152,3 +152,17 @@ def test_a_transaction_carried_by_two_versions_is_an_exactly_once_finding() -> N
     assert len(found) == 1
     assert offered.uuid in found[0].detail
     assert found[0].version == 3
+
+
+def test_a_branch_file_pylance_could_not_have_written_is_a_refs_error() -> None:
+    storage = MemoryStorage()
+    _synthetic(storage)
+    body = b'{"parentBranch": null, "parentVersion": 1}'
+    storage.put("_refs/branches/%C3%A9.json", body)  # the branch "é", as pylance names it
+    assert verify(storage).findings == ()
+    storage.put("_refs/branches/..%2F..%2Fx.json", body)
+    report = verify(storage)
+    assert not report.ok
+    (finding,) = report.errors
+    assert finding.invariant == "refs"
+    assert "_refs/branches/..%2F..%2Fx.json" in finding.detail

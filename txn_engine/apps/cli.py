@@ -3,6 +3,7 @@
     txn-engine log URI [--json]                 versions with time, operation, writer
                                                 (a damaged version is marked; exit 1)
     txn-engine show URI [--version N] [--json]  summary of one version's manifest
+    txn-engine serve-namespace ROOT [--port N]  the Lance REST namespace API over ROOT
 
 Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); add one by registering a
 ``Command`` with a function that configures its argparse sub-parser and one that runs it
@@ -696,7 +697,7 @@ def _configure_cleanup(p: argparse.ArgumentParser) -> None:
 
 
 def _run_cleanup(args: argparse.Namespace, out: TextIO) -> int:
-    from txn_engine.cleanup import CleanupReport, cleanup
+    from txn_engine.retention import CleanupReport, cleanup
 
     result = cleanup(
         args.uri,
@@ -796,6 +797,56 @@ register(
         "run a carrier: land the offers of contending writers on an object store",
         _configure_carry,
         _run_carry,
+    )
+)
+
+
+def _configure_serve_namespace(p: argparse.ArgumentParser) -> None:
+    p.add_argument("root", help="the namespace root: a directory, or s3:// gs:// az:// prefix")
+    p.add_argument("--port", type=int, default=2333, help="port (default 2333; 0: any free)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only)",
+    )
+    p.add_argument(
+        "--abort-after",
+        type=float,
+        default=30.0,
+        help="seconds a writer waits for an undecided transaction before aborting it",
+    )
+    _storage_option_arguments(p)
+
+
+def _run_serve_namespace(args: argparse.Namespace, out: TextIO) -> int:
+    from txn_engine.namespace import Namespace
+    from txn_engine.namespace._rest import NamespaceServer
+    from txn_engine.redact import redact_uri
+
+    ns = Namespace(
+        args.root,
+        _parse_options(args.storage_option),
+        abort_after=args.abort_after,
+        share_storage_options=False,
+    )
+    server = NamespaceServer(ns, args.host, args.port)
+    out.write(f"serving {redact_uri(args.root)} on {server.url} (Ctrl-C to stop)\n")
+    out.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+register(
+    Command(
+        "serve-namespace",
+        "serve a namespace over the Lance REST namespace API (pylance's RestNamespace)",
+        _configure_serve_namespace,
+        _run_serve_namespace,
     )
 )
 

@@ -4,10 +4,17 @@ DataReplacement."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
-from txn_engine.interop import as_data_file, as_fields, as_fragments
+from txn_engine.interop import (
+    SchemaMetadata,
+    as_data_file,
+    as_fields,
+    as_fragments,
+    schema_metadata_of,
+)
 from txn_engine.model import BasePath, DataFile, Fragment, LanceField, frozen_map
 
 __all__ = ["Append", "DataReplacement", "DataReplacementGroup", "Merge", "Overwrite", "Project"]
@@ -43,12 +50,18 @@ class Append:
     fragments: tuple[Fragment, ...] = attrs.field(converter=_tuple_of_Fragment)
 
 
-@attrs.frozen
+def _opt_metadata(value: SchemaMetadata | None) -> tuple[tuple[str, bytes], ...] | None:
+    return None if value is None else frozen_map(value)
+
+
+@attrs.frozen(init=False)
 class Overwrite:
     """Replace the whole table (also creates a dataset when ``read_version`` is 0).
 
-    ``config_upsert_values`` are merged into the existing config; ``initial_bases`` only on
-    creation.
+    ``schema`` is Lance fields, a pylance ``LanceSchema`` or a ``pyarrow.Schema``;
+    ``schema_metadata`` becomes the table's schema metadata (as pylance's Overwrite does),
+    by default the one ``schema`` carries (none for Lance fields). ``config_upsert_values``
+    are merged into the existing config; ``initial_bases`` only on creation.
     """
 
     fragments: tuple[Fragment, ...] = attrs.field(converter=_tuple_of_Fragment)
@@ -59,20 +72,51 @@ class Overwrite:
     )
     initial_bases: tuple[BasePath, ...] = attrs.field(default=(), converter=_tuple_of_BasePath)
 
+    def __init__(
+        self,
+        fragments: Iterable[Any],
+        schema: Any,
+        schema_metadata: SchemaMetadata | None = None,
+        config_upsert_values: Mapping[str, str] | None = None,
+        initial_bases: Iterable[BasePath] = (),
+    ) -> None:
+        if schema_metadata is None:
+            schema_metadata = schema_metadata_of(schema)
+        self.__attrs_init__(fragments, schema, schema_metadata, config_upsert_values, initial_bases)
+
     @property
     def config_upserts(self) -> Mapping[str, str]:
         return dict(self.config_upsert_values or ())
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class Merge:
     """Add columns: the complete new fragment list (every existing fragment, same
-    ``physical_rows``) and the new schema."""
+    ``physical_rows``, then any new ones) and the new schema.
+
+    ``schema`` is Lance fields, a pylance ``LanceSchema`` or a ``pyarrow.Schema``;
+    ``schema_metadata`` becomes the table's schema metadata (as pylance's Merge does), by
+    default the one ``schema`` carries; None (the default for Lance fields, and what an
+    empty map on the wire reads as) keeps the table's.
+    """
 
     fragments: tuple[Fragment, ...] = attrs.field(converter=_tuple_of_Fragment)
     schema: tuple[LanceField, ...] = attrs.field(converter=_tuple_of_LanceField)
-    schema_metadata: tuple[tuple[str, bytes], ...] = attrs.field(default=(), converter=frozen_map)
+    schema_metadata: tuple[tuple[str, bytes], ...] | None = attrs.field(
+        default=None, converter=_opt_metadata
+    )
     preserves_nullability: bool = False
+
+    def __init__(
+        self,
+        fragments: Iterable[Any],
+        schema: Any,
+        schema_metadata: SchemaMetadata | None = None,
+        preserves_nullability: bool = False,
+    ) -> None:
+        if schema_metadata is None:
+            schema_metadata = schema_metadata_of(schema)
+        self.__attrs_init__(fragments, schema, schema_metadata, preserves_nullability)
 
 
 @attrs.frozen

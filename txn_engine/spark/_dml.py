@@ -74,7 +74,6 @@ from txn_engine.format.deletion import (
 )
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
 from txn_engine.format.rowids import encode_row_id_sequence
-from txn_engine.lease import Lease
 from txn_engine.model import Fragment
 from txn_engine.ops import Delete, Operation, Update
 from txn_engine.redact import redact_uri
@@ -350,7 +349,6 @@ class _Context:
         started = time.perf_counter()
         storage = self.storage()
         attempts: list[_Attempt] = []
-        leases: list[Lease] = []
         outcome: list[_Planned] = []
         removed = 0
         calls = 0
@@ -358,13 +356,9 @@ class _Context:
         def planned(snapshot: Dataset) -> Transaction:
             nonlocal removed, calls
             calls += 1
-            for old in leases:
-                old.release()
-            leases.clear()
             for previous in attempts:  # a re-plan: the previous plan did not land
                 removed += _discard(storage, previous, keep=())
             attempts.clear()
-            leases.append(Lease(storage, snapshot.version, ttl=600.0, owner=_OWNER))
             try:
                 result = plan(snapshot, attempts)
             except BaseException:
@@ -376,26 +370,24 @@ class _Context:
             return result.transaction
 
         try:
-            try:
-                committed: CommitResult = replan_and_commit(
-                    storage,
-                    planned,
-                    retry_policy=self.retry_policy or DML_RETRY_POLICY,
-                    commit_retry_policy=self.commit_retry_policy,
-                    conflict_options=self.conflict_options,
-                )
-            except CommitStateUnknownError:
-                raise  # keep every file: the plan may have landed
-            except BaseException:
-                for attempt in attempts:
-                    removed += _discard(storage, attempt, keep=())
-                raise
-            keep = _referenced_files(committed.transaction)
+            committed: CommitResult = replan_and_commit(
+                storage,
+                planned,
+                retry_policy=self.retry_policy or DML_RETRY_POLICY,
+                commit_retry_policy=self.commit_retry_policy,
+                conflict_options=self.conflict_options,
+                lease_ttl=600.0,
+                lease_owner=_OWNER,
+            )
+        except CommitStateUnknownError:
+            raise  # keep every file: the plan may have landed
+        except BaseException:
             for attempt in attempts:
-                removed += _discard(storage, attempt, keep=keep)
-        finally:
-            for held in leases:
-                held.release()
+                removed += _discard(storage, attempt, keep=())
+            raise
+        keep = _referenced_files(committed.transaction)
+        for attempt in attempts:
+            removed += _discard(storage, attempt, keep=keep)
         done = outcome[0]
         op = committed.transaction.operation
         changed = len(op.updated_fragments) + len(_removed_ids(op))  # type: ignore[union-attr]

@@ -75,6 +75,7 @@ from txn_engine.format.naming import (
     parse_manifest_name,
     scan_versions,
 )
+from txn_engine.format.refs import branch_name_from_file
 from txn_engine.offers import carried_uuids
 from txn_engine.storage.base import Storage
 from txn_engine.storage.obstore_store import is_backend_failure
@@ -298,14 +299,10 @@ def _json_objects(storage: Storage, directory: str) -> Iterator[tuple[str, dict[
         yield name[: -len(".json")], value
 
 
-def _branch_prefix(escaped: str) -> str:
-    name = urllib.parse.unquote(escaped)
-    segments = name.split("/")
-    if not name or any(
-        s in ("", ".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", s) for s in segments
-    ):
-        raise FormatError(f"branch reference {escaped!r} is not a valid branch name")
-    return f"tree/{name}"
+def _branch_name(escaped: str) -> str:
+    """The branch of ``_refs/branches/{escaped}.json``, decoded as pylance encodes it
+    (CorruptRefError, a FormatError, for a name pylance could not have written)."""
+    return branch_name_from_file(f"{escaped}.json")
 
 
 def _all_kept_manifests(storage: Storage) -> Iterator[bytes]:
@@ -317,9 +314,9 @@ def _all_kept_manifests(storage: Storage) -> Iterator[bytes]:
     yield from _kept_manifests(storage, main)
     branches: dict[str, set[int]] = {}
     for escaped, _ in _json_objects(storage, "_refs/branches"):
-        name = urllib.parse.unquote(escaped)
+        name = _branch_name(escaped)
         branches[name] = set()
-        yield from _kept_manifests(_Prefixed(storage, _branch_prefix(escaped)), branches[name])
+        yield from _kept_manifests(_Prefixed(storage, f"tree/{name}"), branches[name])
     # on local disk, also branch datasets whose reference is not (yet) written
     known = {f"tree/{name}" for name in branches}
     for tree in _local_branch_dirs(storage):

@@ -58,6 +58,7 @@ from txn_engine.transaction import COMMIT_MESSAGE_KEY, Transaction
 if TYPE_CHECKING:
     from txn_engine.commit import CommitResult
     from txn_engine.dataset import Dataset
+    from txn_engine.lease import Lease
 
 __all__ = [
     "FRAGMENT_COLUMN",
@@ -845,7 +846,8 @@ class FragmentCollector:
         from txn_engine.commit import replan_and_commit
 
         if not self.added_columns or self.creates_dataset:
-            return txn_commit(storage, txn, retry_policy=policy)
+            lease = self._resumed(storage, txn)
+            return txn_commit(storage, txn, retry_policy=policy, lease=lease)
         plans = [txn]
 
         def plan(snapshot: Dataset) -> Transaction:
@@ -859,6 +861,25 @@ class FragmentCollector:
             retry_policy=_merge_schema_retry(self.options),
             commit_retry_policy=policy,
         )
+
+    def _resumed(self, storage: Storage, txn: Transaction) -> Lease | None:
+        """The job's lease, taken over for the commit: checked before the manifest create,
+        so a job that ran past its lease (or whose lease was removed) gets LeaseExpiredError
+        rather than landing files a cleanup may have removed. A lease already released by
+        an earlier commit of this same transaction (a retried driver step) is not needed:
+        the commit finds the landed version and writes nothing."""
+        if self.lease_path is None:
+            return None
+        from txn_engine.commit import find_transaction
+        from txn_engine.errors import LeaseExpiredError
+        from txn_engine.lease import Lease
+
+        try:
+            return Lease.resume(storage, self.lease_path, owner="txn_engine.spark write")
+        except LeaseExpiredError:
+            if find_transaction(storage, txn.uuid, since_version=self.read_version) is None:
+                raise
+            return None
 
     def _retry_policy(self) -> RetryPolicy | None:
         return _retry_policy(self.options)
@@ -933,6 +954,10 @@ def _retry_policy(options: WriteOptions) -> RetryPolicy | None:
 
 
 def _open(uri: str, options: WriteOptions) -> Storage:
+    if options.namespace and options.table_id:  # commits go through the namespace
+        from txn_engine.spark._namespace import namespace_storage
+
+        return namespace_storage(options.namespace, options.table_id, options.storage_options)
     if options.storage_factory:
         return _load_factory(options.storage_factory)(uri, dict(options.storage_options))
     return open_storage(uri, dict(options.storage_options) or None)

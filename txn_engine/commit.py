@@ -2086,7 +2086,14 @@ def replan_and_commit(
             )
         try:
             snapshot = Dataset.open(storage, version=None if held is None else held.version)
+            # A plan's own errors (a RetryableConflictError included) propagate unchanged:
+            # only the commit's conflicts are re-planned.
             txn = as_transaction(plan(snapshot))
+        except BaseException:
+            if held is not None:
+                held.release()
+            raise
+        try:
             return commit(
                 storage,
                 txn,

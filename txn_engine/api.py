@@ -848,8 +848,9 @@ _SYSTEM_INDICES = frozenset({_FRAG_REUSE, "__lance_mem_wal"})
 
 
 def _remaps_indices(snapshot: Dataset) -> bool:
-    """Whether compacting this version must keep indices over address-style row ids
-    (stable row ids need no remap: the builder moves the bitmaps)."""
+    """Whether compacting this version keeps indices by a deferred remap (the fragment
+    reuse record). Not under stable row ids, where pylance 14 refuses it: the builder then
+    takes the compacted fragments out of each index's coverage (queries scan them)."""
     stable = bool(snapshot.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
     return not stable and any(i.name not in _SYSTEM_INDICES for i in snapshot.indices)
 

@@ -49,7 +49,7 @@ from pyroaring import BitMap64
 
 from txn_engine._proto import table_pb2
 from txn_engine.commit import CommitResult, commit, replan_and_commit
-from txn_engine.conflicts.isolation import READ_PREDICATE
+from txn_engine.conflicts.isolation import ISOLATION_CONFIG, ISOLATION_LEVELS, READ_PREDICATE
 from txn_engine.conflicts.rebase import ConflictOptions, with_isolation
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
@@ -721,7 +721,15 @@ class Table:
         properties: Mapping[str, str] | None = None,
     ) -> CommitResult:
         """Edit the config (key -> value; None deletes the key; ``replace`` clears it
-        first), and optionally the table metadata and schema metadata."""
+        first), and optionally the table metadata and schema metadata. The key
+        ``txn_engine.isolation`` takes ``"snapshot"`` or ``"serializable"`` (the table's
+        isolation level, ``docs/conflicts.md``); another value is refused."""
+        level = (upserts or {}).get(ISOLATION_CONFIG)
+        if level is not None and level not in ISOLATION_LEVELS:
+            raise InvalidOperationError(
+                f"config {ISOLATION_CONFIG} must be one of {', '.join(ISOLATION_LEVELS)}, "
+                f"got {level!r}"
+            )
         config = (
             UpdateMap(upserts or {}, replace=replace) if upserts is not None or replace else None
         )

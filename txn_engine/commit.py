@@ -70,7 +70,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
@@ -86,10 +86,11 @@ from txn_engine.conflicts.detect import (
     Conflict,
     missing_history_conflict,
 )
+from txn_engine.conflicts.isolation import READERS, SERIALIZABLE
 from txn_engine.conflicts.lineage import descends_from
 from txn_engine.conflicts.matrix import Outcome
 from txn_engine.conflicts.planner import Winner, plan_retry
-from txn_engine.conflicts.rebase import ConflictOptions, find_fragment
+from txn_engine.conflicts.rebase import ConflictOptions, at_table_level, find_fragment
 from txn_engine.dataset import Dataset, as_base
 from txn_engine.errors import (
     AtomicityUnsupportedError,
@@ -1317,6 +1318,22 @@ def _withdraw_copies(state: _State, landed: CommitResult | None) -> None:
             copy.withdraw()
 
 
+def _table_level(state: _State, latest_version: int, winners: Sequence[Winner]) -> ConflictOptions:
+    """The commit's conflict options at the isolation level the table asks for (the config
+    key ``txn_engine.isolation`` of the latest version, :func:`at_table_level`). Read only
+    when it can matter: a Delete/Update with winners to check, not serializable already.
+    An unreadable latest manifest leaves the options as they are: the planner refuses the
+    winner, or the read after the plan raises."""
+    options = state.options
+    if not winners or options.isolation == SERIALIZABLE or state.txn.kind not in READERS:
+        return options
+    try:
+        latest = state.manifest(latest_version)
+    except FormatError:
+        return options
+    return at_table_level(options, latest.manifest.config)
+
+
 def _attempt(
     state: _State, budget: RetryBudget, timestamp_ns: int | None, *, create: bool = True
 ) -> CommitResult | None:
@@ -1367,7 +1384,7 @@ def _attempt(
         latest_fragments=() if base_file is None else base_file.manifest.fragments,
         initial_fragments=state.initial_fragment,
         read_dv=lambda fid, pb: read_deletion_vector(storage, fid, pb),
-        options=state.options,
+        options=_table_level(state, latest.version, winners),
         latest_max_fragment_id=None if base_file is None else _high(base_file.manifest),
     )
     if isinstance(plan, Conflict):

@@ -14,7 +14,7 @@ import pytest
 import txn_engine as te
 from txn_engine.commit import commit
 from txn_engine.conflicts.rebase import ConflictOptions
-from txn_engine.errors import RetryableConflictError
+from txn_engine.errors import InvalidOperationError, RetryableConflictError
 from txn_engine.testing.interleave import Step, lance_apply, table_rows
 
 lance = pytest.importorskip("lance")
@@ -137,3 +137,49 @@ def test_serializable_update_records_its_predicate_for_pylance(tmp_path: Path) -
     txn = ds.read_transaction(result.version)  # pylance reads the inline transaction
     assert txn.transaction_properties["txn_engine.read_predicate"] == "id = 10"
     assert dict(result.transaction.properties)["txn_engine.read_predicate"] == "id = 10"
+
+
+@pytest.mark.parametrize(
+    ("appended", "refused"), [(5, True), (500, False)], ids=["matching", "not-matching"]
+)
+def test_a_table_set_to_serializable_is_serializable_for_every_writer(
+    tmp_path: Path, appended: int, refused: bool
+) -> None:
+    """The config key ``txn_engine.isolation`` (set here with pylance's own
+    ``update_config``) makes a default writer serializable: a delete of ``id < 50`` planned
+    before an Append of matching rows is refused (rule SER), one of non-matching rows
+    lands; a writer asking for snapshot cannot weaken the table; a bare ``commit`` with no
+    row matcher refuses any added rows (never a guess that they do not match)."""
+    uri = _table(tmp_path, stable=False)
+    lance.dataset(uri).update_config({"txn_engine.isolation": "serializable"})
+    writer = te.open(uri, isolation="snapshot")
+    planned = Step("delete", ("id < 50",)).plan(writer)
+    rows = pa.table({"id": pa.array([appended], pa.int64()), "v": pa.array([0], pa.int64())})
+    te.open(uri).append(rows)
+    if refused:
+        with pytest.raises(RetryableConflictError) as info:
+            commit(writer._storage, planned, conflict_options=writer.conflict_options)
+        assert info.value.conflicts[0].rule == "SER"
+    else:
+        with pytest.raises(RetryableConflictError) as bare:
+            commit(writer._storage, planned)  # no matcher: the added rows cannot be checked
+        assert "cannot be checked" in bare.value.conflicts[0].reason
+        commit(writer._storage, planned, conflict_options=writer.conflict_options)
+    assert lance.dataset(uri).to_table(filter="id < 50").num_rows == (50 if refused else 0)
+    lance.dataset(uri).update_config({"txn_engine.isolation": "snapshot"})
+    if refused:  # the table back at snapshot: the same plan lands (Lance's rules)
+        commit(writer._storage, planned, conflict_options=writer.conflict_options)
+        assert lance.dataset(uri).to_table(filter="id < 50").num_rows == 1
+
+
+def test_update_config_sets_the_isolation_level_and_refuses_an_unknown_one(
+    tmp_path: Path,
+) -> None:
+    uri = _table(tmp_path, stable=False)
+    table = te.open(uri)
+    before = lance.dataset(uri).version
+    with pytest.raises(InvalidOperationError, match=r"txn_engine\.isolation"):
+        table.update_config({"txn_engine.isolation": "repeatable-read"})
+    assert lance.dataset(uri).version == before  # nothing written
+    table.update_config({"txn_engine.isolation": "serializable"})
+    assert lance.dataset(uri).config()["txn_engine.isolation"] == "serializable"

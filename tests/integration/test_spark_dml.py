@@ -527,3 +527,28 @@ def test_discard_removes_files_marked_while_it_ran(tmp_path: Any) -> None:
     assert removed == 2
     assert sorted(storage.list("_deletions")) == ["6-3-43.bin"]
     assert storage.list(DML_STAGING_DIR) == []
+
+
+@pytest.mark.parametrize("isolation", ["snapshot", "serializable"])
+def test_a_serializable_delete_is_replanned_after_an_append_its_condition_matches(
+    spark: Any, tmp_path: Any, isolation: str
+) -> None:
+    """``isolation="serializable"``: a delete of ``id >= 80`` whose tasks are held at the
+    gate while a row with id 500 is appended is refused at its commit (rule SER) and
+    re-planned, so the appended row is deleted too; at snapshot (Lance's rule) the plan
+    lands as it was and the appended row stays."""
+    uri = make_table(tmp_path)
+    control = str(tmp_path / "gate")
+    os.mkdir(control)
+    thread, out, errors = in_thread(
+        lambda: delete(
+            spark, uri, "id >= 80", isolation=isolation, task_hook=gate_hook(control)
+        )
+    )
+    wait_started(control, errors)
+    te.open(uri).append(rows(1, start=500))
+    open(os.path.join(control, "go"), "w").close()
+    result = join(thread, out, errors)
+    ids = lance.dataset(uri).to_table().column("id").to_pylist()
+    assert max(ids) == (79 if isolation == "serializable" else 500)
+    assert result.attempts == (2 if isolation == "serializable" else 1)

@@ -48,8 +48,10 @@ def test_scalars_are_typed_and_validated() -> None:
             "write_id": "Job-7",
             "sweep_on_plan": "false",
             "staging_retention_seconds": "60",
+            "isolation": "Serializable",
         }
     )
+    assert options.isolation == "serializable"
     assert options.max_rows_per_file == 1000
     assert options.commit_message == "nightly load"
     assert options.write_id == "Job-7"  # values keep their case
@@ -68,6 +70,7 @@ def test_scalars_are_typed_and_validated() -> None:
         ({"storage_options": "{"}, "must be a JSON object"),
         ({"sweep_on_plan": "maybe"}, "must be true or false"),
         ({"commit_attempts": "0"}, "must be >= 1"),
+        ({"isolation": "repeatable read"}, "'isolation' must be one of snapshot, serializable"),
         # int() took these: Spark and Lance do not
         ({"max_rows_per_file": "1_000"}, "must be an integer"),
         ({"max_rows_per_file": " 7"}, "must be an integer"),

@@ -21,6 +21,7 @@ import lance
 import pyarrow as pa
 import pytest
 
+import txn_engine as te
 from txn_engine.errors import (
     InvalidOperationError,
     RetryableConflictError,
@@ -338,6 +339,37 @@ def test_replace_where_check_is_typed_on_the_collector(tmp_path: Path) -> None:
         100,
         101,
     ]
+
+
+@pytest.mark.parametrize("isolation", ["snapshot", "serializable"])
+def test_replace_where_at_serializable_refuses_a_concurrent_matching_append(
+    tmp_path: Path, isolation: str
+) -> None:
+    """The ``isolation`` write option: a replaceWhere of ``part = 1`` planned before a
+    concurrent Append of a ``part = 1`` row. Snapshot (Lance's rule) lands it and keeps the
+    appended row beside the replacement (write skew); serializable refuses the commit
+    (retryable, rule SER: the predicate it recorded matches the appended row) and lands
+    nothing."""
+    uri = str(tmp_path / "rs.lance")
+    _parts(uri)
+    schema = pa.schema([("id", pa.int64()), ("part", pa.int64())])
+    collector = FragmentCollector.plan(
+        uri, mode="overwrite", schema=schema, replace_where="part = 1", isolation=isolation
+    )
+    good = pa.record_batch([pa.array([100, 101]), pa.array([1, 1])], schema=schema)
+    fragments = collector.write_batches([good])
+    te.open(uri).append(pa.table({"id": pa.array([50], pa.int64()), "part": [1]}))
+    if isolation == "serializable":
+        with pytest.raises(RetryableConflictError) as info:
+            collector.commit(fragments)
+        assert info.value.conflicts[0].rule == "SER"
+        assert lance.dataset(uri).version == 2
+        return
+    collector.commit(fragments)
+    ds = lance.dataset(uri)
+    assert sorted(ds.to_table(filter="part = 1").column("id").to_pylist()) == [50, 100, 101]
+    txn = ds.read_transaction(ds.version)
+    assert txn.transaction_properties["txn_engine.read_predicate"] == "part = 1"
 
 
 # --------------------------------------------------------------------------- streaming

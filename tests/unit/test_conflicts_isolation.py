@@ -9,12 +9,14 @@ import pytest
 from txn_engine.codec import transaction_to_proto
 from txn_engine.conflicts.detect import Conflict
 from txn_engine.conflicts.isolation import (
+    ISOLATION_CONFIG,
     READ_PREDICATE,
     read_predicate,
     serializable_conflict,
+    table_isolation,
 )
 from txn_engine.conflicts.planner import Winner, plan_retry
-from txn_engine.conflicts.rebase import ConflictOptions, with_isolation
+from txn_engine.conflicts.rebase import ConflictOptions, at_table_level, with_isolation
 from txn_engine.errors import InvalidOperationError
 from txn_engine.model import DataFile, Fragment
 from txn_engine.ops import Append, Delete, Rewrite, RewriteGroup, Update
@@ -89,10 +91,27 @@ def test_the_planner_refuses_a_matching_append_only_when_serializable() -> None:
 def test_isolation_levels_are_checked_and_given_a_matcher() -> None:
     with pytest.raises(InvalidOperationError, match="isolation"):
         ConflictOptions(isolation="repeatable-read")
-    assert with_isolation(None, None, "x") is None
+    plain = with_isolation(None, None, "x")
+    assert plain.isolation == "snapshot"
+    assert plain.row_matcher is not None  # asked only if the table asks for serializable
     opts = with_isolation(None, "serializable", "/t")
     assert opts is not None
     assert opts.row_matcher is not None
     mine = with_isolation(ConflictOptions(row_matcher=_never), "serializable", "/t")
     assert mine is not None
     assert mine.row_matcher is _never
+
+
+def test_the_table_config_is_a_floor_never_a_ceiling() -> None:
+    assert table_isolation({}) == "snapshot"
+    assert table_isolation({ISOLATION_CONFIG: "snapshot"}) == "snapshot"
+    assert table_isolation({ISOLATION_CONFIG: "serializable"}) == "serializable"
+    # a level this version does not know is taken as the strongest it knows
+    assert table_isolation({ISOLATION_CONFIG: "strict-serializable"}) == "serializable"
+    snapshot, serial = ConflictOptions(), ConflictOptions(isolation="serializable")
+    table = {ISOLATION_CONFIG: "serializable"}
+    assert at_table_level(snapshot, table).isolation == "serializable"
+    assert at_table_level(snapshot, {}) is snapshot
+    assert at_table_level(serial, {ISOLATION_CONFIG: "snapshot"}) is serial  # never weaker
+    kept = at_table_level(ConflictOptions(row_matcher=_never), table)
+    assert kept.row_matcher is _never

@@ -11,6 +11,11 @@ it), or the transaction property :data:`READ_PREDICATE` (pylance 14 reads transa
 properties and ignores unknown keys). An empty predicate reads every row. A Delete/Update
 that records neither read an unknown set of rows: any concurrent added row conflicts.
 
+A table asks for a level with the config key :data:`ISOLATION_CONFIG`
+(``"txn_engine.isolation"``); every txn_engine writer takes the stronger of its own level
+and the one the latest version's config names (:func:`table_isolation`), so a writer can
+ask for serializable on a snapshot table but cannot weaken a serializable one.
+
 :func:`serializable_conflict` is pure: whether added rows match a predicate is asked of a
 :data:`RowMatcher` (:func:`pylance_matcher` evaluates it with pylance on the added
 fragments' rows); without one, any added row conflicts (never a guess that they do not).
@@ -18,7 +23,7 @@ fragments' rows); without one, any added row conflicts (never a guess that they 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from txn_engine.model import Fragment
@@ -26,8 +31,10 @@ from txn_engine.ops import Append, Delete, Update
 from txn_engine.transaction import Transaction
 
 __all__ = [
+    "ISOLATION_CONFIG",
     "ISOLATION_LEVELS",
     "PylanceMatcher",
+    "READERS",
     "READ_PREDICATE",
     "SERIALIZABLE",
     "SNAPSHOT",
@@ -35,11 +42,18 @@ __all__ = [
     "pylance_matcher",
     "read_predicate",
     "serializable_conflict",
+    "table_isolation",
 ]
 
 SNAPSHOT = "snapshot"
 SERIALIZABLE = "serializable"
 ISOLATION_LEVELS = (SNAPSHOT, SERIALIZABLE)
+
+#: the kinds whose predicate a concurrent insert can invalidate (serializable isolation)
+READERS = frozenset({"Delete", "Update"})
+
+#: table config key naming the table's isolation level (a floor for every txn_engine writer)
+ISOLATION_CONFIG = "txn_engine.isolation"
 
 #: transaction property holding the SQL predicate a Delete/Update read ("" = every row)
 READ_PREDICATE = "txn_engine.read_predicate"
@@ -47,6 +61,16 @@ READ_PREDICATE = "txn_engine.read_predicate"
 #: ``(version, fragments, predicate) -> whether a live row of those fragments (as committed
 #: in ``version``) matches the SQL predicate``
 RowMatcher = Callable[[int, Sequence[Fragment], str], bool]
+
+
+def table_isolation(config: Mapping[str, str]) -> str:
+    """The isolation level a table's ``config`` asks for: :data:`SNAPSHOT` when the key
+    :data:`ISOLATION_CONFIG` is absent or ``"snapshot"``, else :data:`SERIALIZABLE` (a value
+    this version does not know is taken as the strongest level it knows, never weaker)."""
+    value = config.get(ISOLATION_CONFIG)
+    if value is None or value.strip().lower() == SNAPSHOT:
+        return SNAPSHOT
+    return SERIALIZABLE
 
 
 def read_predicate(txn: Transaction) -> str | None:

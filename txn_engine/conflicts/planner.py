@@ -37,7 +37,7 @@ from txn_engine.conflicts.detect import (
     missing_history_conflict,
     unreadable_conflict,
 )
-from txn_engine.conflicts.isolation import SERIALIZABLE, serializable_conflict
+from txn_engine.conflicts.isolation import READERS, SERIALIZABLE, serializable_conflict
 from txn_engine.conflicts.matrix import MATRIX, Outcome
 from txn_engine.conflicts.rebase import (
     ConflictOptions,
@@ -166,7 +166,7 @@ def plan_retry(
     plan = _Plan(txn, initial_fragments, options or ConflictOptions())
     for winner in winners:
         pb = winner.transaction
-        serializable = plan.options.isolation == SERIALIZABLE and plan.mine.kind in _READERS
+        serializable = plan.options.isolation == SERIALIZABLE and plan.mine.kind in READERS
         if (
             pb is not None
             and not serializable
@@ -190,10 +190,6 @@ def plan_retry(
                 return _not_serializable(plan.mine, other, winner.version, why)
         plan.landed(other, result)
     return _finish(plan, latest_version, latest_fragments, read_dv, latest_max_fragment_id)
-
-
-#: the kinds whose predicate a concurrent insert can invalidate (serializable isolation)
-_READERS = frozenset({"Delete", "Update"})
 
 
 def _not_serializable(mine: Transaction, other: Transaction, version: int, why: str) -> Conflict:

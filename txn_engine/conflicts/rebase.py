@@ -31,7 +31,7 @@ even when the caller did not record ``affected_rows``. See ``docs/conflicts.md``
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -54,8 +54,10 @@ from txn_engine.conflicts.detect import Conflict
 from txn_engine.conflicts.isolation import (
     ISOLATION_LEVELS,
     SERIALIZABLE,
+    SNAPSHOT,
     PylanceMatcher,
     RowMatcher,
+    table_isolation,
 )
 from txn_engine.conflicts.matrix import Outcome
 from txn_engine.errors import InvalidOperationError
@@ -70,6 +72,7 @@ __all__ = [
     "find_fragment",
     "fragment_offsets",
     "rebase",
+    "at_table_level",
     "with_isolation",
 ]
 
@@ -109,22 +112,29 @@ class ConflictOptions:
             )
 
 
+def at_table_level(options: ConflictOptions, config: Mapping[str, str]) -> ConflictOptions:
+    """``options`` at the stronger of their own level and the one the table ``config``
+    asks for (:func:`~txn_engine.conflicts.isolation.table_isolation`)."""
+    if options.isolation == SERIALIZABLE or table_isolation(config) == SNAPSHOT:
+        return options
+    return attrs.evolve(options, isolation=SERIALIZABLE)
+
+
 def with_isolation(
     options: ConflictOptions | None,
     isolation: str | None,
     uri: str,
     storage_options: dict[str, str] | None = None,
-) -> ConflictOptions | None:
-    """``options`` at ``isolation`` (None: as they are) for the dataset at ``uri``: a
-    serializable level gets a :class:`~txn_engine.conflicts.isolation.PylanceMatcher` of
-    ``uri`` unless it carries a matcher of its own."""
-    if isolation is None and options is None:
-        return None
+) -> ConflictOptions:
+    """``options`` (default :class:`ConflictOptions`) at ``isolation`` (None: as they are)
+    for the dataset at ``uri``, with a :class:`~txn_engine.conflicts.isolation.PylanceMatcher`
+    of ``uri`` unless they carry a matcher of their own: it is asked only under serializable
+    isolation, the writer's own or the table's (:func:`at_table_level`)."""
     out = options or ConflictOptions()
     if isolation is not None:
         out = attrs.evolve(out, isolation=isolation)
     own = out.row_matcher is not None and not isinstance(out.row_matcher, PylanceMatcher)
-    if out.isolation == SERIALIZABLE and not own:
+    if not own:
         out = attrs.evolve(out, row_matcher=PylanceMatcher(uri, storage_options))
     return out
 

@@ -58,7 +58,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pyroaring import BitMap, BitMap64
 
 from txn_engine.commit import CommitResult, replan_and_commit
-from txn_engine.conflicts.rebase import ConflictOptions
+from txn_engine.conflicts.isolation import READ_PREDICATE
+from txn_engine.conflicts.rebase import ConflictOptions, with_isolation
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     CommitStateUnknownError,
@@ -124,7 +125,9 @@ class DmlOptions(TypedDict, total=False):
     are given); ``retry_policy`` is the re-planning budget (default
     :data:`DML_RETRY_POLICY`), ``commit_retry_policy`` the budget of each commit,
     ``conflict_options`` the commit's :class:`~txn_engine.ConflictOptions`;
-    ``properties`` are recorded in the transaction. ``max_tasks`` caps the number of
+    ``isolation`` (``"snapshot"`` or ``"serializable"``) the commit's isolation level
+    (None: the table's, ``docs/conflicts.md``); ``properties`` are recorded in the
+    transaction. ``max_tasks`` caps the number of
     tasks (fragments are grouped round-robin beyond it); ``task_hook(partition)`` runs on
     the executor at the start of every task (fault injection in tests).
     """
@@ -134,6 +137,7 @@ class DmlOptions(TypedDict, total=False):
     retry_policy: RetryPolicy | None
     commit_retry_policy: RetryPolicy | None
     conflict_options: ConflictOptions | None
+    isolation: str | None
     properties: Mapping[str, str] | None
     max_tasks: int | None
     task_hook: TaskHook | None
@@ -309,7 +313,12 @@ class _Context:
             lance_options=dict(lance_storage_options) if lance_storage_options else None,
             retry_policy=options.get("retry_policy"),
             commit_retry_policy=options.get("commit_retry_policy"),
-            conflict_options=options.get("conflict_options"),
+            conflict_options=with_isolation(
+                options.get("conflict_options"),
+                options.get("isolation"),
+                os.fspath(uri),
+                dict(lance_storage_options) if lance_storage_options else None,
+            ),
             properties=dict(options.get("properties") or {}),
             max_tasks=max_tasks,
             task_hook=options.get("task_hook"),
@@ -781,7 +790,8 @@ def _plan_update(
         affected_rows=affected,
     )
     rows = len(affected)
-    return _Planned(Transaction(version, op, properties=ctx.properties), 0, rows, 0)
+    read = {READ_PREDICATE: where or "", **ctx.properties}  # what it read (serializable)
+    return _Planned(Transaction(version, op, properties=read), 0, rows, 0)
 
 
 def _plan_merge(

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from txn_engine import jsontext
+from txn_engine.conflicts.isolation import ISOLATION_LEVELS
 from txn_engine.errors import InvalidOperationError
 from txn_engine.lease import MAX_LEASE_TTL
 from txn_engine.redact import RedactingFilter, redact_options
@@ -61,6 +62,7 @@ _SCALAR_OPTIONS = {
     "merge_schema",
     "replacewhere",
     "replace_where",
+    "isolation",
 }
 
 
@@ -100,6 +102,9 @@ class WriteOptions:
     #: through the namespace (docs/namespace.md)
     namespace: str | None = None
     table_id: str | None = None
+    #: ``isolation``: ``"snapshot"`` or ``"serializable"`` for this write's commit (None:
+    #: the table's level, snapshot unless its config asks for more; docs/conflicts.md)
+    isolation: str | None = None
 
 
 def _json_object(name: str, text: str) -> dict[str, Any]:
@@ -241,6 +246,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             if not lowered[name].strip():
                 raise InvalidOperationError("option 'replaceWhere' must be a filter expression")
             kwargs["replace_where"] = lowered[name]
+    if "isolation" in lowered:
+        kwargs["isolation"] = _isolation(lowered["isolation"])
     for name in (
         "data_storage_version",
         "commit_message",
@@ -253,6 +260,15 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         if name in lowered and lowered[name] != "":
             kwargs[name] = lowered[name]
     return WriteOptions(**kwargs)
+
+
+def _isolation(text: str) -> str:
+    level = text.strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise InvalidOperationError(
+            f"option 'isolation' must be one of {', '.join(ISOLATION_LEVELS)}, got {text[:40]!r}"
+        )
+    return level
 
 
 # --------------------------------------------------------------------------- reads

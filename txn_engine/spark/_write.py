@@ -36,6 +36,8 @@ import attrs
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from txn_engine import jsontext
+from txn_engine.conflicts.isolation import READ_PREDICATE
+from txn_engine.conflicts.rebase import with_isolation
 from txn_engine.errors import (
     CommitStateUnknownError,
     DatasetNotFoundError,
@@ -553,6 +555,8 @@ class FragmentCollector:
         if self.options.commit_message is not None:
             properties[COMMIT_MESSAGE_KEY] = self.options.commit_message
         properties[WRITE_ID_PROPERTY] = self.write_id
+        if isinstance(operation, Update) and self.options.replace_where is not None:
+            properties[READ_PREDICATE] = self.options.replace_where  # what it read
         return Transaction(
             read_version=read_version,
             operation=operation,
@@ -845,9 +849,14 @@ class FragmentCollector:
         from txn_engine.commit import commit as txn_commit
         from txn_engine.commit import replan_and_commit
 
+        options = with_isolation(
+            None, self.options.isolation, self.uri, dict(self.options.lance_storage_options) or None
+        )
         if not self.added_columns or self.creates_dataset:
             lease = self._resumed(storage, txn)
-            return txn_commit(storage, txn, retry_policy=policy, lease=lease)
+            return txn_commit(
+                storage, txn, retry_policy=policy, lease=lease, conflict_options=options
+            )
         plans = [txn]
 
         def plan(snapshot: Dataset) -> Transaction:
@@ -860,6 +869,7 @@ class FragmentCollector:
             plan,
             retry_policy=_merge_schema_retry(self.options),
             commit_retry_policy=policy,
+            conflict_options=options,
         )
 
     def _resumed(self, storage: Storage, txn: Transaction) -> Lease | None:

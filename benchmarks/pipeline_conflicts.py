@@ -1,8 +1,11 @@
 """Pipeline benchmark: four writers on one table, one of them compacting.
 
-    python -m benchmarks.pipeline_conflicts [--seconds S] [--json results.json]
+    python -m benchmarks.pipeline_conflicts [--seconds S] [--stores local,s3]
+                                            [--delay-ms 25] [--json results.json]
 
-For ``S`` seconds (default 15) per engine, on local disk, four threads write one table
+For ``S`` seconds (default 15) per engine and store (local disk; ``s3``: moto behind a
+loopback proxy adding ``--delay-ms`` to every request; also ``azure``, ``gcs``), four
+threads write one table
 (10,000 rows to start): a compactor (``compact`` every 2 s), an upserter (``merge_insert``
 of 20 rows, half of them new), a deleter (``delete`` of one existing key) and an appender
 (20 new rows). Each writer re-plans a refused (retryable) operation up to 10 times, then
@@ -22,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import tempfile
 import threading
 import time
@@ -70,15 +72,18 @@ def _batch(keys: list[int]) -> Any:
     return pa.table({"id": pa.array(keys, pa.int64()), "v": pa.array(keys, pa.int64())})
 
 
-def _ops(engine: str, uri: str, keys: _Keys) -> dict[str, Callable[[], None]]:
-    """One callable per writer kind; a retryable refusal raises ``_Refused``."""
+def _ops(
+    engine: str, uri: str, keys: _Keys, options: dict[str, str] | None
+) -> dict[str, Callable[[], None]]:
+    """One callable per writer kind; a retryable refusal raises ``RetryableConflictError``
+    (or ``OSError`` naming a conflict, pylance's)."""
     import lance
 
     if engine == "pylance":
 
         def upsert() -> None:
             rows = keys.some(10) + keys.fresh(10)
-            ds = lance.dataset(uri)
+            ds = lance.dataset(uri, storage_options=options)
             ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
                 _batch(rows)
             )
@@ -86,26 +91,26 @@ def _ops(engine: str, uri: str, keys: _Keys) -> dict[str, Callable[[], None]]:
 
         def delete() -> None:
             (k,) = keys.some(1)
-            lance.dataset(uri).delete(f"id = {k}")
+            lance.dataset(uri, storage_options=options).delete(f"id = {k}")
             keys.removed(k)
 
         def append() -> None:
             rows = keys.fresh(20)
-            lance.write_dataset(_batch(rows), uri, mode="append")
+            lance.write_dataset(_batch(rows), uri, mode="append", storage_options=options)
             keys.added(rows)
 
         def compact() -> None:
-            lance.dataset(uri).optimize.compact_files()
+            lance.dataset(uri, storage_options=options).optimize.compact_files()
 
         return {"compact": compact, "upsert": upsert, "delete": delete, "append": append}
     import txn_engine as te
     from txn_engine.conflicts.rebase import ConflictOptions
 
-    options = ConflictOptions(rebase_rows=engine == "txn_engine")
+    rules = ConflictOptions(rebase_rows=engine == "txn_engine")
     once = te.RetryPolicy(max_attempts=1)  # re-plans are counted by the writer loop
 
     def table() -> Any:
-        return te.open(uri, conflict_options=options, retry_policy=once)
+        return te.open(uri, storage_options=options, conflict_options=rules, retry_policy=once)
 
     def e_upsert() -> None:
         rows = keys.some(10) + keys.fresh(10)
@@ -156,54 +161,71 @@ def _writer(
             time.sleep(2.0)
 
 
-def _one(engine: str, seconds: float) -> dict[str, Any]:
+def _one(engine: str, seconds: float, uri: str, options: dict[str, str] | None) -> dict[str, Any]:
     import lance
 
-    work = Path(tempfile.mkdtemp(prefix="pipeline-"))
-    try:
-        uri = str(work / "t.lance")
-        lance.write_dataset(_batch(list(range(10_000))), uri, max_rows_per_file=1000)
-        keys = _Keys(10_000)
-        ops = _ops(engine, uri, keys)
-        stats: Counter[str] = Counter()
-        lock = threading.Lock()
-        stop = time.monotonic() + seconds
-        threads = [
-            threading.Thread(target=_writer, args=(k, ops[k], stop, stats, lock)) for k in _KINDS
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        rows = lance.dataset(uri).count_rows()
-        return {
-            "engine": engine,
-            "seconds": seconds,
-            "useful_commits_per_s": round(stats["commits"] / seconds, 2),
-            "commits": dict(sorted((k, v) for k, v in stats.items() if k.startswith("commits"))),
-            "replans": stats["replans"],
-            "replans_by_writer": {k: stats[f"replans_{k}"] for k in _KINDS},
-            "failed": stats["failed"],
-            "compactions_lost": stats["failed_compact"],
-            "rows_at_end": rows,
-        }
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    lance.write_dataset(
+        _batch(list(range(10_000))), uri, max_rows_per_file=1000, storage_options=options
+    )
+    keys = _Keys(10_000)
+    ops = _ops(engine, uri, keys, options)
+    stats: Counter[str] = Counter()
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+    threads = [
+        threading.Thread(target=_writer, args=(k, ops[k], stop, stats, lock)) for k in _KINDS
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {
+        "engine": engine,
+        "seconds": seconds,
+        "useful_commits_per_s": round(stats["commits"] / seconds, 2),
+        "commits": dict(sorted((k, v) for k, v in stats.items() if k.startswith("commits"))),
+        "replans": stats["replans"],
+        "replans_by_writer": {k: stats[f"replans_{k}"] for k in _KINDS},
+        "failed": stats["failed"],
+        "compactions_lost": stats["failed_compact"],
+        "rows_at_end": lance.dataset(uri, storage_options=options).count_rows(),
+    }
 
 
-def run(seconds: float = 15.0) -> list[dict[str, Any]]:
-    """The three engines, one after the other, ``seconds`` each."""
-    return [_one(e, seconds) for e in ("txn_engine", "txn_engine-lance-rules", "pylance")]
+ENGINES = ("txn_engine", "txn_engine-lance-rules", "pylance")
+
+
+def run(
+    seconds: float = 15.0, stores: tuple[str, ...] = ("local",), delay_ms: float = 25.0
+) -> list[dict[str, Any]]:
+    """The three engines, one after the other, ``seconds`` each, on each store (the
+    emulators behind ``delay_ms``); each row names its store."""
+    from benchmarks.object_stores import started_stores
+
+    out: list[dict[str, Any]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="pipeline-") as tmp,
+        started_stores(list(stores), delay_ms, Path(tmp)) as started,
+    ):
+        for store in started:
+            if store.kind != "local" and not store.delay_ms:
+                continue  # the emulators behind the delay only
+            for engine in ENGINES:
+                row = _one(engine, seconds, store.uri(engine), store.options)
+                out.append({"store": store.name, **row})
+                print(json.dumps(out[-1]), flush=True)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--stores", default="local")
+    parser.add_argument("--delay-ms", type=float, default=25.0)
     parser.add_argument("--json", type=str, default=None)
     args = parser.parse_args()
-    results = run(args.seconds)
-    for r in results:
-        print(json.dumps(r))
+    stores = tuple(k for k in args.stores.split(",") if k)
+    results = run(args.seconds, stores, args.delay_ms)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

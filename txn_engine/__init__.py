@@ -40,8 +40,8 @@ from txn_engine.conflicts.rebase import ConflictOptions as ConflictOptions
 from txn_engine.dataset import Dataset as Dataset
 from txn_engine.errors import SchemaMismatchError as SchemaMismatchError
 from txn_engine.format.naming import NamingScheme as NamingScheme
-from txn_engine.lease import Lease as Lease
-from txn_engine.lease import lease as lease
+from txn_engine.leases import Lease as Lease
+from txn_engine.leases import lease as lease
 from txn_engine.model import BasePath as BasePath
 from txn_engine.model import DataFile as DataFile
 from txn_engine.model import DeletionFile as DeletionFile
@@ -87,12 +87,14 @@ from txn_engine.transaction import Transaction as Transaction
 if TYPE_CHECKING:
     from txn_engine.namespace import Namespace as Namespace
 
+# UpdateMemWalState stays importable (decoding, conflict rules) but is not public:
+# validate refuses it, pylance 14 uses another MemWAL layout (txn_engine.builder.index).
 __all__ = [
     "Append",
     "BasePath",
+    "Carrier",
     "Clone",
     "CommitResult",
-    "Carrier",
     "Committer",
     "ConflictOptions",
     "CreateIndex",
@@ -133,8 +135,6 @@ __all__ = [
     "UpdateBases",
     "UpdateConfig",
     "UpdateMap",
-    # UpdateMemWalState stays importable (decoding, conflict rules) but is not public:
-    # validate refuses it, pylance 14 uses another MemWAL layout (txn_engine.builder.index)
     "UpdateMode",
     "__version__",
     "cleanup",
@@ -142,8 +142,8 @@ __all__ = [
     "errors",
     "find_transaction",
     "interop",
-    "open",
     "lease",
+    "open",
     "open_storage",
     "operation_kind",
     "plan_cleanup",

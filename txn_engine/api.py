@@ -70,7 +70,7 @@ from txn_engine.format.refs import (
 )
 from txn_engine.format.rowids import encode_row_id_sequence
 from txn_engine.interop import as_fragments, as_index, as_transaction
-from txn_engine.lease import MAX_LEASE_TTL
+from txn_engine.leases import MAX_LEASE_TTL
 from txn_engine.model import Fragment, IndexDetails, IndexMetadata, LanceField
 from txn_engine.ops import (
     CreateIndex,

@@ -58,7 +58,7 @@ from txn_engine.format.deletion import read_deletion_vector
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
 from txn_engine.format.io import read_manifest, read_transaction
 from txn_engine.format.schema import fields_to_arrow
-from txn_engine.lease import Lease
+from txn_engine.leases import Lease
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 

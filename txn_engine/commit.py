@@ -143,7 +143,7 @@ from txn_engine.format.naming import (
     write_version_hint,
 )
 from txn_engine.interop import as_transaction
-from txn_engine.lease import Lease
+from txn_engine.leases import Lease
 from txn_engine.model import Fragment
 from txn_engine.offers import (
     CARRIER_KEY,
@@ -567,7 +567,7 @@ def _create(
     taken and the peek found a manifest there, those bytes settle it (a version's manifest
     is never replaced), so the read-back is not one more round trip. ``guard``: the lease
     that protects what the transaction read and wrote, checked right before the create
-    (:meth:`~txn_engine.lease.Lease.check`: LeaseExpiredError, nothing created)."""
+    (:meth:`~txn_engine.leases.Lease.check`: LeaseExpiredError, nothing created)."""
     if guard is not None:
         guard.check()
     try:
@@ -798,7 +798,7 @@ def commit(
       as pylance does, for a table that Lance writers older than inline transactions also
       commit to (they refuse a table whose writer flags they do not know rather than miss a
       conflict). See ``docs/architecture.md`` (*Inline transactions*).
-    * ``lease``: the :class:`~txn_engine.lease.Lease` taken before planning (at or below
+    * ``lease``: the :class:`~txn_engine.leases.Lease` taken before planning (at or below
       ``transaction.read_version``, before the transaction's files were written): checked
       right before every manifest create, so a writer that stalled past its lease gets
       LeaseExpiredError instead of landing a version whose files a cleanup removed.
@@ -2076,7 +2076,7 @@ def replan_and_commit(
     from the snapshot it is given, each time it is called. ``retry_policy`` is the
     re-planning budget (default :meth:`RetryPolicy.replanning`: 10 retries, 30 s; the
     first attempt is never cut short); ``commit_retry_policy`` the budget of each commit.
-    ``lease_ttl``: each plan first takes a :class:`~txn_engine.lease.Lease` (that many
+    ``lease_ttl``: each plan first takes a :class:`~txn_engine.leases.Lease` (that many
     seconds, renewed in the background) on the latest version and reads its snapshot at
     the leased version, so a cleanup keeps it and the files ``plan`` writes until the
     commit is decided; the commit checks the lease before its create. Raises

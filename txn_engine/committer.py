@@ -65,7 +65,7 @@ from txn_engine.errors import (
     VersionNotFoundError,
 )
 from txn_engine.interop import as_transaction
-from txn_engine.lease import Lease, lease
+from txn_engine.leases import Lease, lease
 from txn_engine.offers import can_carry
 from txn_engine.ops import Append
 from txn_engine.retry import RetryPolicy

@@ -188,7 +188,7 @@ def test_a_schema_change_in_the_range_names_the_version(tmp_path: Path) -> None:
 
 
 def test_the_feed_holds_a_lease_while_it_is_read(tmp_path: Path) -> None:
-    from txn_engine.lease import read_leases
+    from txn_engine.leases import read_leases
     from txn_engine.storage import open_storage
 
     uri = str(tmp_path / "t.lance")

@@ -25,7 +25,7 @@ from lance.fragment import write_fragments
 
 import txn_engine as te
 from txn_engine.errors import LeaseExpiredError
-from txn_engine.lease import Lease
+from txn_engine.leases import Lease
 from txn_engine.storage import open_storage
 
 ZERO = timedelta(0)
@@ -97,7 +97,7 @@ def test_a_writer_stalled_past_its_lease_is_refused_and_the_table_stays_readable
     writer = te.open(uri, storage_options=options or None, lease_ttl=1.0)
     writer.append(_rows(0, 5))
     # SIGSTOP stops the renewing thread too: no background renewal of the call's lease
-    renewer = importlib.import_module("txn_engine.lease")._RENEWER
+    renewer = importlib.import_module("txn_engine.leases")._RENEWER
     monkeypatch.setattr(renewer, "add", lambda held, interval: None)
 
     def stall() -> None:

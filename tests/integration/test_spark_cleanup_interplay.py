@@ -264,7 +264,7 @@ def test_spark_write_with_cleanup_while_its_tasks_run(spark: Any, tmp_path: Path
 def test_a_planned_write_leases_its_read_version_until_commit_or_abort(tmp_path: Path) -> None:
     """A planned Spark write leases its read version (cleanup keeps the history its commit
     checks against and its files); commit and abort release it."""
-    from txn_engine.lease import read_leases
+    from txn_engine.leases import read_leases
     from txn_engine.retention import cleanup
     from txn_engine.storage import open_storage
 

@@ -26,7 +26,7 @@ import txn_engine as te
 from txn_engine.dataset import Dataset
 from txn_engine.errors import InvalidOperationError
 from txn_engine.format.deletion import deletion_file_path
-from txn_engine.lease import read_leases
+from txn_engine.leases import read_leases
 from txn_engine.ops import Delete, Update
 from txn_engine.spark import DmlResult, delete, merge, update
 from txn_engine.spark._dml import DML_STAGING_DIR

@@ -455,7 +455,7 @@ def test_a_read_leases_its_pinned_version_against_cleanup(tmp_path: Path) -> Non
     import time
     from datetime import timedelta
 
-    from txn_engine.lease import read_leases
+    from txn_engine.leases import read_leases
     from txn_engine.retention import cleanup
     from txn_engine.spark._datasource import TxnLanceDataSource
 

@@ -28,7 +28,7 @@ from txn_engine import Append, Transaction, commit
 from txn_engine.changes import manifest_nanos
 from txn_engine.errors import InvalidOperationError
 from txn_engine.format.io import read_manifest
-from txn_engine.lease import read_leases
+from txn_engine.leases import read_leases
 from txn_engine.spark import merge
 from txn_engine.spark._feed_options import parse_feed_options
 from txn_engine.storage import open_storage

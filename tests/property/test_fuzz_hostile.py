@@ -61,7 +61,7 @@ from txn_engine.format.manifest_file import FOOTER_SIZE, decode_manifest_file
 from txn_engine.format.naming import list_versions
 from txn_engine.format.refs import create_tag, list_branches, list_tags
 from txn_engine.format.schema import fields_to_arrow
-from txn_engine.lease import CLEANING_DIR, LEASES_DIR, list_markers, read_leases
+from txn_engine.leases import CLEANING_DIR, LEASES_DIR, list_markers, read_leases
 from txn_engine.model import DataFile, DeletionFile, Fragment, IndexMetadata, LanceField
 from txn_engine.ops import Append, CreateIndex, Delete, Overwrite, Project, Update
 from txn_engine.retention import cleanup

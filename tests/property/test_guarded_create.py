@@ -3,7 +3,7 @@
 An in-memory store declaring ``read_concurrency = 8`` makes every manifest create guarded:
 a listing of ``_versions/`` runs in a thread beside the ``.txn`` copy and the
 create-if-absent, and the listing decides the lineage check afterwards. Our writer opens
-the table at version ``base`` (holding a :class:`txn_engine.lease.Lease` on it), other
+the table at version ``base`` (holding a :class:`txn_engine.leases.Lease` on it), other
 writers may commit after that, old versions may be removed, and then it commits an Append
 with ``base=`` that (possibly stale) Dataset.
 
@@ -60,7 +60,7 @@ from txn_engine.format.naming import (
     scan_versions,
     transaction_file_name,
 )
-from txn_engine.lease import Lease
+from txn_engine.leases import Lease
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.offers import OFFERS_DIR, carried_uuids
 from txn_engine.ops import Append, Overwrite

@@ -68,7 +68,7 @@ def test_without_the_lease_check_before_the_create_a_seed_loses_data(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The mutation: a writer no longer checks its lease before its manifest create."""
-    lease_module = importlib.import_module("txn_engine.lease")
+    lease_module = importlib.import_module("txn_engine.leases")
     monkeypatch.setattr(lease_module.Lease, "check", lambda self: None)
     found = _first_failure(*profiles.STALLS, seeds=150)
     assert found is not None, "no seed noticed the missing lease check"
@@ -82,7 +82,7 @@ def test_without_the_lease_check_before_the_create_a_seed_loses_data(
 def test_without_the_store_time_margin_a_seed_loses_data(monkeypatch: pytest.MonkeyPatch) -> None:
     """The mutation: listed modification times compared as if exact (no margin for whole
     seconds and skew between the store's servers)."""
-    names = ("txn_engine.lease", "txn_engine.retention._plan", "txn_engine.retention._marker")
+    names = ("txn_engine.leases", "txn_engine.retention._plan", "txn_engine.retention._marker")
     with monkeypatch.context() as patch:
         for name in names:
             patch.setattr(importlib.import_module(name), "STORE_TIME_MARGIN_NS", 0)

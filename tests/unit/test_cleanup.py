@@ -21,7 +21,7 @@ from txn_engine.errors import (
 )
 from txn_engine.format.io import resolve_version
 from txn_engine.format.naming import list_versions
-from txn_engine.lease import CLEANING_DIR, LEASES_DIR, MARKER_STALE_NS, Lease
+from txn_engine.leases import CLEANING_DIR, LEASES_DIR, MARKER_STALE_NS, Lease
 from txn_engine.model import BasePath, DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retention import (

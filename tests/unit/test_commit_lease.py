@@ -17,7 +17,7 @@ from txn_engine.errors import (
     LeaseExpiredError,
 )
 from txn_engine.format.naming import list_versions
-from txn_engine.lease import LEASES_DIR, Lease
+from txn_engine.leases import LEASES_DIR, Lease
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retention import cleanup

@@ -175,7 +175,7 @@ def test_closed_committer_refuses_and_non_transactions_are_refused() -> None:
 def test_the_committer_leases_the_oldest_read_version_while_it_commits() -> None:
     """A cleanup running while a batch commits sees a lease on the oldest read version
     queued (and none once the batch is done)."""
-    from txn_engine.lease import read_leases
+    from txn_engine.leases import read_leases
 
     inner = created()
     commit(inner, Transaction(1, Append([frag()])))  # 2
@@ -202,7 +202,7 @@ def test_the_committer_keeps_its_lease_from_batch_to_batch_and_releases_it_when_
     """Batches whose read versions the held lease covers reuse it (one lease object written
     for several batches: taking one costs round trips); a batch reading below it takes a
     new one at its oldest read version; an idle committer releases it."""
-    from txn_engine.lease import read_leases
+    from txn_engine.leases import read_leases
     from txn_engine.storage import RecordingStorage
 
     inner = created()
@@ -226,7 +226,7 @@ def test_the_committer_keeps_its_lease_from_batch_to_batch_and_releases_it_when_
 
 
 def test_the_committer_moves_its_lease_up_after_repin_after() -> None:
-    from txn_engine.lease import read_leases
+    from txn_engine.leases import read_leases
 
     inner = created()
     with Committer(inner, repin_after=0.0) as committer:

@@ -13,7 +13,7 @@ from txn_engine import jsontext
 from txn_engine.commit import commit
 from txn_engine.errors import CleanupAbortedError, CorruptManifestError, InvalidOperationError
 from txn_engine.format.refs import create_tag, list_branches, list_tags, read_tag
-from txn_engine.lease import CLEANING_DIR, LEASES_DIR, list_markers, read_leases
+from txn_engine.leases import CLEANING_DIR, LEASES_DIR, list_markers, read_leases
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retention import cleanup

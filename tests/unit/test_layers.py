@@ -42,7 +42,7 @@ LAYERS: dict[str, int] = {
     # pure manifest building, and reading a dataset
     "builder": 4,
     "dataset": 4,
-    "lease": 4,
+    "leases": 4,
     "changes": 4,
     # conflicts as data, detection, rebase
     "conflicts": 5,

@@ -1,4 +1,4 @@
-"""Leases (txn_engine.lease): acquire, renew, expire, release, version None = latest."""
+"""Leases (txn_engine.leases): acquire, renew, expire, release, version None = latest."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from txn_engine.errors import (
 )
 from txn_engine.format.io import resolve_version
 from txn_engine.format.naming import NamingScheme, manifest_name
-from txn_engine.lease import (
+from txn_engine.leases import (
     CLEANING_DIR,
     LEASES_DIR,
     Lease,
@@ -275,7 +275,7 @@ def test_a_forked_child_renews_its_own_leases_even_if_the_fork_caught_the_renewe
     import os
     import signal
 
-    lease_module = importlib.import_module("txn_engine.lease")  # (te.lease is the function)
+    lease_module = importlib.import_module("txn_engine.leases")  # (te.lease is the function)
 
     store = _dataset(2)
     with Lease(store, 1, ttl=30.0, owner="parent"):  # the parent's renewer is running

@@ -7,7 +7,7 @@ others and every file under ``data/``, ``_deletions/``, ``_indices/`` and
 * **kept versions**: the latest, and every version at or above the latest when the cleanup
   started (its *floor*); the newest ``keep_versions``; every version whose manifest
   timestamp is newer than ``older_than`` ago; every version at or after the oldest live
-  lease (:mod:`txn_engine.lease`); every main-line version a tag (``_refs/tags/*.json``)
+  lease (:mod:`txn_engine.leases`); every main-line version a tag (``_refs/tags/*.json``)
   names and every main-line version a branch (``_refs/branches/*.json``) was created from;
 * **kept files**: every file a kept version references (data files, deletion files, index
   directories, the transaction file, external row-id files), every file of this table that
@@ -57,7 +57,7 @@ from txn_engine.errors import CleanupAbortedError, InvalidStorageArgumentError, 
 from txn_engine.format.gaps import record_gaps
 from txn_engine.format.io import latest_version, read_manifest_entry
 from txn_engine.format.naming import scan_versions
-from txn_engine.lease import LeaseInfo, read_leases
+from txn_engine.leases import LeaseInfo, read_leases
 from txn_engine.retention._delete import (
     ProgressCallback,
     delete_concurrently,

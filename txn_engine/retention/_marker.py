@@ -1,13 +1,13 @@
 """A running cleanup's marker: put up before the leases are read, kept fresh, taken down.
 
 The marker ``_txn_engine/cleaning/<floor>-<uuid>.json`` tells lease takers that a cleanup
-may have read the leases before theirs was written (:mod:`txn_engine.lease`, step 2). Its
+may have read the leases before theirs was written (:mod:`txn_engine.leases`, step 2). Its
 name carries the floor (the latest version listed before it went up: the cleanup removes no
 version at or above it), so a lease taker needs no read of it. The marker also anchors the
 store's clock for the run (:mod:`txn_engine.storetime`).
 
 A cleanup rewrites its marker every :data:`BEAT_SECONDS` while it works; another cleanup
-removes a marker the store shows unchanged for :data:`~txn_engine.lease.MARKER_STALE_NS`
+removes a marker the store shows unchanged for :data:`~txn_engine.leases.MARKER_STALE_NS`
 (its cleanup stopped without taking it down). So a cleanup that stalled for half that long
 may have lost its marker, and lease takers may have missed it meanwhile: it then deletes
 no more manifests, and no unreferenced files (:meth:`CleanupMarker.intact`).
@@ -20,7 +20,7 @@ import uuid as uuid_module
 
 from txn_engine.clock import Clock
 from txn_engine.errors import TxnEngineError
-from txn_engine.lease import CLEANING_DIR, MARKER_STALE_NS, list_markers, marker_name
+from txn_engine.leases import CLEANING_DIR, MARKER_STALE_NS, list_markers, marker_name
 from txn_engine.retention._plan import Now
 from txn_engine.storage.base import Storage
 from txn_engine.storetime import STORE_TIME_MARGIN_NS, StoreTime

@@ -10,7 +10,7 @@ import attrs
 
 from txn_engine.errors import CleanupAbortedError, DatasetNotFoundError, InvalidStorageArgumentError
 from txn_engine.format.naming import VERSIONS_DIR, VersionEntry, beacon_dead, scan_versions
-from txn_engine.lease import LeaseInfo
+from txn_engine.leases import LeaseInfo
 from txn_engine.offers import HOSTS_DIR, OFFERS_DIR, parse_claim_name, parse_offer_name
 from txn_engine.retention._refs import (
     FILE_DIRS,

@@ -11,7 +11,7 @@
 Each call
 
 1. pins the **read version** (the latest version when planning starts) and takes a
-   :class:`~txn_engine.lease.Lease` on it, so cleanup keeps that version and the files
+   :class:`~txn_engine.leases.Lease` on it, so cleanup keeps that version and the files
    the job writes until the commit is decided;
 2. runs one Spark job over the pinned version's fragments (one task per fragment, or per
    group of fragments when there are more than ``max_tasks``). Each task opens its

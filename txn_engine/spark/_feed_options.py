@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from txn_engine.errors import InvalidOperationError
-from txn_engine.lease import MAX_LEASE_TTL
+from txn_engine.leases import MAX_LEASE_TTL
 from txn_engine.spark._options import (
     _READ_MAP_OPTIONS,
     DEFAULT_MAX_ROWS_PER_FILE,

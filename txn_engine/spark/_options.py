@@ -21,7 +21,7 @@ import attrs
 from txn_engine import jsontext
 from txn_engine.conflicts.isolation import ISOLATION_LEVELS
 from txn_engine.errors import InvalidOperationError
-from txn_engine.lease import MAX_LEASE_TTL
+from txn_engine.leases import MAX_LEASE_TTL
 from txn_engine.redact import RedactingFilter, redact_options
 
 __all__ = ["ReadOptions", "WriteOptions", "parse_read_options", "parse_write_options"]

@@ -151,7 +151,7 @@ def pin_read_version(uri: str, options: ReadOptions, version: int) -> None:
     Python worker, which cannot keep renewing it). A version already gone is left to the
     scan to report."""
     from txn_engine.errors import DatasetNotFoundError, VersionNotFoundError
-    from txn_engine.lease import Lease
+    from txn_engine.leases import Lease
 
     if options.lease_ttl <= 0:
         return

@@ -52,7 +52,7 @@ from txn_engine.errors import (
     NonAppendVersionError,
     VersionNotFoundError,
 )
-from txn_engine.lease import Lease
+from txn_engine.leases import Lease
 from txn_engine.spark._feed_options import FeedOptions, parse_feed_options
 from txn_engine.spark._read import (
     arrow_to_spark_schema,

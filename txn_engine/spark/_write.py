@@ -60,7 +60,7 @@ from txn_engine.transaction import COMMIT_MESSAGE_KEY, Transaction
 if TYPE_CHECKING:
     from txn_engine.commit import CommitResult
     from txn_engine.dataset import Dataset
-    from txn_engine.lease import Lease
+    from txn_engine.leases import Lease
 
 __all__ = [
     "FRAGMENT_COLUMN",
@@ -882,7 +882,7 @@ class FragmentCollector:
             return None
         from txn_engine.commit import find_transaction
         from txn_engine.errors import LeaseExpiredError
-        from txn_engine.lease import Lease
+        from txn_engine.leases import Lease
 
         try:
             return Lease.resume(storage, self.lease_path, owner="txn_engine.spark write")
@@ -1249,7 +1249,7 @@ def _lease_read_version(storage: Storage, read_version: int) -> str | None:
     """Lease ``read_version`` for the job (not renewed: commit and abort run in other
     Python workers, which release it by path). None when there is nothing to pin."""
     from txn_engine.errors import DatasetNotFoundError, VersionNotFoundError
-    from txn_engine.lease import Lease
+    from txn_engine.leases import Lease
 
     if read_version <= 0:
         return None

@@ -27,7 +27,7 @@ Every row has an identity (``rid``) and a value; data files are synthetic
 With ``cleaner = True`` a cleaner (:func:`txn_engine.retention.cleanup`) runs between any two
 steps, including between a writer's plan and its commit, on a logical wall clock (one
 second per step). Writers then write their data files when they plan, and each takes a
-lease (:mod:`txn_engine.lease`) on the version it reads: a long one, a short one that
+lease (:mod:`txn_engine.leases`) on the version it reads: a long one, a short one that
 expires unless the writer commits soon, or none. A writer renews its lease before it
 commits and re-plans when the lease expired; a writer without a lease re-plans when a
 cleanup ran whose orphan retention its data files had outlived (the contract of an
@@ -82,7 +82,7 @@ from txn_engine.errors import (
 )
 from txn_engine.format.io import read_manifest_entry, read_transaction
 from txn_engine.format.naming import NamingScheme, list_versions
-from txn_engine.lease import Lease
+from txn_engine.leases import Lease
 from txn_engine.model import DataFile, Fragment, IndexDetails, IndexMetadata, LanceField
 from txn_engine.ops import (
     Append,

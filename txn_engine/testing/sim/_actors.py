@@ -24,7 +24,7 @@ from txn_engine.dataset import Dataset
 from txn_engine.errors import CommitStateUnknownError, TxnEngineError
 from txn_engine.format.naming import list_versions
 from txn_engine.format.refs import create_tag, delete_tag, list_tags
-from txn_engine.lease import Lease
+from txn_engine.leases import Lease
 from txn_engine.model import DataFile, Fragment
 from txn_engine.ops import Append, Rewrite, RewriteGroup
 from txn_engine.retention import cleanup

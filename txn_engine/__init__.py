@@ -1,21 +1,26 @@
 """txn_engine: the transaction and conflict-resolution engine for the Lance table format.
 
-Layers (each only imports the ones above it)::
+Layers, bottom to top (a module imports only from its own layer or those below it;
+``tests/unit/test_layers.py`` enforces this map, ``docs/architecture.md`` explains it)::
 
-    txn_engine.errors      one error hierarchy (drawn in its docstring)
-    txn_engine._proto      generated protobuf modules (wire-compatible with Lance)
-    txn_engine.storage     Storage protocol + local / memory / fsspec backends
-    txn_engine.format      manifest files, naming, deletion files, row ids, flags, schema
-    txn_engine.model, .ops, .transaction, .codec
-                           immutable attrs types for every Lance operation + protobuf codec
-    txn_engine.builder     pure manifest builder (current manifest + transaction -> next)
-    txn_engine.conflicts   the conflict matrix as data, detection, rebase
-    txn_engine.commit      the commit loop (retries, backoff, exactly-once)
-    txn_engine.dataset     read API (Dataset.open)
-    txn_engine.api         writer API: txn_engine.open(uri).append / delete / merge_insert ...
-                           (plans with pylance, commits with txn_engine.commit)
-    txn_engine.testing     Hypothesis strategies, reference model, fault injection
-    txn_engine.namespace   tables under ids, multi-table transactions, a Lance namespace
+    0  errors, retry, clock, jsontext, redact, _proto, _version
+                           foundations: one error tree, retry policy, the clock seam
+    1  storage, storetime  Storage protocol and backends; store-stamped time
+    2  format              manifest files, naming, deletion files, refs, schema, flags
+    3  model, ops, transaction, codec, interop, schema_check
+                           immutable attrs values for every Lance operation, the protobuf
+                           codec, pylance objects converted in one place
+    4  builder, dataset, leases, changes
+                           pure manifest builder, the read API, leases, the change feed
+    5  conflicts           the conflict matrix as data, detection, planner, rebase, isolation
+    6  commit, committer, carrier, offers, retention, verify
+                           the commit loop, group commit, contention, cleanup, history checks
+    7  api, writers, testing, spark, namespace
+                           what users call: te.open(uri) and its writer calls, fragment
+                           writers, test tooling, the Spark source, namespaces
+    8  apps                the command line and the stress run
+
+The public names are listed in ``docs/api.md``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ back-edge fails, and so does an entry that no longer occurs (delete it then).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,25 @@ def test_every_secret_storage_option_looks_secret(spec: object) -> None:
     must cover every name and alias the table marks secret."""
     names = (spec.name, *spec.aliases)  # type: ignore[attr-defined]
     assert all(looks_secret(n) for n in names), names
+
+
+def test_the_package_docstring_draws_this_layer_map() -> None:
+    """``txn_engine.__doc__`` lists every unit of :data:`LAYERS` at its layer."""
+    import txn_engine
+
+    drawn: dict[str, int] = {}
+    layer = -1
+    for line in (txn_engine.__doc__ or "").splitlines():
+        match = re.match(r"^    (\d)  (.*)$", line)
+        if match:
+            layer = int(match.group(1))
+            names = match.group(2).split("  ")[0]
+        elif layer >= 0 and re.match(r"^    [a-z_]", line):
+            names = line.strip()  # a continuation of the same layer's names
+        else:
+            continue
+        for name in (n.strip() for n in names.split(",")):
+            if name:
+                drawn[name] = layer
+    expected = {name: level for name, level in LAYERS.items() if name != "__init__"}
+    assert drawn == expected

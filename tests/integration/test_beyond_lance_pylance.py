@@ -183,3 +183,39 @@ def test_update_config_sets_the_isolation_level_and_refuses_an_unknown_one(
     assert lance.dataset(uri).version == before  # nothing written
     table.update_config({"txn_engine.isolation": "serializable"})
     assert lance.dataset(uri).config()["txn_engine.isolation"] == "serializable"
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["addresses", "stable-row-ids"])
+@pytest.mark.parametrize("collide", [False, True], ids=["other-keys", "same-key"])
+def test_an_upsert_lands_after_an_append_of_other_keys(
+    tmp_path: Path, stable: bool, collide: bool
+) -> None:
+    """Rule U1 refuses an upsert that inserts new keys after a concurrent Append (the
+    Append records no keys). With the key reader ``te.open`` carries, the appended rows'
+    keys are read: none of the upsert's new keys among them, it lands and the table equals
+    pylance's serial run (append, then upsert); one of them there, it stays refused (it
+    would insert that key twice). A bare ``commit`` (no key reader) keeps rule U1."""
+    uri = _table(tmp_path, stable=stable)
+    oracle = str(tmp_path / "oracle.lance")
+    shutil.copytree(uri, oracle)
+    table = te.open(uri)
+    source = pa.table({"id": pa.array([10, 500], pa.int64()), "v": pa.array([-1, -2], pa.int64())})
+    upsert = Step("merge_insert", (source, "id"))
+    planned = upsert.plan(table)
+    appended = pa.table(
+        {"id": pa.array([500 if collide else 600, 601], pa.int64()), "v": pa.array([7, 8])}
+    )
+    append = Step("append", (appended,))
+    table.append(appended)
+    with pytest.raises(RetryableConflictError) as bare:
+        commit(table._storage, planned)
+    assert bare.value.conflicts[0].rule == "U1"
+    if collide:
+        with pytest.raises(RetryableConflictError) as info:
+            commit(table._storage, planned, conflict_options=table.conflict_options)
+        assert info.value.conflicts[0].rule == "U1"
+        return
+    commit(table._storage, planned, conflict_options=table.conflict_options)
+    lance_apply(oracle, append)
+    lance_apply(oracle, upsert)
+    assert table_rows(uri) == table_rows(oracle)

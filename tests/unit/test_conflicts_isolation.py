@@ -115,3 +115,33 @@ def test_the_table_config_is_a_floor_never_a_ceiling() -> None:
     assert at_table_level(serial, {ISOLATION_CONFIG: "snapshot"}) is serial  # never weaker
     kept = at_table_level(ConflictOptions(row_matcher=_never), table)
     assert kept.row_matcher is _never
+
+
+def test_an_upserts_keys_are_checked_against_the_rows_an_append_added() -> None:
+    from txn_engine.conflicts.upsert import added_keys_collide, bloom_filter
+
+    upsert = Transaction(
+        1,
+        Update(
+            new_fragments=[_frag(2, 7)],
+            inserted_rows=bloom_filter([0], [11, 12]),
+            inserted_key_hashes=frozenset({11, 12}),
+        ),
+    )
+    seen: list[tuple[int, tuple[int, ...]]] = []
+
+    def reader(hashes: frozenset[int] | None):  # type: ignore[no-untyped-def]
+        def read(version: int, frags: Sequence[Fragment], ids: Sequence[int]):  # type: ignore[no-untyped-def]
+            seen.append((version, tuple(ids)))
+            return hashes
+
+        return read
+
+    assert not added_keys_collide(upsert, APPEND, 2, reader(frozenset({1, 2})))
+    assert seen == [(2, (0,))]
+    assert added_keys_collide(upsert, APPEND, 2, reader(frozenset({2, 12})))
+    assert added_keys_collide(upsert, APPEND, 2, reader(None))  # unreadable: a conflict
+    plain = Transaction(1, Update(new_fragments=[_frag(2, 7)]))
+    assert added_keys_collide(plain, APPEND, 2, reader(frozenset()))  # records no keys
+    filtered = Transaction(1, Update(inserted_rows=bloom_filter([0], [5])))
+    assert added_keys_collide(upsert, filtered, 2, reader(frozenset()))  # the filter rule's

@@ -47,6 +47,7 @@ from txn_engine.conflicts.rebase import (
     rebase,
 )
 from txn_engine.conflicts.resolve import carry_into, renumber_carried, resolve
+from txn_engine.conflicts.upsert import added_keys_collide
 from txn_engine.errors import ObjectNotFoundError, VersionNotFoundError
 from txn_engine.model import Fragment
 from txn_engine.ops import Delete
@@ -182,6 +183,8 @@ def plan_retry(
         result = plan.check(other, winner.version, read_dv)
         if result.conflicts and plan.options.rebase_rows:
             result = plan.resolve(other, result, winner.version, latest_fragments, read_dv)
+        if result.conflicts and _keys_apart(plan, other, result, winner.version):
+            result = Check(rebase_fragment_ids=result.rebase_fragment_ids)
         if result.conflicts:
             return result.conflicts[0]
         if serializable:
@@ -190,6 +193,15 @@ def plan_retry(
                 return _not_serializable(plan.mine, other, winner.version, why)
         plan.landed(other, result)
     return _finish(plan, latest_version, latest_fragments, read_dv, latest_max_fragment_id)
+
+
+def _keys_apart(plan: _Plan, other: Transaction, result: Check, version: int) -> bool:
+    """Whether ``result``'s conflicts are all rule U1 and the rows ``other`` added hold
+    none of the keys my upsert inserts (read with the options' key reader)."""
+    reader = plan.options.key_reader
+    if reader is None or any(c.rule != "U1" for c in result.conflicts):
+        return False
+    return not added_keys_collide(plan.mine, other, version, reader)
 
 
 def _not_serializable(mine: Transaction, other: Transaction, version: int, why: str) -> Conflict:

@@ -60,6 +60,7 @@ from txn_engine.conflicts.isolation import (
     table_isolation,
 )
 from txn_engine.conflicts.matrix import Outcome
+from txn_engine.conflicts.upsert import KeyReader, PylanceKeyReader
 from txn_engine.errors import InvalidOperationError
 from txn_engine.transaction import Transaction
 
@@ -103,6 +104,10 @@ class ConflictOptions:
     #: the added rows, without one every added row conflicts).
     isolation: str = attrs.field(default="snapshot")
     row_matcher: RowMatcher | None = attrs.field(default=None, eq=False, repr=False)
+    #: Reads the keys of rows a concurrent transaction added, so that an upsert refused by
+    #: rule U1 lands when none of them is a key it inserts
+    #: (:func:`txn_engine.conflicts.upsert.added_keys_collide`); None: U1 as it is.
+    key_reader: KeyReader | None = attrs.field(default=None, eq=False, repr=False)
 
     @isolation.validator
     def _known(self, _attr: object, value: str) -> None:
@@ -128,14 +133,18 @@ def with_isolation(
 ) -> ConflictOptions:
     """``options`` (default :class:`ConflictOptions`) at ``isolation`` (None: as they are)
     for the dataset at ``uri``, with a :class:`~txn_engine.conflicts.isolation.PylanceMatcher`
-    of ``uri`` unless they carry a matcher of their own: it is asked only under serializable
-    isolation, the writer's own or the table's (:func:`at_table_level`)."""
+    of ``uri`` unless they carry a matcher of their own (asked only under serializable
+    isolation, the writer's own or the table's: :func:`at_table_level`), and a
+    :class:`~txn_engine.conflicts.upsert.PylanceKeyReader` unless they carry a key reader."""
     out = options or ConflictOptions()
     if isolation is not None:
         out = attrs.evolve(out, isolation=isolation)
     own = out.row_matcher is not None and not isinstance(out.row_matcher, PylanceMatcher)
     if not own:
         out = attrs.evolve(out, row_matcher=PylanceMatcher(uri, storage_options))
+    own_keys = out.key_reader is not None and not isinstance(out.key_reader, PylanceKeyReader)
+    if not own_keys:
+        out = attrs.evolve(out, key_reader=PylanceKeyReader(uri, storage_options))
     return out
 
 

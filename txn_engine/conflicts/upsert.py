@@ -19,6 +19,14 @@ concurrent transaction conflicts (retryable: re-planning turns my insert into an
 An Update without ``inserted_key_hashes`` (pylance's, or one built by hand) is checked as
 Lance checks it.
 
+Beyond the rule (``ConflictOptions.key_reader``, which ``te.open`` and the Spark integration
+set): when the only conflicts are U1 against a transaction that added rows without an
+inserted-keys filter (an Append, pylance's merge-insert or update), the keys of the rows it
+added are read (:class:`PylanceKeyReader`) and the upsert lands when none of them is a key
+it inserts (:func:`added_keys_collide`). That is what a serial run gives: the added rows
+hold none of my keys, so every key I insert is still new after them, and the rows I update
+are in fragments the other did not touch (the matrix checked that).
+
 The rule is the Update handler's (:func:`txn_engine.builder.rows.upsert_conflict`) and
 the filter lives beside it (``txn_engine.builder._keys``); this module re-exports both
 and plans an upsert's filter against a pylance dataset (:func:`inserted_rows_filter`).
@@ -26,14 +34,27 @@ and plans an upsert's filter against a pylance dataset (:func:`inserted_rows_fil
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from txn_engine.builder._keys import FPP, bloom_filter, key_hash, key_hashes, may_contain
+from txn_engine.builder._keys import (
+    FPP,
+    bloom_filter,
+    filter_field_ids,
+    key_hash,
+    key_hashes,
+    may_contain,
+)
 from txn_engine.builder.rows import upsert_conflict
+from txn_engine.model import Fragment
+from txn_engine.ops import Append, Update
+from txn_engine.transaction import Transaction
 
 __all__ = [
     "FPP",
+    "KeyReader",
+    "PylanceKeyReader",
+    "added_keys_collide",
     "bloom_filter",
     "inserted_rows_filter",
     "key_hash",
@@ -61,3 +82,66 @@ def inserted_rows_filter(
         existing = lds.to_table(columns=list(keys))
     inserted = frozenset(wanted - set(key_hashes(existing, keys)))
     return bloom_filter(field_ids, inserted), inserted
+
+
+#: ``(version, fragments, key field ids) -> the key hashes of the rows of those fragments
+#: (as committed in ``version``)``, or None when they cannot be read
+KeyReader = Callable[[int, Sequence[Fragment], Sequence[int]], "frozenset[int] | None"]
+
+
+def _unfiltered_rows(other: Transaction) -> tuple[Fragment, ...] | None:
+    """The fragments ``other`` added rows in without recording their keys, or None when
+    it is not such a transaction."""
+    op = other.operation
+    if isinstance(op, Append):
+        frags = op.fragments
+    elif isinstance(op, Update) and op.inserted_rows is None:
+        frags = op.new_fragments
+    else:
+        return None
+    return tuple(f for f in frags if f.physical_rows)
+
+
+def added_keys_collide(
+    mine: Transaction, other: Transaction, version: int, reader: KeyReader
+) -> bool:
+    """Whether the rows ``other`` (committed at ``version``) added may hold a key my upsert
+    inserts: True unless ``reader`` read every added row's key and none is one of mine."""
+    op = mine.operation
+    if not isinstance(op, Update) or not op.inserted_key_hashes or op.inserted_rows is None:
+        return True
+    field_ids = filter_field_ids(op.inserted_rows)
+    added = _unfiltered_rows(other)
+    if not field_ids or added is None:
+        return True
+    hashes = reader(version, added, field_ids)
+    return hashes is None or not hashes.isdisjoint(op.inserted_key_hashes)
+
+
+class PylanceKeyReader:
+    """A :data:`KeyReader` reading the added fragments of the dataset at ``uri`` with
+    pylance (found in the committed version by their data files)."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri
+        self.storage_options = storage_options
+
+    def __call__(
+        self, version: int, fragments: Sequence[Fragment], field_ids: Sequence[int]
+    ) -> frozenset[int] | None:
+        import lance
+
+        ds: Any = lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+        names_by_id = {f.id(): f.name() for f in ds.lance_schema.fields()}
+        if any(i not in names_by_id for i in field_ids):
+            return None
+        names = [names_by_id[i] for i in field_ids]
+        paths = {f.files[0].path for f in fragments if f.files}
+        hashes: set[int] = set()
+        found = 0
+        for frag in ds.get_fragments():
+            files = frag.data_files()
+            if files and files[0].path in paths:
+                found += 1
+                hashes.update(key_hashes(frag.to_table(columns=names), names))
+        return frozenset(hashes) if found == len(paths) else None

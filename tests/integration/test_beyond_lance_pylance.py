@@ -219,3 +219,46 @@ def test_an_upsert_lands_after_an_append_of_other_keys(
     lance_apply(oracle, append)
     lance_apply(oracle, upsert)
     assert table_rows(uri) == table_rows(oracle)
+
+
+def test_a_compaction_renumbered_after_a_lost_race_carries_its_new_deletions(
+    tmp_path: Path,
+) -> None:
+    """A compaction that carried a delete into a new fragment numbered above the latest id
+    loses its create to an Append (which takes that id) and a Delete of another compacted
+    row. Its next attempt carries the second delete too (a new deletion file, not written
+    yet) and moves the fragment to a free id: the deletion vector it moves is the pending
+    one, not a file read from the store (that read failed, "references missing deletion
+    file"). It lands, equal to pylance's serial run, and every referenced file exists."""
+    from txn_engine.storage import LocalStorage
+
+    uri = _table(tmp_path, stable=False)
+    oracle = str(tmp_path / "oracle.lance")
+    shutil.copytree(uri, oracle)
+    table = te.open(uri)
+    compact = Step("compact")
+    planned = compact.plan(table)
+    first = Step("delete", ("id = 10",))
+    appended = pa.table({"id": pa.array([900, 901], pa.int64()), "v": pa.array([1, 2])})
+    then = [Step("append", (appended,)), Step("delete", ("id = 20",))]
+    getattr(te.open(uri), first.method)(*first.args)
+
+    class Racing(LocalStorage):
+        def put_if_absent(self, path: str, data: bytes) -> None:
+            if path.startswith("_versions/") and then:
+                while then:  # they land first: this create loses the race
+                    step = then.pop(0)
+                    getattr(te.open(uri), step.method)(*step.args)
+            super().put_if_absent(path, data)
+
+    result = commit(Racing(uri), planned)
+    assert result.attempts >= 2
+    for step in (first, Step("append", (appended,)), Step("delete", ("id = 20",)), compact):
+        lance_apply(oracle, step)
+    assert table_rows(uri) == table_rows(oracle)
+    ds = lance.dataset(uri)
+    assert 10 not in ds.to_table().column("id").to_pylist()
+    assert 20 not in ds.to_table().column("id").to_pylist()
+    for frag in ds.get_fragments():
+        if frag.metadata.deletion_file is not None:
+            assert (Path(uri) / frag.metadata.deletion_file.path(frag.fragment_id)).exists()

@@ -37,6 +37,33 @@ def test_a_carried_fragment_whose_id_was_taken_is_numbered_again() -> None:
     assert renumber_carried(txn, free, 9, lambda fid, pb: BitMap()) == (txn, ())
 
 
+def test_a_renumbered_fragment_takes_its_vector_from_this_plans_pending_write() -> None:
+    """The deletion file of a carried fragment planned in this same attempt is not on the
+    store yet: it is moved from the pending writes (the read would fail), and the new id
+    is above every id my fragments use, not only above ``high``."""
+    from txn_engine.builder import PendingDeletionFile
+    from txn_engine.format.deletion import encode_bitmap_deletions
+
+    txn = Transaction(
+        1, Rewrite([RewriteGroup([_frag(0, 10)], [_frag(5, 10, DV), _frag(10, 10)])])
+    )
+    pending = PendingDeletionFile(5, DV.to_proto(), encode_bitmap_deletions(BitMap([4])))
+    other = PendingDeletionFile(10, DV.to_proto(), b"kept")
+    latest = [_frag(5, 3).to_proto()]
+
+    def never(fid: int, pb: object) -> BitMap:
+        raise AssertionError("read from the store")
+
+    out = renumber_carried(txn, latest, 9, never, (pending, other))
+    assert out is not None
+    moved, writes = out
+    assert isinstance(moved.operation, Rewrite)
+    assert [f.id for f in moved.operation.groups[0].new_fragments] == [11, 10]
+    assert [w.fragment_id for w in writes] == [10, 11]
+    assert writes[0] is other
+    assert BitMap.deserialize(writes[1].data) == BitMap([4])
+
+
 def test_rows_move_through_a_compaction_in_order() -> None:
     """Old fragments 0 (10 rows, 2 deleted) and 1 (5 rows) into new fragments of 8 and 5:
     fragment 0's live offsets fill the first new fragment, fragment 1 the second."""

@@ -239,7 +239,7 @@ def _finish(
             assert plan.carry_conflict is not None
             return plan.carry_conflict
         mine, writes = carried
-    renumbered = renumber_carried(mine, latest_fragments, high, read_dv)
+    renumbered = renumber_carried(mine, latest_fragments, high, read_dv, writes)
     if renumbered is None:
         return Conflict.of_transaction(
             mine,
@@ -249,8 +249,7 @@ def _finish(
             f"This {mine.kind} transaction numbered a rewritten fragment (to carry a "
             "deletion file) that a concurrent transaction has since used. Please retry.",
         )
-    mine, moved = renumbered
-    writes = writes + moved
+    mine, writes = renumbered
     out = rebase(
         mine,
         latest_version=latest_version,

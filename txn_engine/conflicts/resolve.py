@@ -32,7 +32,7 @@ from txn_engine.builder._row_addresses import addresses, fragment_offsets
 from txn_engine.builder.remap import group_map
 from txn_engine.builder.rows import derive_affected_rows
 from txn_engine.conflicts.rebase import find_fragment
-from txn_engine.format.deletion import encode_bitmap_deletions
+from txn_engine.format.deletion import deletion_file_path, encode_bitmap_deletions
 from txn_engine.model import DeletionFile, Fragment
 from txn_engine.ops import Delete, Merge, Rewrite, RewriteGroup, Update, UpdateMode
 from txn_engine.transaction import Transaction
@@ -361,31 +361,36 @@ def renumber_carried(
     latest: Sequence[table_pb2.DataFragment],
     high: int | None,
     read_dv: DeletionReader,
+    pending: Sequence[PendingDeletionFile] = (),
 ) -> tuple[Transaction, tuple[PendingDeletionFile, ...]] | None:
     """My Rewrite with each new fragment that carries a deletion file under an id the
     latest version now uses (an earlier attempt numbered it; a concurrent writer took the
-    id since) numbered above ``high`` again, its deletion file written under the new id;
-    None when ``high`` is unknown."""
+    id since) numbered above ``high`` and every id my fragments use, its deletion file
+    written under the new id; and the deletion files to write: ``pending`` (this plan's,
+    not written yet: a moved fragment's vector is taken from there, not read from the
+    store) with the moved ones in place of theirs. None when ``high`` is unknown."""
     op = txn.operation
     if not isinstance(op, Rewrite):
-        return txn, ()
+        return txn, tuple(pending)
+    news = [f for g in op.groups for f in g.new_fragments]
     taken = [
         f
-        for g in op.groups
-        for f in g.new_fragments
+        for f in news
         if f.id and f.deletion_file is not None and find_fragment(latest, f.id) is not None
     ]
     if not taken:
-        return txn, ()
+        return txn, tuple(pending)
     if high is None:
         return None
-    next_id = high + 1
+    next_id = max([high, *(f.id for f in news)]) + 1
+    by_path = {p.path: p for p in pending}
     moved: dict[int, Fragment] = {}
     writes: list[PendingDeletionFile] = []
     for frag in taken:
         assert frag.deletion_file is not None
         pb = frag.deletion_file.to_proto()
-        rows = read_dv(frag.id, pb)
+        own = by_path.pop(deletion_file_path(frag.id, pb), None)
+        rows = BitMap.deserialize(own.data) if own is not None else read_dv(frag.id, pb)
         writes.append(PendingDeletionFile(next_id, pb, encode_bitmap_deletions(rows)))
         moved[frag.id] = attrs.evolve(frag, id=next_id)
         next_id += 1
@@ -393,4 +398,5 @@ def renumber_carried(
         RewriteGroup(g.old_fragments, tuple(moved.get(f.id, f) for f in g.new_fragments))
         for g in op.groups
     )
-    return attrs.evolve(txn, operation=attrs.evolve(op, groups=groups)), tuple(writes)
+    rest = tuple(by_path.values())
+    return attrs.evolve(txn, operation=attrs.evolve(op, groups=groups)), rest + tuple(writes)

@@ -119,29 +119,44 @@ def added_keys_collide(
 
 
 class PylanceKeyReader:
-    """A :data:`KeyReader` reading the added fragments of the dataset at ``uri`` with
-    pylance (found in the committed version by their data files)."""
+    """A :data:`KeyReader` for the dataset at ``uri``: reads the key columns straight from
+    the added fragments' data files with pylance's file reader (no dataset open per
+    version; every physical row, so a row deleted since only adds a hash, never hides
+    one). The key columns' names come from the latest schema, read once per reader."""
 
     def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
         self.uri = uri
         self.storage_options = storage_options
+        self._names: dict[int, str] = {}
+
+    def _names_of(self, field_ids: Sequence[int]) -> list[str] | None:
+        if any(i not in self._names for i in field_ids):
+            import lance
+
+            ds: Any = lance.dataset(self.uri, storage_options=self.storage_options)
+            self._names = {f.id(): f.name() for f in ds.lance_schema.fields()}
+        if any(i not in self._names for i in field_ids):
+            return None
+        return [self._names[i] for i in field_ids]
 
     def __call__(
         self, version: int, fragments: Sequence[Fragment], field_ids: Sequence[int]
     ) -> frozenset[int] | None:
-        import lance
+        from lance.file import LanceFileReader
 
-        ds: Any = lance.dataset(self.uri, version=version, storage_options=self.storage_options)
-        names_by_id = {f.id(): f.name() for f in ds.lance_schema.fields()}
-        if any(i not in names_by_id for i in field_ids):
+        names = self._names_of(field_ids)
+        if names is None:
             return None
-        names = [names_by_id[i] for i in field_ids]
-        paths = {f.files[0].path for f in fragments if f.files}
         hashes: set[int] = set()
-        found = 0
-        for frag in ds.get_fragments():
-            files = frag.data_files()
-            if files and files[0].path in paths:
-                found += 1
-                hashes.update(key_hashes(frag.to_table(columns=names), names))
-        return frozenset(hashes) if found == len(paths) else None
+        root = self.uri.rstrip("/")
+        for frag in fragments:
+            holding = [f for f in frag.files if set(field_ids) <= set(f.fields)]
+            if len(holding) != 1 or holding[0].base_id is not None:
+                return None  # keys split over files, or stored under another base
+            reader = LanceFileReader(
+                f"{root}/data/{holding[0].path}",
+                storage_options=self.storage_options,
+                columns=names,
+            )
+            hashes.update(key_hashes(reader.read_all().to_table(), names))
+        return frozenset(hashes)

@@ -17,7 +17,8 @@ counts it as failed. Engines, in the same run:
 * ``pylance``: pylance 14 alone (its own internal retries; only failures are visible).
 
 Reported per engine: useful commits/s, re-plans, failed operations, compactions lost
-(failed after their retries).
+(failed after their retries), and errors (an operation that raised anything but a
+refusal; the writer goes on).
 """
 
 from __future__ import annotations
@@ -142,9 +143,15 @@ def _writer(
         for _ in range(11):
             try:
                 op()
-            except (RetryableConflictError, RetriesExhaustedError, OSError) as exc:
-                if isinstance(exc, OSError) and "conflict" not in str(exc).lower():
-                    raise
+            except Exception as exc:
+                refused = isinstance(exc, (RetryableConflictError, RetriesExhaustedError)) or (
+                    isinstance(exc, OSError) and "conflict" in str(exc).lower()
+                )
+                if not refused:  # a failure, not a refusal: counted, never silent
+                    with lock:
+                        stats["errors"] += 1
+                        stats[f"error: {type(exc).__name__}: {str(exc)[:200]}"] += 1
+                    break
                 with lock:
                     stats["replans"] += 1
                     stats[f"replans_{kind}"] += 1
@@ -188,6 +195,8 @@ def _one(engine: str, seconds: float, uri: str, options: dict[str, str] | None) 
         "replans_by_writer": {k: stats[f"replans_{k}"] for k in _KINDS},
         "failed": stats["failed"],
         "compactions_lost": stats["failed_compact"],
+        "errors": stats["errors"],
+        "error_messages": sorted(k for k in stats if k.startswith("error: ")),
         "rows_at_end": lance.dataset(uri, storage_options=options).count_rows(),
     }
 

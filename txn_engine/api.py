@@ -50,7 +50,7 @@ from pyroaring import BitMap64
 from txn_engine._proto import table_pb2
 from txn_engine.commit import CommitResult, commit, replan_and_commit
 from txn_engine.conflicts.isolation import ISOLATION_CONFIG, ISOLATION_LEVELS, READ_PREDICATE
-from txn_engine.conflicts.rebase import ConflictOptions, with_isolation
+from txn_engine.conflicts.rebase import ConflictOptions, options_for
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     DatasetNotFoundError,
@@ -184,7 +184,7 @@ class Table:
         self.retry_policy = retry_policy
         self.commit_retry_policy = commit_retry_policy
         # issue 46: "snapshot" (default) or "serializable" (docs/conflicts.md, Isolation)
-        self.conflict_options = with_isolation(
+        self.conflict_options = options_for(
             conflict_options, isolation, self._uri, self._lance_options
         )
         self.transaction_file = transaction_file

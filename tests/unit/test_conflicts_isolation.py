@@ -16,7 +16,7 @@ from txn_engine.conflicts.isolation import (
     table_isolation,
 )
 from txn_engine.conflicts.planner import Winner, plan_retry
-from txn_engine.conflicts.rebase import ConflictOptions, at_table_level, with_isolation
+from txn_engine.conflicts.rebase import ConflictOptions, at_table_level, options_for
 from txn_engine.errors import InvalidOperationError
 from txn_engine.model import DataFile, Fragment
 from txn_engine.ops import Append, Delete, Rewrite, RewriteGroup, Update
@@ -91,13 +91,13 @@ def test_the_planner_refuses_a_matching_append_only_when_serializable() -> None:
 def test_isolation_levels_are_checked_and_given_a_matcher() -> None:
     with pytest.raises(InvalidOperationError, match="isolation"):
         ConflictOptions(isolation="repeatable-read")
-    plain = with_isolation(None, None, "x")
+    plain = options_for(None, None, "x")
     assert plain.isolation == "snapshot"
     assert plain.row_matcher is not None  # asked only if the table asks for serializable
-    opts = with_isolation(None, "serializable", "/t")
+    opts = options_for(None, "serializable", "/t")
     assert opts is not None
     assert opts.row_matcher is not None
-    mine = with_isolation(ConflictOptions(row_matcher=_never), "serializable", "/t")
+    mine = options_for(ConflictOptions(row_matcher=_never), "serializable", "/t")
     assert mine is not None
     assert mine.row_matcher is _never
 

@@ -36,6 +36,7 @@ __all__ = [
     "PylanceMatcher",
     "READERS",
     "READ_PREDICATE",
+    "added_fragments",
     "SERIALIZABLE",
     "SNAPSHOT",
     "RowMatcher",
@@ -84,7 +85,9 @@ def read_predicate(txn: Transaction) -> str | None:
     return None
 
 
-def _added(other: Transaction) -> tuple[Fragment, ...]:
+def added_fragments(other: Transaction) -> tuple[Fragment, ...]:
+    """The fragments with rows that ``other`` (an Append or an Update) added; empty for
+    every other operation."""
     op = other.operation
     if isinstance(op, Append):
         frags = op.fragments
@@ -102,7 +105,7 @@ def serializable_conflict(
     at ``version``), or None. Only transactions that add rows can conflict."""
     if not isinstance(mine.operation, (Delete, Update)):
         return None
-    added = _added(other)
+    added = added_fragments(other)
     if not added:
         return None
     predicate = read_predicate(mine)

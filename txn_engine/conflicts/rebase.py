@@ -74,7 +74,7 @@ __all__ = [
     "fragment_offsets",
     "rebase",
     "at_table_level",
-    "with_isolation",
+    "options_for",
 ]
 
 
@@ -125,7 +125,7 @@ def at_table_level(options: ConflictOptions, config: Mapping[str, str]) -> Confl
     return attrs.evolve(options, isolation=SERIALIZABLE)
 
 
-def with_isolation(
+def options_for(
     options: ConflictOptions | None,
     isolation: str | None,
     uri: str,

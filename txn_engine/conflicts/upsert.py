@@ -46,6 +46,7 @@ from txn_engine.builder._keys import (
     may_contain,
 )
 from txn_engine.builder.rows import upsert_conflict
+from txn_engine.conflicts.isolation import added_fragments
 from txn_engine.model import Fragment
 from txn_engine.ops import Append, Update
 from txn_engine.transaction import Transaction
@@ -90,16 +91,12 @@ KeyReader = Callable[[int, Sequence[Fragment], Sequence[int]], "frozenset[int] |
 
 
 def _unfiltered_rows(other: Transaction) -> tuple[Fragment, ...] | None:
-    """The fragments ``other`` added rows in without recording their keys, or None when
-    it is not such a transaction."""
+    """The fragments ``other`` added rows in without recording their keys (an Append, or
+    an Update with no inserted-keys filter), or None when it is not such a transaction."""
     op = other.operation
-    if isinstance(op, Append):
-        frags = op.fragments
-    elif isinstance(op, Update) and op.inserted_rows is None:
-        frags = op.new_fragments
-    else:
-        return None
-    return tuple(f for f in frags if f.physical_rows)
+    if isinstance(op, Append) or (isinstance(op, Update) and op.inserted_rows is None):
+        return added_fragments(other)
+    return None
 
 
 def added_keys_collide(

@@ -59,7 +59,7 @@ from pyroaring import BitMap, BitMap64
 
 from txn_engine.commit import CommitResult, replan_and_commit
 from txn_engine.conflicts.isolation import READ_PREDICATE
-from txn_engine.conflicts.rebase import ConflictOptions, with_isolation
+from txn_engine.conflicts.rebase import ConflictOptions, options_for
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     CommitStateUnknownError,
@@ -313,7 +313,7 @@ class _Context:
             lance_options=dict(lance_storage_options) if lance_storage_options else None,
             retry_policy=options.get("retry_policy"),
             commit_retry_policy=options.get("commit_retry_policy"),
-            conflict_options=with_isolation(
+            conflict_options=options_for(
                 options.get("conflict_options"),
                 options.get("isolation"),
                 os.fspath(uri),

@@ -37,7 +37,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from txn_engine import jsontext
 from txn_engine.conflicts.isolation import READ_PREDICATE
-from txn_engine.conflicts.rebase import with_isolation
+from txn_engine.conflicts.rebase import options_for
 from txn_engine.errors import (
     CommitStateUnknownError,
     DatasetNotFoundError,
@@ -849,7 +849,7 @@ class FragmentCollector:
         from txn_engine.commit import commit as txn_commit
         from txn_engine.commit import replan_and_commit
 
-        options = with_isolation(
+        options = options_for(
             None, self.options.isolation, self.uri, dict(self.options.lance_storage_options) or None
         )
         if not self.added_columns or self.creates_dataset:

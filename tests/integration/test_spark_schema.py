@@ -21,7 +21,7 @@ import pytest
 
 from txn_engine.errors import InvalidOperationError
 from txn_engine.spark import FragmentCollector
-from txn_engine.spark._write import check_lossless
+from txn_engine.spark._write_plan import check_lossless
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # conftest_spark (the gate used by the concurrency test)

@@ -22,7 +22,7 @@ from txn_engine.errors import (
     RetriesExhaustedError,
     RetryableConflictError,
 )
-from txn_engine.spark import FragmentCollector, _write
+from txn_engine.spark import FragmentCollector, _merge_schema, _write_commit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # the faulty storage factory is named "conftest_spark:..."
@@ -52,7 +52,9 @@ def test_unknown_outcome_calls_back_off_by_the_retry_policy(
     CommitStateUnknownError naming the number of calls."""
     sleeps: list[float] = []
     monkeypatch.setattr(
-        _write, "UNKNOWN_OUTCOME_RETRY", _recorded(_write.UNKNOWN_OUTCOME_RETRY, sleeps)
+        _write_commit,
+        "UNKNOWN_OUTCOME_RETRY",
+        _recorded(_write_commit.UNKNOWN_OUTCOME_RETRY, sleeps),
     )
     uri = _dataset(tmp_path)
     flag = tmp_path / "lose"
@@ -75,7 +77,9 @@ def test_unknown_outcome_calls_back_off_by_the_retry_policy(
 def test_unknown_outcome_sleep_is_capped() -> None:
     """The policy's single sleep never exceeds 2 s, however many calls were lost."""
     sleeps: list[float] = []
-    budget = attrs.evolve(_recorded(_write.UNKNOWN_OUTCOME_RETRY, sleeps), max_attempts=10).budget()
+    budget = attrs.evolve(
+        _recorded(_write_commit.UNKNOWN_OUTCOME_RETRY, sleeps), max_attempts=10
+    ).budget()
     while True:
         budget.start_attempt()
         if not budget.wait():
@@ -92,8 +96,8 @@ def test_merge_schema_replans_within_its_retry_budget(
     """A column addition preempted on every plan: re-planned with the policy's backoff
     between plans, then the last conflict is raised; nothing is committed."""
     sleeps: list[float] = []
-    three = attrs.evolve(_write.MERGE_SCHEMA_RETRY, max_attempts=3)
-    monkeypatch.setattr(_write, "MERGE_SCHEMA_RETRY", _recorded(three, sleeps))
+    three = attrs.evolve(_merge_schema.MERGE_SCHEMA_RETRY, max_attempts=3)
+    monkeypatch.setattr(_merge_schema, "MERGE_SCHEMA_RETRY", _recorded(three, sleeps))
     plans: list[int] = []
 
     def preempted(storage: Any, txn: Any, **_: Any) -> Any:

@@ -17,8 +17,8 @@ from txn_engine.leases import CLEANING_DIR, LEASES_DIR, list_markers, read_lease
 from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retention import cleanup
+from txn_engine.spark._fragments import _fragment_json
 from txn_engine.spark._options import _json_object
-from txn_engine.spark._write import _fragment_json
 from txn_engine.storage import MemoryStorage
 from txn_engine.transaction import Transaction
 

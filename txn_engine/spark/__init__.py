@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from txn_engine.spark._dml import DML_RETRY_POLICY, DmlOptions, DmlResult, delete, merge, update
+from txn_engine.spark._dml import DML_RETRY_POLICY, DmlOptions, DmlResult, delete, update
+from txn_engine.spark._dml_merge import merge
 from txn_engine.spark._options import WriteOptions, parse_write_options
 from txn_engine.spark._staging import STAGING_DIR, SweepResult
 from txn_engine.spark._write import (

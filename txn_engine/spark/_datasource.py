@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +36,7 @@ from pyspark.sql.datasource import (
 
 from txn_engine.errors import InvalidOperationError
 from txn_engine.spark import _filters
+from txn_engine.spark._log_output import ensure_log_output
 from txn_engine.spark._namespace import namespace_path
 from txn_engine.spark._options import ReadOptions, parse_read_options, parse_write_options
 from txn_engine.spark._read import (
@@ -300,17 +300,6 @@ class TxnLanceFilteringReader(TxnLanceReader):
         return rest
 
 
-def _ensure_log_output() -> None:
-    """Spark's Python workers configure no logging; make the commit summary visible in
-    the driver's log (the worker's stderr) unless the application configured handlers."""
-    logger = logging.getLogger("txn_engine.spark")
-    if not logger.hasHandlers():
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-
-
 class TxnLanceWriter(DataSourceArrowWriter):
     """The per-write object Spark pickles to the tasks and to the commit worker."""
 
@@ -340,9 +329,9 @@ class TxnLanceWriter(DataSourceArrowWriter):
         return out
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _ensure_log_output()
+        ensure_log_output()
         self.collector.commit(self._fragments(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _ensure_log_output()
+        ensure_log_output()
         self.collector.abort(self._fragments(messages))

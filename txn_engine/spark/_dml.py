@@ -38,7 +38,8 @@ are deleted by the driver; nothing is committed then. A commit whose outcome is 
 A merge that inserts rows records the inserted keys in its Update (``inserted_rows``, the
 filter :meth:`txn_engine.Table.merge_insert` writes), so two concurrent merges (Spark or
 Python) inserting the same new key never both land: rule ``U1`` makes the later one
-re-plan, and the re-plan updates the row the first inserted.
+re-plan, and the re-plan updates the row the first inserted. :func:`merge` and its planning
+steps are in ``_dml_merge``.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 import attrs
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -92,7 +93,6 @@ __all__ = [
     "DmlOptions",
     "DmlResult",
     "delete",
-    "merge",
     "update",
 ]
 
@@ -107,14 +107,11 @@ _DELETION_PATH = re.compile(r"_deletions/[0-9]+-[0-9]+-[0-9]+\.(arrow|bin)", re.
 _ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): .+$", re.M)
 _OWNER = f"txn_engine.spark.dml:{os.getpid()}"
 _ROWADDR = "_rowaddr"
-_PART = "_txn_part"
 
 #: Default re-planning budget: 11 plans (10 re-plans) within 30 minutes. Lance's 30 s
 #: (:meth:`RetryPolicy.replanning`) is for planning in process; here each plan is a Spark job.
 DML_RETRY_POLICY = RetryPolicy(max_attempts=11, deadline=1800.0)
 
-MatchedAction = Literal["update", "delete"]
-NotMatchedAction = Literal["insert"]
 TaskHook = Callable[[int], None]
 
 
@@ -217,49 +214,6 @@ def update(
     values = dict(set)
     ctx = _Context.make(spark, uri, "update", options)
     return ctx.run(lambda snapshot, attempt: _plan_update(ctx, snapshot, attempt, values, where))
-
-
-def merge(
-    source: Any,
-    uri: str,
-    on: str | Sequence[str],
-    *,
-    when_matched: MatchedAction | None = "update",
-    when_not_matched: NotMatchedAction | None = "insert",
-    **options: Unpack[DmlOptions],
-) -> DmlResult:
-    """Merge the DataFrame ``source`` into the table at ``uri`` on the key column(s)
-    ``on``, like pylance's ``merge_insert(on)``:
-
-    * ``when_matched="update"``: a target row whose key is in ``source`` is replaced by the
-      source row (``when_matched_update_all``); ``"delete"``: it is deleted; None: kept;
-    * ``when_not_matched="insert"``: source rows whose key is not in the table are
-      inserted (``when_not_matched_insert_all``); None: dropped.
-
-    ``source`` must have the table's columns (any order; types converted without loss, as
-    for appends) unless the merge only deletes, which needs just the keys. A target row
-    matched by two source rows is refused (InvalidOperationError). One ``Update`` commit;
-    the inserted keys are recorded, so a concurrent merge inserting one of them makes this
-    one re-plan (the key lands once). Other arguments as :func:`delete`.
-    """
-    keys = [on] if isinstance(on, str) else list(on)
-    if not keys:
-        raise InvalidOperationError("merge: give at least one key column (on=...)")
-    if when_matched not in ("update", "delete", None):
-        raise InvalidOperationError(
-            f"merge: when_matched must be 'update', 'delete' or None, got {when_matched!r}"
-        )
-    if when_not_matched not in ("insert", None):
-        raise InvalidOperationError(
-            f"merge: when_not_matched must be 'insert' or None, got {when_not_matched!r}"
-        )
-    spark = source.sparkSession
-    ctx = _Context.make(spark, uri, "merge", options)
-    return ctx.run(
-        lambda snapshot, attempt: _plan_merge(
-            ctx, snapshot, attempt, source, keys, when_matched, when_not_matched
-        )
-    )
 
 
 # --------------------------------------------------------------------------- driver machinery
@@ -460,15 +414,6 @@ class _Context:
             if "StorageError" in cause or "OSError" in cause:
                 raise StorageError(message) from exc
             raise InvalidOperationError(message) from exc
-
-
-def _parallelism(spark: Any) -> int:
-    """Partitions for the merge's shuffle: the default parallelism (the shuffle partitions
-    setting where there is no SparkContext, as with Spark Connect)."""
-    try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:
-        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions", "200")))
 
 
 def _removed_ids(op: Operation) -> tuple[int, ...]:
@@ -792,168 +737,3 @@ def _plan_update(
     rows = len(affected)
     read = {READ_PREDICATE: where or "", **ctx.properties}  # what it read (serializable)
     return _Planned(Transaction(version, op, properties=read), 0, rows, 0)
-
-
-def _plan_merge(
-    ctx: _Context,
-    snapshot: Dataset,
-    attempts: list[_Attempt],
-    source: Any,
-    keys: list[str],
-    when_matched: MatchedAction | None,
-    when_not_matched: NotMatchedAction | None,
-) -> _Planned:
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
-
-    from txn_engine.conflicts.upsert import bloom_filter, key_hashes
-
-    schema = snapshot.schema
-    missing = [k for k in keys if k not in schema.names]
-    if missing:
-        raise InvalidOperationError(f"merge: no key column(s) {missing} in the table")
-    absent = [k for k in keys if k not in source.columns]
-    if absent:
-        raise InvalidOperationError(f"merge: the source has no key column(s) {absent}")
-    writes_rows = when_matched == "update" or when_not_matched == "insert"
-    data_schema = None
-    if writes_rows:
-        names = set(schema.names)
-        extra = sorted(set(source.columns) - names)
-        lacking = sorted(names - set(source.columns))
-        if extra or lacking:
-            raise InvalidOperationError(
-                f"merge: the source's columns must be the table's (missing: {lacking}, "
-                f"unexpected: {extra})"
-            )
-        data_schema = to_arrow_schema(
-            source.select(*schema.names).schema, timezone="UTC", prefers_large_types=False
-        )
-    attempt = ctx.new_attempt(data_schema=data_schema)
-    attempts.append(attempt)
-    collector = attempt.collector
-    version = snapshot.version
-    uri, lance_options, storage_options = ctx.uri, ctx.lance_options, dict(ctx.storage_options)
-    key = attempt.key
-    fragments = {pb.id: pb.SerializeToString() for pb in snapshot.manifest_pb.fragments}
-
-    # 1. the target's keys and row addresses, one task per fragment (group)
-    key_fields = [schema.field(k) for k in keys]
-
-    def scan_keys(partition: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        lds = None
-        for batch in partition:
-            for index in batch.column(0).to_pylist():
-                if ctx_hook is not None:
-                    ctx_hook(index)
-                lds = lds or _open_lance(uri, version, lance_options)
-                for fid, _pb in groups[index]:
-                    table = lds.get_fragment(fid).to_table(columns=keys, with_row_address=True)
-                    arrays = [table.column(k) for k in keys]
-                    arrays.append(table.column(_ROWADDR).cast(pa.int64()))
-                    yield from pa.Table.from_arrays(arrays, names=[*keys, _ROWADDR]).to_batches()
-
-    ctx_hook = ctx.task_hook
-    groups = ctx.groups(snapshot)
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    target_type = StructType(
-        [StructField(f.name, from_arrow_type(f.type), True) for f in key_fields]
-        + [StructField(_ROWADDR, LongType(), True)]
-    )
-    spark = ctx.spark
-    if groups:
-        target = spark.range(0, len(groups), 1, len(groups)).mapInArrow(scan_keys, target_type)
-    else:
-        target = spark.createDataFrame([], target_type)
-
-    # 2. join with the source; rows of one target fragment meet in one partition
-    columns = list(schema.names) if writes_rows else keys
-    src = source.select(*columns)
-    how = "left" if when_not_matched == "insert" else "inner"
-    joined = src.join(target, on=keys, how=how)
-    parts = _parallelism(spark)
-    part = F.when(
-        F.col(_ROWADDR).isNull(), -1 - F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(parts))
-    ).otherwise(F.shiftright(F.col(_ROWADDR), 32))
-    shuffled = joined.withColumn(_PART, part).repartition(parts, F.col(_PART))
-
-    def apply(partition: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        if ctx_hook is not None:
-            task_context = TaskContext.get()
-            ctx_hook(task_context.partitionId() if task_context is not None else -1)
-        batches = [b for b in partition if b.num_rows]
-        if not batches:
-            return
-        storage = open_storage(uri, storage_options or None)
-        rows = pa.Table.from_batches(batches)
-        addresses = rows.column(_ROWADDR).to_pylist()
-        by_fragment: dict[int, BitMap] = {}
-        matched_index: list[int] = []
-        inserted_index: list[int] = []
-        for i, address in enumerate(addresses):
-            if address is None:
-                inserted_index.append(i)
-                continue
-            offsets = by_fragment.setdefault(address >> 32, BitMap())
-            offset = address & 0xFFFFFFFF
-            if offset in offsets:
-                raise InvalidOperationError(
-                    f"merge: a target row (fragment {address >> 32}, offset {offset}) is "
-                    "matched by more than one source row; make the source keys unique"
-                )
-            offsets.add(offset)
-            matched_index.append(i)
-        changes = []
-        if when_matched is not None:
-            for fid, offsets in sorted(by_fragment.items()):
-                changes.append(_delete_rows(storage, key, version, fid, fragments[fid], offsets))
-        keep = (matched_index if when_matched == "update" else []) + (
-            inserted_index if when_not_matched == "insert" else []
-        )
-        new: list[str] = []
-        hashes: list[int] = []
-        if keep and collector is not None:
-            chosen = rows.select(columns).take(pa.array(sorted(keep), pa.int64()))
-            conformed = pa.Table.from_batches(
-                [collector.conform(b) for b in chosen.to_batches()], schema=collector.schema
-            )
-            new = _fragments_message(collector, conformed, None)
-            if when_not_matched == "insert" and inserted_index:
-                fresh = rows.select(keys).take(pa.array(inserted_index, pa.int64()))
-                hashes = key_hashes(fresh, keys)
-        message = {
-            "changes": changes,
-            "new_fragments": new,
-            "inserted": hashes,
-            "matched": len(matched_index),
-            "inserted_rows": len(inserted_index) if when_not_matched == "insert" else 0,
-        }
-        out = pa.array([json.dumps(message)], pa.string())
-        yield pa.RecordBatch.from_arrays([out], ["message"])
-
-    rows = ctx.collect(shuffled.mapInArrow(apply, "message string"))
-    messages = [json.loads(r[0]) for r in rows if r[0] is not None]
-    updated, removed, affected, new, hashes = _assemble(messages)
-    matched = sum(int(m.get("matched", 0)) for m in messages)
-    inserted = sum(int(m.get("inserted_rows", 0)) for m in messages)
-    op = Update(
-        removed_fragment_ids=tuple(removed),
-        updated_fragments=tuple(updated),
-        new_fragments=tuple(new),
-        affected_rows=affected,
-    )
-    if when_not_matched == "insert":
-        ids = _table_field_ids(snapshot)
-        op = attrs.evolve(
-            op,
-            inserted_rows=bloom_filter([ids[k] for k in keys], hashes),
-            inserted_key_hashes=frozenset(hashes),
-        )
-    deleted = matched if when_matched == "delete" else 0
-    updated_rows = matched if when_matched == "update" else 0
-    return _Planned(
-        Transaction(version, op, properties=ctx.properties), deleted, updated_rows, inserted
-    )

@@ -26,24 +26,32 @@ __all__ = ["FeedOptions", "is_feed_read", "parse_feed_options"]
 
 #: Options that make a read a change-feed or streaming read (lower-cased, as Spark
 #: hands them over).
-_FEED_SCALARS = {
+_FEED_SCALARS: frozenset[str] = frozenset(
+    {
+        "path",
+        "readchangefeed",
+        "startingversion",
+        "startingtimestamp",
+        "startingtag",
+        "endingversion",
+        "endingtimestamp",
+        "maxrowspertrigger",
+        "maxversionspertrigger",
+        "skipchangecommits",
+        "branch",
+        "columns",
+        "rows_per_partition",
+        "batch_size",
+        "lease_ttl",
+    }
+)
+_FEED_ONLY: frozenset[str] = _FEED_SCALARS - {
     "path",
-    "readchangefeed",
-    "startingversion",
-    "startingtimestamp",
-    "startingtag",
-    "endingversion",
-    "endingtimestamp",
-    "maxrowspertrigger",
-    "maxversionspertrigger",
-    "skipchangecommits",
-    "branch",
     "columns",
     "rows_per_partition",
     "batch_size",
     "lease_ttl",
 }
-_FEED_ONLY = _FEED_SCALARS - {"path", "columns", "rows_per_partition", "batch_size", "lease_ttl"}
 
 
 def is_feed_read(options: Mapping[str, str]) -> bool:

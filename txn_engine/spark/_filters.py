@@ -21,25 +21,30 @@ so it is usable (and testable) wherever the filter objects come from.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
 __all__ = ["pushable", "translate", "translate_one"]
 
-_COMPARISONS = {
-    "EqualTo": "=",
-    "GreaterThan": ">",
-    "GreaterThanOrEqual": ">=",
-    "LessThan": "<",
-    "LessThanOrEqual": "<=",
-}
-_STRING_FUNCTIONS = {
-    "StringStartsWith": "starts_with",
-    "StringEndsWith": "ends_with",
-    "StringContains": "contains",
-}
+_COMPARISONS: Mapping[str, str] = MappingProxyType(
+    {
+        "EqualTo": "=",
+        "GreaterThan": ">",
+        "GreaterThanOrEqual": ">=",
+        "LessThan": "<",
+        "LessThanOrEqual": "<=",
+    }
+)
+_STRING_FUNCTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "StringStartsWith": "starts_with",
+        "StringEndsWith": "ends_with",
+        "StringContains": "contains",
+    }
+)
 
 
 def _kind(arrow_type: pa.DataType) -> str | None:

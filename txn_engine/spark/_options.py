@@ -13,7 +13,8 @@ have two spellings that are merged (the prefixed keys win):
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -23,8 +24,15 @@ from txn_engine.conflicts.isolation import ISOLATION_LEVELS
 from txn_engine.errors import InvalidOperationError
 from txn_engine.leases import MAX_LEASE_TTL
 from txn_engine.redact import RedactingFilter, redact_options
+from txn_engine.retry import RetryPolicy
 
-__all__ = ["ReadOptions", "WriteOptions", "parse_read_options", "parse_write_options"]
+__all__ = [
+    "ReadOptions",
+    "WriteOptions",
+    "commit_retry_policy",
+    "parse_read_options",
+    "parse_write_options",
+]
 
 # the Spark integration logs URIs and option maps: never a secret in a log line
 logging.getLogger("txn_engine.spark").addFilter(RedactingFilter())
@@ -34,36 +42,40 @@ DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
 #: Default age after which a planned write's leftovers are swept (longer than any write).
 DEFAULT_STAGING_RETENTION_SECONDS = 3 * 24 * 3600.0
 
-_MAP_OPTIONS = {
-    # option name -> prefix of the per-key spelling
-    "storage_options": "storage.",
-    "lance_storage_options": "lance_storage.",
-    "properties": "property.",
-    "retry_policy": "retry.",
-}
+_MAP_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        # option name -> prefix of the per-key spelling
+        "storage_options": "storage.",
+        "lance_storage_options": "lance_storage.",
+        "properties": "property.",
+        "retry_policy": "retry.",
+    }
+)
 
-_SCALAR_OPTIONS = {
-    "path",
-    "namespace",
-    "table_id",
-    "max_rows_per_file",
-    "max_rows_per_group",
-    "max_bytes_per_file",
-    "data_storage_version",
-    "commit_message",
-    "write_id",
-    "idempotency_lookback",
-    "commit_attempts",
-    "commit_report",
-    "storage_factory",
-    "staging_retention_seconds",
-    "sweep_on_plan",
-    "mergeschema",
-    "merge_schema",
-    "replacewhere",
-    "replace_where",
-    "isolation",
-}
+_SCALAR_OPTIONS: frozenset[str] = frozenset(
+    {
+        "path",
+        "namespace",
+        "table_id",
+        "max_rows_per_file",
+        "max_rows_per_group",
+        "max_bytes_per_file",
+        "data_storage_version",
+        "commit_message",
+        "write_id",
+        "idempotency_lookback",
+        "commit_attempts",
+        "commit_report",
+        "storage_factory",
+        "staging_retention_seconds",
+        "sweep_on_plan",
+        "mergeschema",
+        "merge_schema",
+        "replacewhere",
+        "replace_where",
+        "isolation",
+    }
+)
 
 
 @attrs.frozen
@@ -163,19 +175,21 @@ def _bool(name: str, text: str) -> bool:
 
 
 #: Integer write options and their smallest allowed value.
-_INT_OPTIONS = {
-    "max_rows_per_file": 1,
-    "max_rows_per_group": 1,
-    "max_bytes_per_file": 1,
-    "idempotency_lookback": 0,
-    "commit_attempts": 1,
-}
+_INT_OPTIONS: Mapping[str, int] = MappingProxyType(
+    {
+        "max_rows_per_file": 1,
+        "max_rows_per_group": 1,
+        "max_bytes_per_file": 1,
+        "idempotency_lookback": 0,
+        "commit_attempts": 1,
+    }
+)
 
 
 def _split_options(
     options: Mapping[str, str],
     map_options: Mapping[str, str],
-    scalar_options: set[str],
+    scalar_options: Set[str],
     *,
     what: str,
     typed_maps: frozenset[str] = frozenset(),
@@ -262,6 +276,19 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     return WriteOptions(**kwargs)
 
 
+def commit_retry_policy(options: WriteOptions) -> RetryPolicy | None:
+    """The commit loop's retry policy from the ``retry.*`` options (None: its default).
+    Raises InvalidOperationError naming the options when they do not make a policy."""
+    if not options.retry_policy:
+        return None
+    try:
+        return RetryPolicy(**dict(options.retry_policy))
+    except (TypeError, ValueError) as exc:
+        raise InvalidOperationError(
+            f"bad retry policy options {dict(options.retry_policy)}: {exc}"
+        ) from exc
+
+
 def _isolation(text: str) -> str:
     level = text.strip().lower()
     if level not in ISOLATION_LEVELS:
@@ -273,23 +300,27 @@ def _isolation(text: str) -> str:
 
 # --------------------------------------------------------------------------- reads
 
-_READ_SCALAR_OPTIONS = {
-    "path",
-    "namespace",
-    "table_id",
-    "version",
-    "timestamp",
-    "tag",
-    "columns",
-    "rows_per_partition",
-    "batch_size",
-    "filter_pushdown",
-    "lease_ttl",
-}
-_READ_MAP_OPTIONS = {
-    "storage_options": "storage.",
-    "lance_storage_options": "lance_storage.",
-}
+_READ_SCALAR_OPTIONS: frozenset[str] = frozenset(
+    {
+        "path",
+        "namespace",
+        "table_id",
+        "version",
+        "timestamp",
+        "tag",
+        "columns",
+        "rows_per_partition",
+        "batch_size",
+        "filter_pushdown",
+        "lease_ttl",
+    }
+)
+_READ_MAP_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "storage_options": "storage.",
+        "lance_storage_options": "lance_storage.",
+    }
+)
 
 
 def _masked(value: Mapping[str, Any]) -> str:

@@ -22,11 +22,13 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from txn_engine import session
 from txn_engine.errors import (
     InvalidOperationError,
     VersionNotFoundError,
@@ -229,13 +231,15 @@ def group_fragments(
 # --------------------------------------------------------------------------- types
 
 #: Arrow types Spark has no equivalent for, read as the nearest lossless Spark type.
-_WIDENED = {
-    pa.uint8(): pa.int16(),
-    pa.uint16(): pa.int32(),
-    pa.uint32(): pa.int64(),
-    pa.uint64(): pa.decimal128(20, 0),
-    pa.float16(): pa.float32(),
-}
+_WIDENED: Mapping[pa.DataType, pa.DataType] = MappingProxyType(
+    {
+        pa.uint8(): pa.int16(),
+        pa.uint16(): pa.int32(),
+        pa.uint32(): pa.int64(),
+        pa.uint64(): pa.decimal128(20, 0),
+        pa.float16(): pa.float32(),
+    }
+)
 
 
 def arrow_to_spark_schema(schema: pa.Schema) -> Any:
@@ -271,27 +275,37 @@ def spark_arrow_schema(spark_schema: Any) -> pa.Schema:
 
 # --------------------------------------------------------------------------- executors
 
-_DATASETS: OrderedDict[tuple[str, int, str], Any] = OrderedDict()
-_DATASETS_LOCK = threading.Lock()
+#: How many opened pylance datasets a session keeps (the least recently used one goes first).
 _DATASETS_KEPT = 4
 
 
+class OpenedDatasets:
+    """A session's opened pylance datasets by (URI, version, storage options) (its part of a
+    :class:`~txn_engine.session.Session`): on an executor, the default session of the Python
+    worker, which is reused across tasks. Bounded (:data:`_DATASETS_KEPT`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.datasets: OrderedDict[tuple[str, int, str], Any] = OrderedDict()
+
+
 def _open_lance(uri: str, version: int, storage_options: Mapping[str, str]) -> Any:
-    """pylance's dataset at ``version``, cached per Python worker (workers are reused
-    across tasks, and opening costs a manifest read)."""
+    """pylance's dataset at ``version``, cached per session (on an executor: per Python
+    worker; workers are reused across tasks, and opening costs a manifest read)."""
     import lance
 
     key = (uri, version, json.dumps(dict(storage_options), sort_keys=True))
-    with _DATASETS_LOCK:
-        found = _DATASETS.get(key)
+    opened = session.current().part(OpenedDatasets)
+    with opened.lock:
+        found = opened.datasets.get(key)
         if found is not None:
-            _DATASETS.move_to_end(key)
+            opened.datasets.move_to_end(key)
             return found
     dataset = lance.dataset(uri, version=version, storage_options=dict(storage_options) or None)
-    with _DATASETS_LOCK:
-        _DATASETS[key] = dataset
-        while len(_DATASETS) > _DATASETS_KEPT:
-            _DATASETS.popitem(last=False)
+    with opened.lock:
+        opened.datasets[key] = dataset
+        while len(opened.datasets) > _DATASETS_KEPT:
+            opened.datasets.popitem(last=False)
     return dataset
 
 

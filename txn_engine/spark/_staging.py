@@ -58,6 +58,7 @@ import attrs
 
 from txn_engine import jsontext
 from txn_engine._proto import transaction_pb2
+from txn_engine.contention.offers import carried_uuids
 from txn_engine.errors import (
     DatasetNotFoundError,
     FormatError,
@@ -76,7 +77,6 @@ from txn_engine.format.naming import (
     scan_versions,
 )
 from txn_engine.format.refs import branch_name_from_file
-from txn_engine.offers import carried_uuids
 from txn_engine.storage.base import Storage
 from txn_engine.storage.obstore_store import is_backend_failure
 

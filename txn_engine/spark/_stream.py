@@ -34,6 +34,7 @@ import json
 import logging
 import uuid as uuid_mod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -49,14 +50,11 @@ from txn_engine.errors import (
 )
 from txn_engine.redact import redact_uri
 from txn_engine.spark import _staging
+from txn_engine.spark._fragments import fragments_summary
+from txn_engine.spark._log_output import ensure_log_output
 from txn_engine.spark._options import WriteOptions, parse_write_options
-from txn_engine.spark._write import (
-    WRITE_ID_PROPERTY,
-    FragmentCollector,
-    _open,
-    _pin,
-    fragments_summary,
-)
+from txn_engine.spark._write import FragmentCollector
+from txn_engine.spark._write_plan import WRITE_ID_PROPERTY, _open, _pin
 from txn_engine.storage.base import Storage
 
 __all__ = [
@@ -87,13 +85,15 @@ _STREAM_NAMESPACE = uuid_mod.UUID("0f6c3f7e-2d1b-4b8e-9a51-7c4e8d2b6a13")
 _QUERY_ID_KEY = "sql.streaming.queryId"
 _BATCH_ID_KEY = "streaming.sql.batchId"
 _STREAM_ONLY = ("checkpointlocation", "streamid", "stream_id")
-_NOT_FOR_STREAMS = {
-    "write_id": "the micro-batch identity (query id, batch id) is the write id of a stream",
-    "mergeschema": "schema changes are not applied by a stream; add the columns first",
-    "merge_schema": "schema changes are not applied by a stream; add the columns first",
-    "replacewhere": "a stream only appends",
-    "replace_where": "a stream only appends",
-}
+_NOT_FOR_STREAMS: Mapping[str, str] = MappingProxyType(
+    {
+        "write_id": "the micro-batch identity (query id, batch id) is the write id of a stream",
+        "mergeschema": "schema changes are not applied by a stream; add the columns first",
+        "merge_schema": "schema changes are not applied by a stream; add the columns first",
+        "replacewhere": "a stream only appends",
+        "replace_where": "a stream only appends",
+    }
+)
 
 
 @attrs.frozen
@@ -328,6 +328,97 @@ def _staged_of_batch(storage: Storage, txn_uuid: str) -> list[str]:
     return keys
 
 
+def _pending_landed(
+    storage: Storage, uri: str, query_id: str, batch_id: int, progress: StreamProgress
+) -> _staging.Landed | None:
+    """The transaction of micro-batch ``batch_id`` if it is the batch whose commit was
+    started before (``progress``'s pending batch) and it landed, in a version after
+    ``pending_after`` (however many versions came since); None otherwise. Raises
+    HistoryUnavailableError when a version since then is missing or unreadable."""
+    if progress.pending_batch_id != batch_id:
+        return None
+    after = progress.pending_after or 0
+    outcome = _staging.settle(
+        storage,
+        batch_uuid(uri, query_id, batch_id),
+        read_version=after,
+        write_id=_write_id(query_id, batch_id),
+        write_id_property=WRITE_ID_PROPERTY,
+    )
+    if not outcome.known:
+        raise HistoryUnavailableError(
+            f"cannot tell whether micro-batch {batch_id} of stream {query_id} "
+            f"already landed in {redact_uri(uri)}: {outcome.reason}",
+            read_version=after,
+            operation="Append",
+            remedy="restore the versions after the one named, or restart the query "
+            "with a new checkpoint / streamId after checking the table by hand",
+        )
+    return outcome.landed
+
+
+def _settle_batch(
+    storage: Storage,
+    uri: str,
+    query_id: str,
+    batch_id: int,
+    progress: StreamProgress,
+    *,
+    jsons: list[dict[str, Any]],
+    referenced: set[str],
+    write_keys: Sequence[str],
+    schema: pa.Schema,
+    options: WriteOptions,
+) -> tuple[int | None, bool, set[str], int]:
+    """Recognise a replay of micro-batch ``batch_id`` (by ``progress``; for the pending
+    batch, in the history) or commit it: record the intent in the progress object, then
+    commit its Append at the latest version. Returns (the version holding the batch, or
+    None when it holds none; whether it was committed already; the data files to keep;
+    the version the progress object records for an empty batch)."""
+    if batch_id <= progress.batch_id:
+        version = progress.version if batch_id == progress.batch_id else None
+        return version, True, set(), progress.version
+    landed = _pending_landed(storage, uri, query_id, batch_id, progress)
+    latest = _latest(storage)
+    if landed is not None:
+        return landed.version, True, _staging.transaction_data_files(landed.transaction), latest
+    if not jsons:
+        return None, False, set(), latest
+    # the intent first: a crash from here on makes the replay search the history
+    _put_progress(
+        storage,
+        attrs.evolve(progress, pending_batch_id=batch_id, pending_after=latest),
+    )
+    collector = _batch_collector(
+        uri,
+        query_id,
+        batch_id,
+        write_key=write_keys[0] if write_keys else _staging.new_write_key(),
+        read_version=latest,
+        schema=schema,
+        options=options,
+    )
+    txn = collector.transaction(jsons)
+    version, already, _, _, keep = collector._commit_once(storage, txn, referenced, jsons)
+    return version, already, keep, latest
+
+
+def _remove_unreferenced(
+    storage: Storage,
+    txn_uuid: str,
+    write_keys: Sequence[str],
+    keep: set[str],
+    referenced: set[str],
+) -> int:
+    """Finalise the staging writes of the batch (``write_keys`` and those of crashed runs):
+    remove their files that are not in ``keep``. Returns the number of files removed."""
+    removed = 0
+    for key in dict.fromkeys([*write_keys, *_staged_of_batch(storage, txn_uuid)]):
+        stats = _staging.finalize(storage, key, keep, extra_files=referenced - keep)
+        removed += stats.files_removed
+    return removed
+
+
 def commit_stream_batch(
     uri: str,
     *,
@@ -358,62 +449,19 @@ def commit_stream_batch(
     jsons, referenced, rows = fragments_summary(fragments)
     storage = _open(uri, options)
     txn_uuid = batch_uuid(uri, query_id, batch_id)
-    write_id = _write_id(query_id, batch_id)
     progress = read_progress(storage, query_id) or StreamProgress(query_id, -1, 0)
-    keep: set[str] = set()
-    already = False
-    version: int | None
-    if batch_id <= progress.batch_id:
-        already = True
-        version = progress.version if batch_id == progress.batch_id else None
-        latest = progress.version
-    else:
-        landed = None
-        if progress.pending_batch_id == batch_id:
-            # the commit of this batch was started before: it may have landed, in a
-            # version after ``pending_after`` (however many versions came since)
-            after = progress.pending_after or 0
-            outcome = _staging.settle(
-                storage,
-                txn_uuid,
-                read_version=after,
-                write_id=write_id,
-                write_id_property=WRITE_ID_PROPERTY,
-            )
-            if not outcome.known:
-                raise HistoryUnavailableError(
-                    f"cannot tell whether micro-batch {batch_id} of stream {query_id} "
-                    f"already landed in {redact_uri(uri)}: {outcome.reason}",
-                    read_version=after,
-                    operation="Append",
-                    remedy="restore the versions after the one named, or restart the query "
-                    "with a new checkpoint / streamId after checking the table by hand",
-                )
-            landed = outcome.landed
-        latest = _latest(storage)
-        if landed is not None:
-            already = True
-            version = landed.version
-            keep = _staging.transaction_data_files(landed.transaction)
-        elif not jsons:
-            version = None
-        else:
-            # the intent first: a crash from here on makes the replay search the history
-            _put_progress(
-                storage,
-                attrs.evolve(progress, pending_batch_id=batch_id, pending_after=latest),
-            )
-            collector = _batch_collector(
-                uri,
-                query_id,
-                batch_id,
-                write_key=write_keys[0] if write_keys else _staging.new_write_key(),
-                read_version=latest,
-                schema=schema,
-                options=options,
-            )
-            txn = collector.transaction(jsons)
-            version, already, _, _, keep = collector._commit_once(storage, txn, referenced, jsons)
+    version, already, keep, latest = _settle_batch(
+        storage,
+        uri,
+        query_id,
+        batch_id,
+        progress,
+        jsons=jsons,
+        referenced=referenced,
+        write_keys=write_keys,
+        schema=schema,
+        options=options,
+    )
     if hook is not None:
         hook("committed")
     if batch_id > progress.batch_id:
@@ -423,10 +471,7 @@ def commit_stream_batch(
         )
     if hook is not None:
         hook("progress_written")
-    removed = 0
-    for key in dict.fromkeys([*write_keys, *_staged_of_batch(storage, txn_uuid)]):
-        stats = _staging.finalize(storage, key, keep, extra_files=referenced - keep)
-        removed += stats.files_removed
+    removed = _remove_unreferenced(storage, txn_uuid, write_keys, keep, referenced)
     result = StreamBatchResult(
         query_id=query_id,
         batch_id=batch_id,
@@ -537,9 +582,7 @@ class TxnLanceStreamWriter(DataSourceStreamArrowWriter):
         return out
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        from txn_engine.spark._datasource import _ensure_log_output
-
-        _ensure_log_output()
+        ensure_log_output()
         ours = self._messages(messages)
         for message in ours:
             if message.batch_id != batchId or message.query_id != self.query_id:
@@ -562,9 +605,7 @@ class TxnLanceStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[Any], batchId: int) -> None:
         """A failed micro-batch: remove what its tasks wrote unless the batch's
         transaction is in the history (then its files stay); a replay commits it."""
-        from txn_engine.spark._datasource import _ensure_log_output
-
-        _ensure_log_output()
+        ensure_log_output()
         ours = self._messages(messages)
         storage = _open(self.uri, self.options.write)
         txn_uuid = batch_uuid(self.uri, self.query_id, batchId)

@@ -1,7 +1,12 @@
 """pylance objects in, txn_engine values out: every conversion in one place.
 
-Wherever the library takes one of its own values it also takes pylance's equivalent and
-converts it when the value is built (attrs converters call these functions):
+The library's values (:mod:`txn_engine.model`, :mod:`txn_engine.ops`,
+:class:`~txn_engine.transaction.Transaction`) hold only the library's own types: given a
+pylance object, they refuse it with InvalidOperationError naming the function here that
+converts it. pylance objects are converted once, where they enter the library:
+:func:`txn_engine.commit` and ``replan_and_commit`` (a pylance ``Transaction``), the writer
+API (:mod:`txn_engine.writers`, :class:`txn_engine.Table`), the
+:class:`~txn_engine.Committer` and the Spark source, all with these functions:
 
 =====================================  ==========================================
 pylance 14                             txn_engine
@@ -15,17 +20,19 @@ pylance 14                             txn_engine
                                        :func:`txn_engine.dataset.as_base`)
 =====================================  ==========================================
 
-Anything else is refused right there with :class:`~txn_engine.errors.InvalidOperationError`
-saying what was expected. pylance is never imported here: its objects are recognised by
+Anything else is refused with :class:`~txn_engine.errors.InvalidOperationError` saying
+what was expected. pylance is never imported here: its objects are recognised by
 their class (module ``lance...`` and name), so the core imports without pylance installed.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, cast, get_args
 
+from txn_engine import ops
 from txn_engine.errors import InvalidOperationError
 from txn_engine.model import (
     DataFile,
@@ -35,12 +42,13 @@ from txn_engine.model import (
     IndexMetadata,
     LanceField,
 )
-
-if TYPE_CHECKING:
-    from txn_engine.ops import Operation, UpdateMap
-    from txn_engine.transaction import Transaction
+from txn_engine.ops import Operation, UpdateMap
+from txn_engine.ops._accept import arrow_schema_metadata, is_pylance, pylance_name
+from txn_engine.ops.data import SchemaMetadata
+from txn_engine.transaction import Transaction
 
 __all__ = [
+    "SchemaMetadata",
     "as_data_file",
     "as_fields",
     "as_fragment",
@@ -50,22 +58,8 @@ __all__ = [
     "as_operation",
     "as_transaction",
     "is_pylance",
+    "schema_metadata_of",
 ]
-
-
-def _pylance_name(value: object) -> str | None:
-    """``"Append"``, ``"FragmentMetadata"``, ... for a pylance object, else None."""
-    cls = type(value)
-    module = getattr(cls, "__module__", "") or ""
-    if module == "lance" or module.startswith("lance."):
-        return cls.__name__
-    return None
-
-
-def is_pylance(value: object, name: str | None = None) -> bool:
-    """Whether ``value`` is a pylance object (of class ``name`` when given)."""
-    found = _pylance_name(value)
-    return found is not None and (name is None or found == name)
 
 
 def _refuse(what: str, value: object) -> InvalidOperationError:
@@ -188,20 +182,12 @@ def as_fields(value: object) -> tuple[LanceField, ...]:
     return tuple(out)
 
 
-#: schema metadata as the operations take it: text keys, byte (or text) values
-SchemaMetadata = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
-
-
 def schema_metadata_of(schema: object) -> dict[str, bytes] | None:
     """The schema-level metadata a pylance ``LanceSchema`` or a ``pyarrow.Schema`` carries
     (empty when it has none); None for anything else (Lance fields carry none)."""
-    from txn_engine.format.schema import arrow_to_schema_metadata
-
     if is_pylance(schema, "LanceSchema"):
-        return arrow_to_schema_metadata(cast("Any", schema).to_pyarrow())
-    if type(schema).__name__ == "Schema" and type(schema).__module__.startswith("pyarrow"):
-        return arrow_to_schema_metadata(cast("Any", schema))
-    return None
+        return arrow_schema_metadata(cast("Any", schema).to_pyarrow())
+    return arrow_schema_metadata(schema)
 
 
 # ---- indices -----------------------------------------------------------------------------
@@ -256,131 +242,166 @@ def as_indices(values: Iterable[object]) -> tuple[IndexMetadata, ...]:
 
 
 def _update_map(value: Any) -> UpdateMap | None:
-    from txn_engine.ops import UpdateMap
-
     if value is None:
         return None
     return UpdateMap(dict(value.updates), replace=bool(value.replace))
 
 
-def _operation_from_pylance(name: str, v: Any) -> Operation:
-    from txn_engine import ops
-    from txn_engine.ops import UpdateMap
+def _append(v: Any) -> Operation:
+    return ops.Append(as_fragments(v.fragments))
 
-    if name == "Append":
-        return ops.Append(as_fragments(v.fragments))
-    if name == "Delete":
-        return ops.Delete(
-            updated_fragments=as_fragments(v.updated_fragments),
-            deleted_fragment_ids=tuple(v.deleted_fragment_ids),
-            predicate=str(v.predicate or ""),
-        )
-    if name == "Overwrite":
-        if v.initial_bases:
-            raise InvalidOperationError(
-                "pylance Overwrite with initial_bases: build txn_engine.Overwrite with "
-                "BasePath values instead"
-            )
-        return ops.Overwrite(as_fragments(v.fragments), v.new_schema)  # with its metadata
-    if name == "Update":
-        offsets = v.updated_fragment_offsets or {}
-        return ops.Update(
-            removed_fragment_ids=tuple(v.removed_fragment_ids),
-            updated_fragments=as_fragments(v.updated_fragments),
-            new_fragments=as_fragments(v.new_fragments),
-            fields_modified=tuple(v.fields_modified),
-            fields_for_preserving_frag_bitmap=tuple(v.fields_for_preserving_frag_bitmap or ()),
-            update_mode=ops.UpdateMode.REWRITE_COLUMNS
-            if str(v.update_mode).lower() == "rewrite_columns"
-            else ops.UpdateMode.REWRITE_ROWS,
-            updated_fragment_offset_bitmaps={int(k): bytes(b) for k, b in offsets.items()},
-        )
-    if name == "Merge":
-        return ops.Merge(
-            as_fragments(v.fragments),
-            v.schema,  # with its metadata
-            preserves_nullability=bool(v.preserves_nullability),
-        )
-    if name == "Project":
-        return ops.Project(as_fields(v.schema), preserves_nullability=bool(v.preserves_nullability))
-    if name == "Restore":
-        return ops.Restore(int(v.version))
-    if name == "CreateIndex":
-        return ops.CreateIndex(as_indices(v.new_indices), as_indices(v.removed_indices))
-    if name == "Rewrite":
-        return ops.Rewrite(
-            groups=[
-                ops.RewriteGroup(as_fragments(g.old_fragments), as_fragments(g.new_fragments))
-                for g in v.groups
-            ],
-            rewritten_indices=[
-                ops.RewrittenIndex(
-                    old_id=str(r.old_id),
-                    new_id=str(r.new_id),
-                    new_index_details=IndexDetails(
-                        str(r.new_details_type_url), bytes(r.new_details_value)
-                    )
-                    if r.new_details_type_url
-                    else None,
-                    new_index_version=int(r.new_index_version or 0),
-                )
-                for r in v.rewritten_indices
-            ],
-        )
-    if name == "DataReplacement":
-        return ops.DataReplacement(
-            [
-                ops.DataReplacementGroup(int(g.fragment_id), as_data_file(g.new_file))
-                for g in v.replacements
-            ]
-        )
-    if name == "UpdateConfig":
-        return ops.UpdateConfig(
-            config_updates=_update_map(v.config_updates),
-            table_metadata_updates=_update_map(v.table_metadata_updates),
-            schema_metadata_updates=_update_map(v.schema_metadata_updates),
-            field_metadata_updates={
-                int(k): _update_map(m) or UpdateMap()
-                for k, m in (v.field_metadata_updates or {}).items()
-            },
-        )
-    if name == "Clone":
-        return ops.Clone(
-            is_shallow=bool(v.is_shallow),
-            ref_name=v.ref_name,
-            ref_version=int(v.ref_version),
-            ref_path=str(v.ref_path),
-            branch_name=v.branch_name,
-        )
-    raise InvalidOperationError(
-        f"pylance LanceOperation.{name} has no txn_engine equivalent (supported: Append, "
-        "Delete, Overwrite, Update, Merge, Project, Restore, CreateIndex, Rewrite, "
-        "DataReplacement, UpdateConfig, Clone)"
+
+def _delete(v: Any) -> Operation:
+    return ops.Delete(
+        updated_fragments=as_fragments(v.updated_fragments),
+        deleted_fragment_ids=tuple(v.deleted_fragment_ids),
+        predicate=str(v.predicate or ""),
     )
+
+
+def _overwrite(v: Any) -> Operation:
+    if v.initial_bases:
+        raise InvalidOperationError(
+            "pylance Overwrite with initial_bases: build txn_engine.Overwrite with "
+            "BasePath values instead"
+        )
+    schema = v.new_schema
+    return ops.Overwrite(as_fragments(v.fragments), as_fields(schema), schema_metadata_of(schema))
+
+
+def _update(v: Any) -> Operation:
+    offsets = v.updated_fragment_offsets or {}
+    return ops.Update(
+        removed_fragment_ids=tuple(v.removed_fragment_ids),
+        updated_fragments=as_fragments(v.updated_fragments),
+        new_fragments=as_fragments(v.new_fragments),
+        fields_modified=tuple(v.fields_modified),
+        fields_for_preserving_frag_bitmap=tuple(v.fields_for_preserving_frag_bitmap or ()),
+        update_mode=ops.UpdateMode.REWRITE_COLUMNS
+        if str(v.update_mode).lower() == "rewrite_columns"
+        else ops.UpdateMode.REWRITE_ROWS,
+        updated_fragment_offset_bitmaps={int(k): bytes(b) for k, b in offsets.items()},
+    )
+
+
+def _merge(v: Any) -> Operation:
+    return ops.Merge(
+        as_fragments(v.fragments),
+        as_fields(v.schema),
+        schema_metadata_of(v.schema),  # None for Lance fields: the table's is kept
+        preserves_nullability=bool(v.preserves_nullability),
+    )
+
+
+def _project(v: Any) -> Operation:
+    return ops.Project(as_fields(v.schema), preserves_nullability=bool(v.preserves_nullability))
+
+
+def _restore(v: Any) -> Operation:
+    return ops.Restore(int(v.version))
+
+
+def _create_index(v: Any) -> Operation:
+    return ops.CreateIndex(as_indices(v.new_indices), as_indices(v.removed_indices))
+
+
+def _rewritten_index(r: Any) -> ops.RewrittenIndex:
+    return ops.RewrittenIndex(
+        old_id=str(r.old_id),
+        new_id=str(r.new_id),
+        new_index_details=IndexDetails(str(r.new_details_type_url), bytes(r.new_details_value))
+        if r.new_details_type_url
+        else None,
+        new_index_version=int(r.new_index_version or 0),
+    )
+
+
+def _rewrite(v: Any) -> Operation:
+    return ops.Rewrite(
+        groups=[
+            ops.RewriteGroup(as_fragments(g.old_fragments), as_fragments(g.new_fragments))
+            for g in v.groups
+        ],
+        rewritten_indices=[_rewritten_index(r) for r in v.rewritten_indices],
+    )
+
+
+def _data_replacement(v: Any) -> Operation:
+    return ops.DataReplacement(
+        [
+            ops.DataReplacementGroup(int(g.fragment_id), as_data_file(g.new_file))
+            for g in v.replacements
+        ]
+    )
+
+
+def _update_config(v: Any) -> Operation:
+    return ops.UpdateConfig(
+        config_updates=_update_map(v.config_updates),
+        table_metadata_updates=_update_map(v.table_metadata_updates),
+        schema_metadata_updates=_update_map(v.schema_metadata_updates),
+        field_metadata_updates={
+            int(k): _update_map(m) or UpdateMap()
+            for k, m in (v.field_metadata_updates or {}).items()
+        },
+    )
+
+
+def _clone(v: Any) -> Operation:
+    return ops.Clone(
+        is_shallow=bool(v.is_shallow),
+        ref_name=v.ref_name,
+        ref_version=int(v.ref_version),
+        ref_path=str(v.ref_path),
+        branch_name=v.branch_name,
+    )
+
+
+#: The converter of each pylance ``LanceOperation.*`` class, by class name.
+_FROM_PYLANCE: Mapping[str, Callable[[Any], Operation]] = MappingProxyType(
+    {
+        "Append": _append,
+        "Delete": _delete,
+        "Overwrite": _overwrite,
+        "Update": _update,
+        "Merge": _merge,
+        "Project": _project,
+        "Restore": _restore,
+        "CreateIndex": _create_index,
+        "Rewrite": _rewrite,
+        "DataReplacement": _data_replacement,
+        "UpdateConfig": _update_config,
+        "Clone": _clone,
+    }
+)
+
+
+def _operation_from_pylance(name: str, v: Any) -> Operation:
+    """The txn_engine operation of ``v``, a pylance ``LanceOperation.{name}`` value;
+    InvalidOperationError for a kind the library has no equivalent of."""
+    convert = _FROM_PYLANCE.get(name)
+    if convert is None:
+        raise InvalidOperationError(
+            f"pylance LanceOperation.{name} has no txn_engine equivalent (supported: "
+            f"{', '.join(_FROM_PYLANCE)})"
+        )
+    return convert(v)
+
+
+#: the classes of the Operation union
+_OPERATION_TYPES: tuple[type, ...] = get_args(Operation)
 
 
 def as_operation(value: object) -> Operation:
     """A txn_engine operation from one, or from a pylance ``LanceOperation.*`` value."""
-    from txn_engine import ops
-
-    if isinstance(value, _operation_types(ops)):
-        return value  # type: ignore[return-value]
-    name = _pylance_name(value)
+    if isinstance(value, _OPERATION_TYPES):
+        return cast("Operation", value)
+    name = pylance_name(value)
     if name is not None and hasattr(value, "__dataclass_fields__"):
         return _operation_from_pylance(name, value)
     raise _refuse(
         "a txn_engine operation (txn_engine.Append, ...) or a lance.LanceOperation", value
     )
-
-
-_OP_TYPES: tuple[type, ...] | None = None
-
-
-def _operation_types(ops: Any) -> tuple[type, ...]:
-    global _OP_TYPES
-    if _OP_TYPES is None:
-        _OP_TYPES = tuple(getattr(ops, kind) for kind in ops.OPERATION_KINDS)
-    return _OP_TYPES
 
 
 def as_transaction(value: object, *, detached: bool = False) -> Transaction:
@@ -389,8 +410,6 @@ def as_transaction(value: object, *, detached: bool = False) -> Transaction:
     version, uuid and properties. Its read version must be a main-line version number
     (0 to 2**63 - 1), or with ``detached`` (a detached commit's) any version number: a
     detached version (top bit set) too."""
-    from txn_engine.transaction import Transaction
-
     if isinstance(value, Transaction):
         txn = value
     elif is_pylance(value, "Transaction"):

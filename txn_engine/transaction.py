@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import uuid as uuid_mod
 from collections.abc import Mapping
+from typing import get_args
 
 import attrs
 
-from txn_engine.interop import as_operation
 from txn_engine.model import frozen_map
-from txn_engine.ops import Operation, operation_kind
+from txn_engine.ops import Operation, _accept, operation_kind
 
 __all__ = ["COMMIT_MESSAGE_KEY", "GROUP_MEMBERS_KEY", "Transaction"]
 
@@ -33,6 +33,20 @@ def _props(value: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
     return frozen_map(value)
 
 
+#: the classes of the Operation union
+_OPERATION_TYPES: tuple[type, ...] = get_args(Operation)
+
+
+def _operation(value: Operation) -> Operation:
+    """``value`` if it is a txn_engine operation; anything else (a pylance
+    ``LanceOperation.*`` value too: :func:`txn_engine.interop.as_operation`) is refused."""
+    if isinstance(value, _OPERATION_TYPES):
+        return value
+    raise _accept.refusal(
+        "a txn_engine operation (txn_engine.Append, ...)", value, "as_operation(...)"
+    )
+
+
 @attrs.frozen
 class Transaction:
     """An operation planned against ``read_version`` (0 when creating a dataset).
@@ -42,8 +56,9 @@ class Transaction:
     """
 
     read_version: int
-    #: a txn_engine operation, or a ``lance.LanceOperation.*`` value (converted)
-    operation: Operation = attrs.field(converter=as_operation)
+    #: a txn_engine operation (pylance's ``lance.LanceOperation.*``: convert it with
+    #: :func:`txn_engine.interop.as_operation`, or commit pylance's own Transaction)
+    operation: Operation = attrs.field(converter=_operation)
     uuid: str = attrs.field(factory=_new_uuid)
     tag: str | None = attrs.field(default=None, converter=_tag)
     properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_props)

@@ -65,7 +65,7 @@ def test_a_leased_writers_data_file_survives_a_cleanup_with_no_retention(
         )  # fmt: skip
         assert isinstance(report, te.retention.CleanupReport)
         assert report.kept_for_new_leases >= 1  # the writer's file, unreferenced yet
-        txn = te.Transaction(held.version, lance.LanceOperation.Append(frags))
+        txn = lance.Transaction(held.version, lance.LanceOperation.Append(frags))
         assert te.commit(storage, txn, lease=held).version == 2
     assert _ids(uri, options) == list(range(10))
     # once the lease is gone the next cleanup may remove what no version references, and

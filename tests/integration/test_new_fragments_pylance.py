@@ -319,7 +319,7 @@ def _commit(base: str, plan: Plan, engine: str) -> tuple[str, BaseException | No
         if engine == "pylance":
             lance.LanceDataset.commit(uri, op, read_version=ds.version)
         else:
-            te.commit(uri, te.Transaction(ds.version, op))
+            te.commit(uri, lance.Transaction(ds.version, op))  # converted by commit
     except Exception as exc:  # pylance raises OSError/ValueError; txn_engine its own
         return uri, exc
     return uri, None

@@ -135,33 +135,35 @@ WRITER_CALLS: dict[str, tuple[Call, Call]] = {
         lambda u: lance.LanceDataset.commit(
             u, _overwrite(u, SCHEMA.with_metadata({"n": "1"})), read_version=1
         ),
-        lambda u: te.commit(u, te.Transaction(1, _overwrite(u, SCHEMA.with_metadata({"n": "1"})))),
+        lambda u: te.commit(
+            u, lance.Transaction(1, _overwrite(u, SCHEMA.with_metadata({"n": "1"})))
+        ),
     ),
     "LanceOperation.Overwrite, the table's LanceSchema": (
         lambda u: lance.LanceDataset.commit(
             u, _overwrite(u, lambda x: lance.dataset(x).lance_schema), read_version=1
         ),
         lambda u: te.commit(
-            u, te.Transaction(1, _overwrite(u, lambda x: lance.dataset(x).lance_schema))
+            u, lance.Transaction(1, _overwrite(u, lambda x: lance.dataset(x).lance_schema))
         ),
     ),
     "LanceOperation.Merge, the LanceSchema merge_columns returns": (
         lambda u: lance.LanceDataset.commit(u, _merge_columns(u, None), read_version=1),
-        lambda u: te.commit(u, te.Transaction(1, _merge_columns(u, None))),
+        lambda u: te.commit(u, lance.Transaction(1, _merge_columns(u, None))),
     ),
     "LanceOperation.Merge, a pyarrow.Schema with other metadata": (
         lambda u: lance.LanceDataset.commit(u, _merge_columns(u, {b"m": b"2"}), read_version=1),
-        lambda u: te.commit(u, te.Transaction(1, _merge_columns(u, {b"m": b"2"}))),
+        lambda u: te.commit(u, lance.Transaction(1, _merge_columns(u, {b"m": b"2"}))),
     ),
     "LanceOperation.Merge, a pyarrow.Schema without metadata (clears it)": (
         lambda u: lance.LanceDataset.commit(u, _merge_columns(u, {}), read_version=1),
-        lambda u: te.commit(u, te.Transaction(1, _merge_columns(u, {}))),
+        lambda u: te.commit(u, lance.Transaction(1, _merge_columns(u, {}))),
     ),
     "LanceOperation.Project, the table's LanceSchema": (
         lambda u: lance.LanceDataset.commit(
             u, LO.Project(lance.dataset(u).lance_schema), read_version=1
         ),
-        lambda u: te.commit(u, te.Transaction(1, LO.Project(lance.dataset(u).lance_schema))),
+        lambda u: te.commit(u, lance.Transaction(1, LO.Project(lance.dataset(u).lance_schema))),
     ),
 }
 
@@ -184,7 +186,7 @@ def test_a_call_keeps_the_metadata_pylance_keeps(tmp_path: Path, name: str) -> N
         lambda u: te.open(u).append(TABLE),
         lambda u: te.open(u).overwrite(TABLE),
         lambda u: te.commit(
-            u, te.Transaction(0, LO.Overwrite(SCHEMA, lf.write_fragments(TABLE, u)))
+            u, lance.Transaction(0, LO.Overwrite(SCHEMA, lf.write_fragments(TABLE, u)))
         ),
     ],
     ids=["append", "overwrite", "LanceOperation.Overwrite"],

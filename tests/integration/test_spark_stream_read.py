@@ -56,7 +56,7 @@ def tiny_appends(uri: str, count: int) -> None:
     )
     storage = open_storage(uri)
     for version, fragment in enumerate(fragments, start=1):
-        commit(storage, Transaction(version, Append(fragments=[fragment])))
+        commit(storage, Transaction(version, Append(te.interop.as_fragments([fragment]))))
 
 
 def run(

@@ -55,7 +55,7 @@ def test_txn_engine_reads_the_hint_pylance_writes(tmp_path: Path) -> None:
     assert _versions_listed(rec) <= 1
     rec.reset()
     frags = write_fragments(_rows(10, 3), uri)
-    assert te.commit(rec, te.Transaction(2, lance.LanceOperation.Append(frags))).version == 3
+    assert te.commit(rec, lance.Transaction(2, lance.LanceOperation.Append(frags))).version == 3
     assert _versions_listed(rec) <= 1
     assert lance.dataset(uri).version == 3
     assert sorted(lance.dataset(uri).to_table().column("id").to_pylist()) == list(range(13))
@@ -71,7 +71,7 @@ def test_alternating_commits_agree_on_the_latest(tmp_path: Path) -> None:
         frags = write_fragments(_rows(next_id, 2), uri)
         rec = RecordingStorage(LocalStorage(uri))
         read_version = Dataset.open(rec).version
-        landed = te.commit(rec, te.Transaction(read_version, lance.LanceOperation.Append(frags)))
+        landed = te.commit(rec, lance.Transaction(read_version, lance.LanceOperation.Append(frags)))
         assert _versions_listed(rec) <= 2, round_
         expected += list(range(next_id, next_id + 2))
         next_id += 2
@@ -101,13 +101,15 @@ def test_the_hint_txn_engine_writes_is_pylances(tmp_path: Path) -> None:
         lance.write_dataset(_rows(2, 2), uri, mode="append")
     lance.write_dataset(_rows(4, 2), by_pylance, mode="append")
     frags = write_fragments(_rows(4, 2), by_engine)
-    assert te.commit(by_engine, te.Transaction(2, lance.LanceOperation.Append(frags))).version == 3
+    assert (
+        te.commit(by_engine, lance.Transaction(2, lance.LanceOperation.Append(frags))).version == 3
+    )
     assert _hint(by_engine, TXN_HINT_PATH) == _hint(by_pylance) == b'{"version":3}'
     # and a created table: the hint pylance writes for version 1
     created = str(tmp_path / "c.lance")
     schema = _rows(0, 1).schema
     op = lance.LanceOperation.Overwrite(schema, write_fragments(_rows(0, 1), created))
-    assert te.commit(created, te.Transaction(0, op)).version == 1
+    assert te.commit(created, lance.Transaction(0, op)).version == 1
     made_by_pylance = str(tmp_path / "p1.lance")
     lance.write_dataset(_rows(0, 1), made_by_pylance)
     assert _hint(created, TXN_HINT_PATH) == _hint(made_by_pylance) == b'{"version":1}'

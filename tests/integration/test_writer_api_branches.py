@@ -126,7 +126,9 @@ def test_a_write_planned_before_a_branch_overwrite_conflicts(tmp_path: Path) -> 
     )
     with pytest.raises(te.errors.IncompatibleTransactionError):
         # a branch's root is a dataset root of its own: the low-level commit takes it too
-        te.commit(f"{uri}/tree/b", te.Transaction(read.version, lance.LanceOperation.Append(frags)))
+        te.commit(
+            f"{uri}/tree/b", lance.Transaction(read.version, lance.LanceOperation.Append(frags))
+        )
     assert _branch_table(uri, "b").column("id").to_pylist() == [90]
 
 

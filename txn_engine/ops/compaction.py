@@ -6,14 +6,14 @@ from collections.abc import Iterable
 
 import attrs
 
-from txn_engine.interop import as_fragments
 from txn_engine.model import Fragment, IndexDetails, IndexFile, IndexMetadata
+from txn_engine.ops import _accept
 
 __all__ = ["ReserveFragments", "Rewrite", "RewriteGroup", "RewrittenIndex"]
 
 
 def _tuple_of_Fragment(value: Iterable[Fragment]) -> tuple[Fragment, ...]:
-    return as_fragments(value)  # pylance FragmentMetadata accepted, anything else refused
+    return _accept.fragments(value)  # Fragments only: pylance's are converted where they enter
 
 
 def _tuple_of_IndexFile(value: Iterable[IndexFile]) -> tuple[IndexFile, ...]:

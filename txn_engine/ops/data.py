@@ -8,16 +8,21 @@ from typing import Any
 
 import attrs
 
-from txn_engine.interop import (
-    SchemaMetadata,
-    as_data_file,
-    as_fields,
-    as_fragments,
-    schema_metadata_of,
-)
 from txn_engine.model import BasePath, DataFile, Fragment, LanceField, frozen_map
+from txn_engine.ops import _accept
 
-__all__ = ["Append", "DataReplacement", "DataReplacementGroup", "Merge", "Overwrite", "Project"]
+__all__ = [
+    "Append",
+    "DataReplacement",
+    "DataReplacementGroup",
+    "Merge",
+    "Overwrite",
+    "Project",
+    "SchemaMetadata",
+]
+
+#: schema metadata as the operations take it: text keys, byte (or text) values
+SchemaMetadata = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
 
 
 def _tuple_of_BasePath(value: Iterable[BasePath]) -> tuple[BasePath, ...]:
@@ -31,11 +36,11 @@ def _tuple_of_DataReplacementGroup(
 
 
 def _tuple_of_Fragment(value: Iterable[Fragment]) -> tuple[Fragment, ...]:
-    return as_fragments(value)  # pylance FragmentMetadata accepted, anything else refused
+    return _accept.fragments(value)  # Fragments only: pylance's are converted where they enter
 
 
 def _tuple_of_LanceField(value: Iterable[LanceField]) -> tuple[LanceField, ...]:
-    return as_fields(value)  # a pylance LanceSchema or pyarrow.Schema is accepted too
+    return _accept.fields(value)  # or a pyarrow.Schema; a pylance LanceSchema is refused
 
 
 def _opt_config(value: Mapping[str, str] | None) -> tuple[tuple[str, str], ...] | None:
@@ -58,9 +63,10 @@ def _opt_metadata(value: SchemaMetadata | None) -> tuple[tuple[str, bytes], ...]
 class Overwrite:
     """Replace the whole table (also creates a dataset when ``read_version`` is 0).
 
-    ``schema`` is Lance fields, a pylance ``LanceSchema`` or a ``pyarrow.Schema``;
-    ``schema_metadata`` becomes the table's schema metadata (as pylance's Overwrite does),
-    by default the one ``schema`` carries (none for Lance fields). ``config_upsert_values``
+    ``schema`` is Lance fields or a ``pyarrow.Schema`` (a pylance ``LanceSchema``:
+    :func:`txn_engine.interop.as_fields`); ``schema_metadata`` becomes the table's schema
+    metadata (as pylance's Overwrite does), by default the one a ``pyarrow.Schema``
+    carries (none for Lance fields). ``config_upsert_values``
     are merged into the existing config; ``initial_bases`` only on creation.
     """
 
@@ -81,7 +87,7 @@ class Overwrite:
         initial_bases: Iterable[BasePath] = (),
     ) -> None:
         if schema_metadata is None:
-            schema_metadata = schema_metadata_of(schema)
+            schema_metadata = _accept.arrow_schema_metadata(schema)
         self.__attrs_init__(fragments, schema, schema_metadata, config_upsert_values, initial_bases)
 
     @property
@@ -94,10 +100,12 @@ class Merge:
     """Add columns: the complete new fragment list (every existing fragment, same
     ``physical_rows``, then any new ones) and the new schema.
 
-    ``schema`` is Lance fields, a pylance ``LanceSchema`` or a ``pyarrow.Schema``;
-    ``schema_metadata`` becomes the table's schema metadata (as pylance's Merge does), by
-    default the one ``schema`` carries; None (the default for Lance fields, and what an
-    empty map on the wire reads as) keeps the table's.
+    ``schema`` is Lance fields or a ``pyarrow.Schema`` (a pylance ``LanceSchema``:
+    :func:`txn_engine.interop.as_fields`, its metadata
+    :func:`txn_engine.interop.schema_metadata_of`); ``schema_metadata`` becomes the table's
+    schema metadata (as pylance's Merge does), by default the one a ``pyarrow.Schema``
+    carries; None (the default for Lance fields, and what an empty map on the wire reads
+    as) keeps the table's.
     """
 
     fragments: tuple[Fragment, ...] = attrs.field(converter=_tuple_of_Fragment)
@@ -115,7 +123,7 @@ class Merge:
         preserves_nullability: bool = False,
     ) -> None:
         if schema_metadata is None:
-            schema_metadata = schema_metadata_of(schema)
+            schema_metadata = _accept.arrow_schema_metadata(schema)
         self.__attrs_init__(fragments, schema, schema_metadata, preserves_nullability)
 
 
@@ -132,7 +140,7 @@ class DataReplacementGroup:
     """Replace, in fragment ``fragment_id``, the data file holding ``new_file.fields``."""
 
     fragment_id: int
-    new_file: DataFile = attrs.field(converter=as_data_file)
+    new_file: DataFile = attrs.field(converter=_accept.data_file)
 
 
 @attrs.frozen

@@ -6,14 +6,14 @@ from collections.abc import Iterable
 
 import attrs
 
-from txn_engine.interop import as_indices
 from txn_engine.model import IndexMetadata, MemWal
+from txn_engine.ops import _accept
 
 __all__ = ["CreateIndex", "UpdateMemWalState"]
 
 
 def _tuple_of_IndexMetadata(value: Iterable[IndexMetadata]) -> tuple[IndexMetadata, ...]:
-    return as_indices(value)  # a pylance Index is accepted too
+    return _accept.indices(value)  # IndexMetadata only: pylance's Index is converted on entry
 
 
 def _tuple_of_MemWal(value: Iterable[MemWal]) -> tuple[MemWal, ...]:

@@ -8,14 +8,14 @@ from collections.abc import Iterable, Mapping
 import attrs
 from pyroaring import BitMap64
 
-from txn_engine.interop import as_fragments
 from txn_engine.model import Fragment, MemWal
+from txn_engine.ops import _accept
 
 __all__ = ["CompactedSsTable", "Delete", "Update", "UpdateMode"]
 
 
 def _tuple_of_Fragment(value: Iterable[Fragment]) -> tuple[Fragment, ...]:
-    return as_fragments(value)  # pylance FragmentMetadata accepted, anything else refused
+    return _accept.fragments(value)  # Fragments only: pylance's are converted where they enter
 
 
 def _ids(value: object) -> tuple[int, ...]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from txn_engine.apps import stress
+from txn_engine.apps import _stress_writer, stress
 from txn_engine.errors import IncompatibleTransactionError, RetryableConflictError
 
 
@@ -22,7 +22,7 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: type, replans: 
         planned.append(txn.read_version)
         raise error("preempted", read_version=txn.read_version, operation=txn.kind)
 
-    monkeypatch.setattr(stress, "commit", preempted)
+    monkeypatch.setattr(_stress_writer, "commit", preempted)  # the writer's commit
     spec = stress.WriterSpec(
         uri=uri,
         writer=0,

@@ -5,9 +5,10 @@
     txn-engine show URI [--version N] [--json]  summary of one version's manifest
     txn-engine serve-namespace ROOT [--port N]  the Lance REST namespace API over ROOT
 
-Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); add one by registering a
-``Command`` with a function that configures its argparse sub-parser and one that runs it
-and returns the exit code. Errors from txn_engine print one line to stderr and exit 1.
+Subcommands live in :data:`COMMANDS` (name -> :class:`Command`, in the order ``--help``
+lists them); add one by writing a function that configures its argparse sub-parser and one
+that runs it and returns the exit code, and listing the ``Command`` in ``_commands``. Errors
+from txn_engine print one line to stderr and exit 1.
 """
 
 from __future__ import annotations
@@ -15,37 +16,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TextIO
-
-import attrs
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, TextIO
 
 from txn_engine import jsontext
 from txn_engine._proto import table_pb2
+from txn_engine.apps._command import (
+    Command,
+    parse_options,
+    run_command_line,
+    storage_option_arguments,
+)
+from txn_engine.apps._command import build_parser as _build_parser
+from txn_engine.apps.stress import COMMAND as STRESS
 from txn_engine.dataset import Dataset, version_history
-from txn_engine.errors import TxnEngineError
 from txn_engine.format.flags import describe_flags
 
-__all__ = ["COMMANDS", "Command", "main", "register"]
-
-
-@attrs.frozen
-class Command:
-    """A subcommand: ``configure`` adds its arguments, ``run`` executes it."""
-
-    name: str
-    help: str
-    configure: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace, TextIO], int]
-
-
-COMMANDS: dict[str, Command] = {}
-
-
-def register(command: Command) -> Command:
-    """Add a subcommand to :data:`COMMANDS` (later registrations replace earlier ones)."""
-    COMMANDS[command.name] = command
-    return command
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -78,7 +66,7 @@ def _open(args: argparse.Namespace) -> Dataset:
     return Dataset.open(
         args.uri,
         version=getattr(args, "version", None),
-        storage_options=_parse_options(getattr(args, "storage_option", [])),
+        storage_options=parse_options(getattr(args, "storage_option", [])),
     )
 
 
@@ -103,7 +91,7 @@ def _version_or_tag(text: str) -> int | str:
 def _configure_log(p: argparse.ArgumentParser) -> None:
     p.add_argument("uri", help="dataset URI or path")
     p.add_argument("--json", action="store_true", help="machine-readable JSON output")
-    _storage_option_arguments(p)
+    storage_option_arguments(p)
 
 
 def _run_log(args: argparse.Namespace, out: TextIO) -> int:
@@ -112,7 +100,7 @@ def _run_log(args: argparse.Namespace, out: TextIO) -> int:
 
     # no Dataset.open: the latest manifest may be the damaged one; every damaged version
     # is listed with its error (exit 1) and the others as usual
-    storage = open_storage(args.uri, _parse_options(args.storage_option))
+    storage = open_storage(args.uri, parse_options(args.storage_option))
     versions = version_history(storage)
     if not versions:
         Dataset.open(storage)  # raises DatasetNotFoundError with the usual message
@@ -150,9 +138,6 @@ def _run_log(args: argparse.Namespace, out: TextIO) -> int:
     return status
 
 
-register(Command("log", "list the versions of a dataset", _configure_log, _run_log))
-
-
 # --------------------------------------------------------------------------- show
 
 
@@ -165,12 +150,11 @@ def _configure_show(p: argparse.ArgumentParser) -> None:
         help="version number or tag name to show (default latest)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable JSON output")
-    _storage_option_arguments(p)
+    storage_option_arguments(p)
 
 
-def _summary(ds: Dataset) -> dict[str, Any]:
-    m = ds.manifest_pb
-    counts = {fid: (phys, deleted) for fid, phys, deleted in ds.fragment_row_counts()}
+def _schema_summary(m: table_pb2.Manifest) -> list[dict[str, Any]]:
+    """One record per field of ``m``, with its nesting depth (top-level fields: 0)."""
     depth: dict[int, int] = {}
     schema = []
     for f in m.fields:
@@ -185,8 +169,15 @@ def _summary(ds: Dataset) -> dict[str, Any]:
                 "depth": depth[f.id],
             }
         )
+    return schema
+
+
+def _fragments_summary(ds: Dataset) -> list[dict[str, Any]]:
+    """One record per fragment of ``ds``: files, rows (physical, deleted, live), deletion
+    file, stable row ids."""
+    counts = {fid: (phys, deleted) for fid, phys, deleted in ds.fragment_row_counts()}
     fragments = []
-    for frag in m.fragments:
+    for frag in ds.manifest_pb.fragments:
         phys, deleted = counts[frag.id]
         fragments.append(
             {
@@ -205,6 +196,14 @@ def _summary(ds: Dataset) -> dict[str, Any]:
                 "stable_row_ids": frag.WhichOneof("row_id_sequence") is not None,
             }
         )
+    return fragments
+
+
+def _summary(ds: Dataset) -> dict[str, Any]:
+    """What ``txn-engine show`` prints of one version (its ``--json`` output)."""
+    m = ds.manifest_pb
+    schema = _schema_summary(m)
+    fragments = _fragments_summary(ds)
     indices = [
         {
             "name": i.name,
@@ -265,7 +264,9 @@ def _manifest_time(m: table_pb2.Manifest) -> str | None:
         return f"out of range ({m.timestamp.seconds}s {m.timestamp.nanos}ns)"
 
 
-def _render_show(s: dict[str, Any]) -> str:
+def _show_head(s: dict[str, Any]) -> str:
+    """The ``key  value`` lines at the top of ``txn-engine show``."""
+
     def flags(f: dict[str, Any]) -> str:
         return f"{f['value']} ({', '.join(f['names'])})" if f["names"] else "0"
 
@@ -288,63 +289,69 @@ def _render_show(s: dict[str, Any]) -> str:
         ),
     ]
     width = max(len(k) for k, _ in head)
-    parts = ["\n".join(f"{k.ljust(width)}  {v}" for k, v in head)]
-    parts.append(
-        "Schema:\n"
-        + _table(
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in head)
+
+
+def _show_schema(s: dict[str, Any]) -> str:
+    """The ``Schema:`` table of ``txn-engine show`` (nested fields indented)."""
+    return "Schema:\n" + _table(
+        [
             [
-                [
-                    "  " * f["depth"] + f["name"],
-                    f["type"],
-                    "yes" if f["nullable"] else "no",
-                    str(f["id"]),
-                ]
-                for f in s["schema"]
-            ],
-            ["FIELD", "TYPE", "NULLABLE", "ID"],
-        )
+                "  " * f["depth"] + f["name"],
+                f["type"],
+                "yes" if f["nullable"] else "no",
+                str(f["id"]),
+            ]
+            for f in s["schema"]
+        ],
+        ["FIELD", "TYPE", "NULLABLE", "ID"],
     )
-    if s["fragments"]:
-        parts.append(
-            "Fragments:\n"
-            + _table(
-                [
-                    [
-                        str(f["id"]),
-                        str(f["files"]),
-                        str(f["physical_rows"]),
-                        str(f["deleted_rows"]),
-                        str(f["rows"]),
-                        "-"
-                        if f["deletion_file"] is None
-                        else f"{f['deletion_file']['type']}@{f['deletion_file']['read_version']}",
-                    ]
-                    for f in s["fragments"]
-                ],
-                ["ID", "FILES", "PHYSICAL", "DELETED", "ROWS", "DELETION FILE"],
-            )
-        )
-    else:
-        parts.append("Fragments: none")
-    if s["indices"]:
-        parts.append(
-            "Indices:\n"
-            + _table(
-                [
-                    [
-                        i["name"],
-                        i["type"],
-                        ",".join(map(str, i["fields"])),
-                        str(i["dataset_version"]),
-                        i["uuid"],
-                    ]
-                    for i in s["indices"]
-                ],
-                ["NAME", "TYPE", "FIELDS", "VERSION", "UUID"],
-            )
-        )
-    else:
-        parts.append("Indices: none")
+
+
+def _show_fragments(s: dict[str, Any]) -> str:
+    """The ``Fragments:`` table of ``txn-engine show``."""
+    if not s["fragments"]:
+        return "Fragments: none"
+    return "Fragments:\n" + _table(
+        [
+            [
+                str(f["id"]),
+                str(f["files"]),
+                str(f["physical_rows"]),
+                str(f["deleted_rows"]),
+                str(f["rows"]),
+                "-"
+                if f["deletion_file"] is None
+                else f"{f['deletion_file']['type']}@{f['deletion_file']['read_version']}",
+            ]
+            for f in s["fragments"]
+        ],
+        ["ID", "FILES", "PHYSICAL", "DELETED", "ROWS", "DELETION FILE"],
+    )
+
+
+def _show_indices(s: dict[str, Any]) -> str:
+    """The ``Indices:`` table of ``txn-engine show``."""
+    if not s["indices"]:
+        return "Indices: none"
+    return "Indices:\n" + _table(
+        [
+            [
+                i["name"],
+                i["type"],
+                ",".join(map(str, i["fields"])),
+                str(i["dataset_version"]),
+                i["uuid"],
+            ]
+            for i in s["indices"]
+        ],
+        ["NAME", "TYPE", "FIELDS", "VERSION", "UUID"],
+    )
+
+
+def _render_show(s: dict[str, Any]) -> str:
+    """``txn-engine show``'s text for a :func:`_summary`."""
+    parts = [_show_head(s), _show_schema(s), _show_fragments(s), _show_indices(s)]
     if s["config"]:
         parts.append("Config:\n" + "\n".join(f"  {k} = {v}" for k, v in s["config"].items()))
     else:
@@ -366,247 +373,7 @@ def _run_show(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-register(Command("show", "summarise one version of a dataset", _configure_show, _run_show))
-
-
-# --------------------------------------------------------------------------- stress / verify
-
-
-def _number(
-    kind: Callable[[str], Any], low: float, *, open_low: bool = False, high: float | None = None
-) -> Callable[[str], Any]:
-    """An argparse ``type``: ``kind`` (int/float) within [low, high] (``open_low``: > low);
-    a bad value is a usage error (exit 2) before anything runs."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        below = value <= low if open_low else not value >= low  # `not >=` catches NaN
-        if below or (high is not None and not value <= high):
-            bound = f"> {low}" if open_low else f">= {low}"
-            if high is not None:
-                bound = f"between {low} and {high}"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
-        return value
-
-    return parse
-
-
-def _stress_uri(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty (it would be the current directory)")
-    if text.startswith("memory://"):
-        raise argparse.ArgumentTypeError("memory:// is private to one process; use a directory")
-    return text
-
-
-def _mix_argument(text: str) -> str:
-    from txn_engine.apps.stress import KINDS
-
-    try:
-        mix = _parse_mix(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"weights must be integers: {text!r}") from None
-    unknown = sorted(set(mix or {}) - set(KINDS))
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
-    if mix is not None and (any(w < 0 for w in mix.values()) or not any(mix.values())):
-        raise argparse.ArgumentTypeError("weights must be >= 0, at least one positive")
-    return text
-
-
-def _faults_argument(text: str) -> str:
-    from txn_engine.testing.fault_storage import FAULT_KINDS
-
-    unknown = sorted(set(_parse_faults(text)) - set(FAULT_KINDS))
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)} or all"
-        )
-    return text
-
-
-def _configure_stress(p: argparse.ArgumentParser) -> None:
-    from txn_engine.apps.stress import DEFAULT_MIX, KINDS
-    from txn_engine.testing.fault_storage import FAULT_KINDS
-
-    p.add_argument(
-        "uri",
-        type=_stress_uri,
-        help="where to create the dataset (a fresh local directory by default)",
-    )
-    p.add_argument(
-        "--writers", type=_number(int, 1), default=4, help="writer processes (default 4)"
-    )
-    p.add_argument(
-        "--commits", type=_number(int, 0), default=25, help="operations per writer (default 25)"
-    )
-    p.add_argument(
-        "--mix",
-        type=_mix_argument,
-        default=None,
-        help="operation weights, kinds: "
-        + ", ".join(KINDS)
-        + " (default "
-        + ",".join(f"{k}={w}" for k, w in DEFAULT_MIX.items())
-        + ")",
-    )
-    p.add_argument(
-        "--fault-rate",
-        type=_number(float, 0.0, high=1.0),
-        default=0.0,
-        help="probability that a manifest create (or transaction-file write) suffers a fault",
-    )
-    p.add_argument(
-        "--faults",
-        type=_faults_argument,
-        default="lost_response",
-        help="comma-separated fault kinds to inject at --fault-rate, or 'all': "
-        + ", ".join(FAULT_KINDS),
-    )
-    p.add_argument(
-        "--latency",
-        type=_number(float, 0.0),
-        default=0.0,
-        help="added storage latency per call, in ms",
-    )
-    p.add_argument(
-        "--max-attempts", type=_number(int, 1), default=50, help="commit attempts per try"
-    )
-    p.add_argument(
-        "--deadline",
-        type=_number(float, 0.0, open_low=True),
-        default=None,
-        help="seconds per commit (retries)",
-    )
-    p.add_argument(
-        "--max-delay",
-        type=_number(float, 0.0),
-        default=None,
-        help="cap of one retry backoff sleep, seconds",
-    )
-    p.add_argument(
-        "--replans",
-        type=_number(int, 0),
-        default=5,
-        help="re-plans after a retryable conflict (default 5)",
-    )
-    p.add_argument(
-        "--synthetic", action="store_true", help="do not write data files (no pylance needed)"
-    )
-    p.add_argument(
-        "--carrier",
-        action="store_true",
-        help="run a carrier beside the writers (txn-engine carry; object stores only)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-    _storage_option_arguments(p)
-    p.add_argument(
-        "--lance-option",
-        type=_option_item,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a storage option for pylance only (default: the -o set), repeatable",
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable report")
-
-
-def _option_item(text: str) -> str:
-    """An argparse ``type`` for ``-o KEY=VALUE``: checked now (exit 2), never echoed."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError("expected name=value")
-    if value.startswith("{"):
-        try:
-            jsontext.loads(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"the value of {key!r} is not valid JSON") from None
-    return text
-
-
-def _storage_option_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-o",
-        "--storage-option",
-        type=_option_item,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="storage option in Lance's names (aws_access_key_id, aws_endpoint, aws_region, "
-        "allow_http, azure_storage_account_name, ...), repeatable; a VALUE starting with { "
-        "is parsed as JSON",
-    )
-
-
-def _parse_options(items: Sequence[str]) -> dict[str, Any] | None:
-    options: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"storage option {item!r} is not KEY=VALUE")
-        options[key] = jsontext.loads(value) if value.startswith("{") else value
-    return options or None
-
-
-def _parse_mix(text: str | None) -> dict[str, int] | None:
-    if not text:
-        return None
-    mix: dict[str, int] = {}
-    for part in text.split(","):
-        name, _, weight = part.partition("=")
-        mix[name.strip()] = int(weight or 1)
-    return mix
-
-
-def _parse_faults(text: str) -> list[str]:
-    from txn_engine.testing.fault_storage import FAULT_KINDS
-
-    if text.strip() == "all":
-        return list(FAULT_KINDS)
-    return [k.strip() for k in text.split(",") if k.strip()]
-
-
-def _run_stress(args: argparse.Namespace, out: TextIO) -> int:
-    from txn_engine.apps.stress import run_stress
-
-    report = run_stress(
-        args.uri,
-        writers=args.writers,
-        commits=args.commits,
-        mix=_parse_mix(args.mix),
-        fault_rate=args.fault_rate,
-        fault_kinds=_parse_faults(args.faults),
-        latency=args.latency / 1000.0,
-        max_attempts=args.max_attempts,
-        deadline=args.deadline,
-        max_delay=args.max_delay,
-        replans=args.replans,
-        synthetic=args.synthetic,
-        seed=args.seed,
-        storage_options=_parse_options(args.storage_option),
-        lance_storage_options=_parse_options(args.lance_option),
-        progress=None if args.json else sys.stderr,
-        carrier=args.carrier,
-    )
-    if args.json:
-        json.dump(report.to_json(), out, indent=2)
-        out.write("\n")
-    else:
-        out.write(report.render())
-    return 0 if report.ok else 1
-
-
-register(
-    Command(
-        "stress",
-        "run N concurrent writer processes on a new dataset, then verify it",
-        _configure_stress,
-        _run_stress,
-    )
-)
+# --------------------------------------------------------------------------- verify
 
 
 def _configure_verify(p: argparse.ArgumentParser) -> None:
@@ -617,7 +384,7 @@ def _configure_verify(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also check that the data files of the latest version (--deep: all) exist",
     )
-    _storage_option_arguments(p)
+    storage_option_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -626,7 +393,7 @@ def _run_verify(args: argparse.Namespace, out: TextIO) -> int:
 
     report = verify(
         args.uri,
-        storage_options=_parse_options(args.storage_option),
+        storage_options=parse_options(args.storage_option),
         deep=args.deep,
         data_files=args.data_files,
     )
@@ -649,12 +416,10 @@ def _run_verify(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if report.ok else 1
 
 
-register(
-    Command("verify", "check the invariants of a dataset's history", _configure_verify, _run_verify)
+#: Seconds per unit of a duration argument (``7d``, ``12h``, ...).
+_DURATION_UNITS: Mapping[str, int] = MappingProxyType(
+    {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 )
-
-
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def _parse_duration(text: str) -> Any:
@@ -692,7 +457,7 @@ def _configure_cleanup(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan, delete nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress line even on a terminal")
-    _storage_option_arguments(p)
+    storage_option_arguments(p)
     p.add_argument("--json", action="store_true", help="the full plan/report as JSON")
 
 
@@ -705,7 +470,7 @@ def _run_cleanup(args: argparse.Namespace, out: TextIO) -> int:
         keep_versions=args.keep_versions,
         retention_orphans=args.orphan_retention,
         dry_run=args.dry_run,
-        storage_options=_parse_options(args.storage_option),
+        storage_options=parse_options(args.storage_option),
         progress=False if (args.no_progress or args.json) else None,
     )
     if args.json:
@@ -718,16 +483,6 @@ def _run_cleanup(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if not isinstance(result, CleanupReport) or result.ok else 1
 
 
-register(
-    Command(
-        "cleanup",
-        "remove old versions and unreferenced files (keeps leased, tagged, young ones)",
-        _configure_cleanup,
-        _run_cleanup,
-    )
-)
-
-
 def _configure_carry(p: argparse.ArgumentParser) -> None:
     p.add_argument("uri", help="dataset URI (an object store: offers exist only there)")
     p.add_argument(
@@ -737,7 +492,7 @@ def _configure_carry(p: argparse.ArgumentParser) -> None:
         default=None,
         help="stop after this long (30s, 10m, 2h); default: until interrupted (Ctrl-C, SIGTERM)",
     )
-    _storage_option_arguments(p)
+    storage_option_arguments(p)
     p.add_argument("--json", action="store_true", help="print the versions created as JSON")
 
 
@@ -746,10 +501,10 @@ def _run_carry(args: argparse.Namespace, out: TextIO) -> int:
     import threading
     import time
 
-    from txn_engine.carrier import Carrier
+    from txn_engine.contention.carrier import Carrier
     from txn_engine.storage.base import read_concurrency
 
-    carrier = Carrier(args.uri, storage_options=_parse_options(args.storage_option))
+    carrier = Carrier(args.uri, storage_options=parse_options(args.storage_option))
     stop = threading.Event()
     previous = None
     if threading.current_thread() is threading.main_thread():  # SIGTERM stops it like Ctrl-C
@@ -791,16 +546,6 @@ def _run_carry(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-register(
-    Command(
-        "carry",
-        "run a carrier: land the offers of contending writers on an object store",
-        _configure_carry,
-        _run_carry,
-    )
-)
-
-
 def _configure_serve_namespace(p: argparse.ArgumentParser) -> None:
     p.add_argument("root", help="the namespace root: a directory, or s3:// gs:// az:// prefix")
     p.add_argument("--port", type=int, default=2333, help="port (default 2333; 0: any free)")
@@ -815,7 +560,7 @@ def _configure_serve_namespace(p: argparse.ArgumentParser) -> None:
         default=30.0,
         help="seconds a writer waits for an undecided transaction before aborting it",
     )
-    _storage_option_arguments(p)
+    storage_option_arguments(p)
 
 
 def _run_serve_namespace(args: argparse.Namespace, out: TextIO) -> int:
@@ -825,7 +570,7 @@ def _run_serve_namespace(args: argparse.Namespace, out: TextIO) -> int:
 
     ns = Namespace(
         args.root,
-        _parse_options(args.storage_option),
+        parse_options(args.storage_option),
         abort_after=args.abort_after,
         share_storage_options=False,
     )
@@ -841,86 +586,52 @@ def _run_serve_namespace(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-register(
-    Command(
-        "serve-namespace",
-        "serve a namespace over the Lance REST namespace API (pylance's RestNamespace)",
-        _configure_serve_namespace,
-        _run_serve_namespace,
-    )
-)
-
-
 # --------------------------------------------------------------------------- main
 
 
-def _package_version() -> str:
-    from txn_engine._version import __version__
+def _commands() -> dict[str, Command]:
+    """Every subcommand by name, in the order ``--help`` lists them."""
+    commands = (
+        Command("log", "list the versions of a dataset", _configure_log, _run_log),
+        Command("show", "summarise one version of a dataset", _configure_show, _run_show),
+        STRESS,
+        Command(
+            "verify", "check the invariants of a dataset's history", _configure_verify, _run_verify
+        ),
+        Command(
+            "cleanup",
+            "remove old versions and unreferenced files (keeps leased, tagged, young ones)",
+            _configure_cleanup,
+            _run_cleanup,
+        ),
+        Command(
+            "carry",
+            "run a carrier: land the offers of contending writers on an object store",
+            _configure_carry,
+            _run_carry,
+        ),
+        Command(
+            "serve-namespace",
+            "serve a namespace over the Lance REST namespace API (pylance's RestNamespace)",
+            _configure_serve_namespace,
+            _run_serve_namespace,
+        ),
+    )
+    return {command.name: command for command in commands}
 
-    return __version__
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that never echoes a secret: usage errors go through
-    :func:`txn_engine.redact.redact_text`, and of unrecognized arguments only the option
-    names are shown (``-o secret=...`` would otherwise be printed whole)."""
-
-    def error(self, message: str) -> NoReturn:
-        from txn_engine.redact import MASK, redact_text
-
-        prefix = "unrecognized arguments: "
-        if message.startswith(prefix):
-            shown = [
-                token.split("=", 1)[0] + ("=" + MASK if "=" in token else "")
-                if token.startswith("-")
-                else MASK
-                for token in message[len(prefix) :].split()
-            ]
-            message = prefix + " ".join(shown)
-        super().error(redact_text(message))
-
-
-def _option_values(args: argparse.Namespace) -> list[str]:
-    """The values of secret-looking ``-o`` / ``--lance-option`` options (masked wherever
-    they appear in a message, e.g. quoted back by a backend)."""
-    from txn_engine.redact import looks_secret
-
-    items = [*getattr(args, "storage_option", []), *getattr(args, "lance_option", [])]
-    pairs = [item.partition("=") for item in items]
-    return [value for key, _, value in pairs if value and looks_secret(key)]
+#: Every subcommand by name (read-only: list a new one in ``_commands``).
+COMMANDS: Mapping[str, Command] = MappingProxyType(_commands())
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser with every registered subcommand."""
-    parser = _Parser(prog="txn-engine", description="Inspect and operate on Lance datasets.")
-    parser.add_argument("--version", action="version", version=f"txn-engine {_package_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in COMMANDS.values():
-        p = sub.add_parser(command.name, help=command.help, description=command.help)
-        command.configure(p)
-        p.set_defaults(_command=command)
-    return parser
+    """The argparse parser with every subcommand of :data:`COMMANDS`."""
+    return _build_parser(COMMANDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage error)."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else 2
-    command: Command = args._command
-    try:
-        return command.run(args, sys.stdout)
-    except BrokenPipeError:  # pragma: no cover - e.g. piping into `head`
-        return 0
-    except (TxnEngineError, OSError, ValueError) as exc:
-        from txn_engine.redact import redact_text
-
-        text = redact_text(str(exc), secrets=_option_values(args)).strip()
-        message = text.splitlines()[0] if text else type(exc).__name__
-        print(f"txn-engine {command.name}: error: {message}", file=sys.stderr)
-        return 1
+    return run_command_line(COMMANDS, argv)
 
 
 if __name__ == "__main__":

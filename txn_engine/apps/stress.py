@@ -27,19 +27,22 @@ outcome. Afterwards the run is verified:
 
 Data files are written with pylance (``lance.fragment.write_fragments``); without pylance
 (or with ``synthetic=True``) fragments name files that are never written.
+
+One writer process is :func:`run_writer` (:mod:`txn_engine.apps._stress_writer`, whose names
+this module re-exports); :data:`COMMAND` is the ``txn-engine stress`` subcommand, which
+``python -m txn_engine.apps.stress`` runs alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing as mp
 import os
-import random
 import shutil
 import sys
 import tempfile
 import time
-import uuid as uuid_mod
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -47,384 +50,65 @@ from typing import Any, TextIO
 
 import attrs
 
-from txn_engine.carrier import Carrier
+from txn_engine.apps._command import (
+    Command,
+    number,
+    option_item,
+    parse_options,
+    run_command_line,
+    storage_option_arguments,
+)
+from txn_engine.apps._stress_writer import (
+    DEFAULT_MIX,
+    HOT_ROWS,
+    KINDS,
+    ROWS_PER_APPEND,
+    SEED_ROWS,
+    SHARED_CONFIG_KEY,
+    WriterSpec,
+    have_pylance,
+    run_writer,
+    stress_schema,
+    write_rows,
+)
 from txn_engine.commit import commit
+from txn_engine.contention.carrier import Carrier
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
-    CommitConflictError,
-    CommitStateUnknownError,
     DatasetNotFoundError,
     InvalidOperationError,
     InvalidStorageArgumentError,
-    RetriesExhaustedError,
-    StorageError,
     TxnEngineError,
 )
 from txn_engine.format.io import latest_version
 from txn_engine.format.schema import arrow_to_lance_fields
-from txn_engine.model import DataFile, Fragment
-from txn_engine.ops import (
-    Append,
-    Operation,
-    Overwrite,
-    UpdateConfig,
-    UpdateMap,
-)
+from txn_engine.ops import Overwrite
 from txn_engine.redact import looks_secret, redact_text, redact_uri
-from txn_engine.retry import RetryPolicy
 from txn_engine.storage import open_storage
 from txn_engine.storage.options import lance_options
-from txn_engine.testing.fault_storage import FAULT_KINDS, ChaosStorage
-from txn_engine.testing.faults import SimulatedCrash
-from txn_engine.testing.journal import Journal, check_history, read_journals
-from txn_engine.testing.model import (
-    AddRows,
-    Contents,
-    EditConfig,
-    Effect,
-    LanceFileRows,
-    Row,
-)
-from txn_engine.testing.planning import compaction, live_offsets, row_change
+from txn_engine.testing.fault_storage import FAULT_KINDS
+from txn_engine.testing.journal import check_history, read_journals
+from txn_engine.testing.model import Contents, LanceFileRows
 from txn_engine.transaction import Transaction
 from txn_engine.verify import verify
 
 __all__ = [
+    "COMMAND",
     "DEFAULT_MIX",
+    "HOT_ROWS",
     "KINDS",
+    "ROWS_PER_APPEND",
+    "SEED_ROWS",
+    "SHARED_CONFIG_KEY",
     "StressReport",
     "WriterSpec",
     "check_stress_options",
+    "have_pylance",
     "run_stress",
     "run_writer",
     "verify_run",
+    "write_rows",
 ]
-
-#: Every operation kind a stress writer can commit.
-KINDS: tuple[str, ...] = ("append", "delete", "shared-delete", "update", "config", "compact")
-#: Operation mix (weights) used when none is given.
-DEFAULT_MIX: Mapping[str, int] = {
-    "append": 5,
-    "delete": 2,
-    "shared-delete": 2,
-    "update": 2,
-    "config": 1,
-    "compact": 1,
-}
-SEED_ROWS = 1000
-ROWS_PER_APPEND = 20
-SHARED_CONFIG_KEY = "stress.shared"
-#: Shared deletes and updates pick among the first live rows of the seed fragment.
-HOT_ROWS = 100
-
-
-def _pa() -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    return pa
-
-
-def have_pylance() -> bool:
-    """Whether pylance can be imported (it writes the data files and reads the result)."""
-    os.environ.setdefault("LANCE_LOG", "error")  # no "creating dataset" warnings
-    try:
-        import lance  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _schema() -> Any:
-    pa = _pa()
-    return pa.schema([pa.field("rid", pa.int64(), nullable=False), pa.field("val", pa.int64())])
-
-
-def write_rows(
-    uri: str,
-    rows: Sequence[Row],
-    *,
-    real: bool,
-    lance_options: Mapping[str, str] | None = None,
-) -> Any:
-    """A new uncommitted fragment holding ``rows`` (a pylance-written data file when
-    ``real``, with pylance ``lance_options``; else a synthetic file name that is never
-    written)."""
-    if not real:
-        name = f"synthetic-{uuid_mod.uuid4().hex}.lance"
-        return Fragment(0, (DataFile(name, (0, 1), (0, 1), 2, 2, 1),), len(rows))
-    import lance
-
-    pa = _pa()
-    table = pa.table(
-        {
-            "rid": pa.array([r for r, _ in rows], pa.int64()),
-            "val": pa.array([v for _, v in rows], pa.int64()),
-        },
-        schema=_schema(),
-    )
-    (meta,) = lance.fragment.write_fragments(
-        table,
-        uri,
-        schema=_schema(),
-        max_rows_per_file=len(rows) + 1,
-        storage_options=dict(lance_options) if lance_options else None,
-    )
-    return Fragment.from_lance_json(meta.to_json())
-
-
-# ---- one writer process ----------------------------------------------------------------------
-
-
-@attrs.frozen
-class WriterSpec:
-    """Everything a writer process needs (picklable). ``journal_dir`` receives
-    ``w{writer}.jsonl`` (the journal) and ``w{writer}.stats.json`` (written at the end)."""
-
-    uri: str
-    writer: int
-    commits: int
-    journal_dir: str
-    seed_path: str
-    mix: tuple[tuple[str, int], ...] = tuple(DEFAULT_MIX.items())
-    real: bool = True
-    fault_rate: float = 0.0
-    fault_kinds: tuple[str, ...] = ("lost_response",)
-    latency: float = 0.0
-    max_attempts: int = 50
-    deadline: float | None = None
-    max_delay: float | None = None
-    replans: int = 5
-    seed: int = 0
-    storage_options: tuple[tuple[str, Any], ...] = ()
-    lance_storage_options: tuple[tuple[str, str], ...] = ()
-
-
-@attrs.define
-class _Stats:
-    writer: int
-    committed: int = 0
-    failed: int = 0
-    attempts: int = 0
-    replans: int = 0
-    latencies: list[float] = attrs.field(factory=list)
-    conflicts: Counter[str] = attrs.field(factory=Counter)
-    exhausted: int = 0
-    unknown: int = 0
-    crashed: int = 0
-    storage_errors: int = 0
-    injected: dict[str, int] = attrs.field(factory=dict)
-    by_kind: Counter[str] = attrs.field(factory=Counter)
-    errors: list[str] = attrs.field(factory=list)
-    seconds: float = 0.0
-
-
-def _conflict_label(exc: CommitConflictError) -> str:
-    rule = getattr(exc.conflicts[0], "rule", "") if exc.conflicts else ""
-    label = f"{exc.operation} after {exc.other_operation or 'rows'}"
-    return f"{label} ({rule})" if rule else label
-
-
-class _Planner:
-    """The stress workload of one writer (see the module docstring)."""
-
-    def __init__(self, spec: WriterSpec, storage: Any, rng: random.Random) -> None:
-        self.spec = spec
-        self.storage = storage
-        self.rng = rng
-        self.known: dict[str, tuple[Row, ...]] = {
-            spec.seed_path: tuple((rid, 0) for rid in range(SEED_ROWS))
-        }
-        self.own: list[str] = []
-        self.next_rid = (spec.writer + 1) * 1_000_000_000
-
-    def _new_fragment(self, rows: Sequence[Row]) -> Any:
-        return write_rows(
-            self.spec.uri,
-            rows,
-            real=self.spec.real,
-            lance_options=dict(self.spec.lance_storage_options) or None,
-        )
-
-    def _find(self, ds: Any, paths: Sequence[str]) -> list[Any]:
-        wanted = set(paths)
-        fragments = ds.manifest_pb.fragments
-        return [pb for pb in fragments if len(pb.files) and pb.files[0].path in wanted]
-
-    def plan(
-        self, kind: str, ds: Dataset
-    ) -> tuple[Operation, Effect, dict[str, tuple[Row, ...]]] | None:
-        """``(operation, intended effect, new data files' rows)`` or None if impossible.
-        The operations are built by :mod:`txn_engine.testing.planning`, as the Hypothesis
-        machine's; only the choices (a seeded ``random.Random``) are the stress run's own."""
-        rng = self.rng
-        files: dict[str, tuple[Row, ...]] = {}
-
-        def new_fragment(rows: Sequence[Row]) -> Any:
-            frag = self._new_fragment(rows)
-            files[frag.files[0].path] = tuple(rows)
-            return frag
-
-        if kind == "append":
-            rows = tuple((self.next_rid + i, 0) for i in range(ROWS_PER_APPEND))
-            self.next_rid += ROWS_PER_APPEND
-            return Append((new_fragment(rows),)), AddRows(rows), files
-        if kind == "config":
-            key = SHARED_CONFIG_KEY if rng.random() < 0.3 else f"stress.w{self.spec.writer}"
-            value = f"{self.spec.writer}.{rng.randrange(1 << 30)}"
-            config = UpdateConfig(config_updates=UpdateMap({key: value}))
-            return config, EditConfig(((key, value),)), files
-
-        if kind == "compact":
-            targets = self._find(ds, self.own)
-            if len(targets) < 2:
-                return None
-            start = rng.randrange(len(targets) - 1)
-            olds = targets[start : start + rng.randint(2, 4)]
-            rewrite, no_change = compaction(
-                self.storage, olds, lambda pb: self.known[pb.files[0].path], new_fragment
-            )
-            return rewrite, no_change, files
-
-        # delete / shared-delete / update: some rows of one fragment whose rows are known
-        if kind == "shared-delete" or (kind == "update" and rng.random() < 0.5):
-            pool = [self.spec.seed_path]
-        else:
-            pool = list(self.own)
-        candidates = self._find(ds, pool)
-        if not candidates:
-            return None
-        pb = rng.choice(candidates)
-        alive = live_offsets(self.storage, pb)
-        if not alive:
-            return None
-        offsets = alive[:HOT_ROWS] if pb.files[0].path == self.spec.seed_path else alive
-        # (the seed fragment is a hot spot: writers clash on its first rows)
-        chosen = sorted(rng.sample(offsets, min(len(offsets), rng.randint(1, 3))))
-        values = None if kind != "update" else [rng.randint(1, 1 << 30) for _ in chosen]
-        op, effect = row_change(
-            self.storage,
-            ds.version,
-            pb,
-            self.known[pb.files[0].path],
-            alive,
-            chosen,
-            new_values=values,
-            new_fragment=new_fragment,
-        )
-        return op, effect, files
-
-    def landed(self, files: Mapping[str, tuple[Row, ...]]) -> None:
-        """Our commit landed: its new data files are ours to delete from / compact."""
-        for path, rows in files.items():
-            self.known[path] = rows
-            self.own.append(path)
-
-
-def run_writer(spec: WriterSpec, progress: Any = None, start: Any = None) -> None:
-    """One writer process: ``spec.commits`` operations, journaled; stats written at the
-    end. ``progress`` (a shared int array, one slot per writer, no lock: a writer killed
-    with SIGKILL cannot leave a lock held) is set to -1 once warmed up, then counts finished
-    operations; ``start`` (an Event) is awaited after warming up."""
-    rng = random.Random(spec.seed * 1000 + spec.writer)
-    storage: Any = open_storage(spec.uri, dict(spec.storage_options) or None)
-    chaos: ChaosStorage | None = None
-    if spec.fault_rate > 0 or spec.latency > 0:
-        chaos = ChaosStorage(
-            storage,
-            rate=spec.fault_rate,
-            kinds=spec.fault_kinds,
-            latency=spec.latency,
-            rng=random.Random(rng.random()),
-        )
-        storage = chaos
-    planner = _Planner(spec, storage, rng)
-    stats = _Stats(spec.writer)
-    kinds = [k for k, _ in spec.mix]
-    weights = [w for _, w in spec.mix]
-    policy = RetryPolicy(
-        max_attempts=spec.max_attempts, deadline=spec.deadline, max_delay=spec.max_delay
-    )
-    # re-planning after a retryable conflict: up to ``replans`` more plans, at once (the
-    # conflict is a fact of the history, not a lost race to back off from)
-    replanning = RetryPolicy(max_attempts=spec.replans + 1, adaptive=False, initial_unit=0.0)
-    directory = Path(spec.journal_dir)
-    if spec.real:
-        import lance  # noqa: F401  (warm up before the clock starts)
-    Dataset.open(storage)
-    if start is not None:
-        if progress is not None:
-            progress[spec.writer] = -1  # warmed up, waiting for the start
-        start.wait()
-        if progress is not None:
-            progress[spec.writer] = 0
-    began = time.perf_counter()
-    with Journal(directory / f"w{spec.writer}.jsonl") as journal:
-        for i in range(spec.commits):
-            kind = rng.choices(kinds, weights)[0]
-            started = time.perf_counter()
-            plans = replanning.budget()
-            while True:
-                plans.start_attempt()
-                try:
-                    ds = Dataset.open(storage)
-                    planned = planner.plan(kind, ds)
-                    if planned is None:  # e.g. nothing of its own left to delete
-                        kind = "append"
-                        planned = planner.plan(kind, ds)
-                except TxnEngineError as exc:  # e.g. an injected read failure
-                    stats.errors.append(f"planning: {type(exc).__name__}: {exc}")
-                    stats.failed += 1
-                    break
-                assert planned is not None
-                op, effect, files = planned
-                txn = Transaction(ds.version, op)
-                journal.intent(txn.uuid, effect, files)
-                try:
-                    result = commit(storage, txn, retry_policy=policy, base=ds)
-                except CommitConflictError as exc:
-                    journal.rejected(txn.uuid, "conflict")
-                    stats.conflicts[_conflict_label(exc)] += 1
-                    if exc.retryable and plans.wait():
-                        stats.replans += 1
-                        continue
-                    stats.failed += 1
-                except RetriesExhaustedError:
-                    journal.rejected(txn.uuid, "retries exhausted")
-                    stats.exhausted += 1
-                    stats.failed += 1
-                except CommitStateUnknownError:
-                    stats.unknown += 1  # may have landed: the journal intent covers it
-                    stats.failed += 1
-                except SimulatedCrash:
-                    stats.crashed += 1  # "died" mid-commit: may have landed (crash after)
-                    stats.failed += 1
-                except StorageError as exc:
-                    journal.rejected(txn.uuid, "storage error before the manifest")
-                    stats.storage_errors += 1
-                    stats.failed += 1
-                    if chaos is None:  # not injected: worth showing
-                        stats.errors.append(f"{type(exc).__name__}: {exc}")
-                except TxnEngineError as exc:
-                    stats.errors.append(f"{type(exc).__name__}: {exc}")
-                    stats.failed += 1
-                else:
-                    journal.ack(txn.uuid, result.version)
-                    planner.landed(files)
-                    stats.committed += 1
-                    stats.by_kind[kind] += 1
-                    stats.attempts += result.attempts
-                    stats.latencies.append(time.perf_counter() - started)
-                break
-            if progress is not None:
-                progress[spec.writer] = i + 1
-    stats.seconds = time.perf_counter() - began
-    if chaos is not None:
-        stats.injected = dict(chaos.injected)
-    out = directory / f"w{spec.writer}.stats.json"
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(attrs.asdict(stats)))
-    os.replace(tmp, out)
-
 
 # ---- the report ------------------------------------------------------------------------------
 
@@ -550,7 +234,7 @@ def create_seed(
         real=real,
         lance_options=lance_storage_options,
     )
-    txn = Transaction(0, Overwrite((frag,), arrow_to_lance_fields(_schema())))
+    txn = Transaction(0, Overwrite((frag,), arrow_to_lance_fields(stress_schema())))
     commit(storage, txn)
     return frag.files[0].path, txn.uuid
 
@@ -745,7 +429,7 @@ def run_stress(
     data files and reads the result back; ``lance_storage_options`` overrides pylance's set.
     ``progress`` receives a live status line (None: quiet).
     ``keep_journals`` copies the writers' journals there. ``carrier``: a
-    :class:`~txn_engine.carrier.Carrier` runs in this process for the whole run (the
+    :class:`~txn_engine.contention.carrier.Carrier` runs in this process for the whole run (the
     writers, in the default policy, wait for it once they have seen it; offers exist on
     object stores only); its failure is a finding.
 
@@ -755,128 +439,196 @@ def run_stress(
     mix = dict(DEFAULT_MIX if mix is None else mix)
     if lance_storage_options is None:  # one option set: pylance takes the same (Lance's names)
         lance_storage_options = lance_options(str(uri), storage_options)
-    check_stress_options(
-        uri,
-        writers=writers,
+    like = WriterSpec(  # every writer's, but for its number, journal and seed file
+        uri=uri,
+        writer=0,
         commits=commits,
-        mix=mix,
+        journal_dir="",
+        seed_path="",
+        mix=tuple(mix.items()),
         fault_rate=fault_rate,
-        fault_kinds=fault_kinds,
+        fault_kinds=tuple(fault_kinds),
         latency=latency,
         max_attempts=max_attempts,
         deadline=deadline,
         max_delay=max_delay,
         replans=replans,
+        seed=seed,
+        storage_options=tuple((storage_options or {}).items()),
+        lance_storage_options=tuple((lance_storage_options or {}).items()),
     )
-    real = not synthetic and have_pylance()
-    seed_path, _ = create_seed(
-        uri,
-        real=real,
+    _check_spec(like, writers)
+    run = _Run(
+        like=attrs.evolve(like, real=not synthetic and have_pylance()),
+        writers=writers,
         storage_options=storage_options,
         lance_storage_options=lance_storage_options,
+        progress=progress,
+        keep_journals=keep_journals,
+        carrier=carrier,
     )
-    journal_dir = tempfile.mkdtemp(prefix="txn-engine-stress-")
-    try:
-        specs = [
-            WriterSpec(
-                uri=uri,
-                writer=w,
-                commits=commits,
-                journal_dir=journal_dir,
-                seed_path=seed_path,
-                mix=tuple(mix.items()),
-                real=real,
-                fault_rate=fault_rate,
-                fault_kinds=tuple(fault_kinds),
-                latency=latency,
-                max_attempts=max_attempts,
-                deadline=deadline,
-                max_delay=max_delay,
-                replans=replans,
-                seed=seed,
-                storage_options=tuple((storage_options or {}).items()),
-                lance_storage_options=tuple((lance_storage_options or {}).items()),
-            )
-            for w in range(writers)
-        ]
-        running = Carrier(uri, storage_options=storage_options).start() if carrier else None
-        try:
-            stats, seconds = _run_processes(specs, progress)
-        finally:
-            if running is not None:
-                running.close()
-        findings_before = []
-        if running is not None and running.error is not None:
-            failure = running.error
-            findings_before.append(f"the carrier failed: {type(failure).__name__}: {failure}")
-        findings, expected, versions, pylance_rows = verify_run(
-            uri,
-            journal_dir,
-            seed_path=seed_path,
-            real=real,
-            storage_options=storage_options,
-            lance_storage_options=lance_storage_options,
-            progress=progress,
-        )
-        findings[:0] = findings_before
-        if keep_journals is not None:
-            shutil.copytree(journal_dir, keep_journals, dirs_exist_ok=True)
-    finally:
-        shutil.rmtree(journal_dir, ignore_errors=True)
-    if len(stats) < writers:
-        findings.insert(0, f"{writers - len(stats)} writer processes died without a report")
-    committed = sum(s["committed"] for s in stats)
-    if commits and not committed:  # nothing was exercised: never a pass
-        findings.insert(0, f"no operation committed ({writers * commits} requested)")
-    try:
-        te_rows: int | None = Dataset.open(uri, storage_options=storage_options).count_rows()
-    except TxnEngineError as exc:
-        findings.append(f"txn_engine cannot count rows: {exc}")
-        te_rows = None
-    if expected is not None and te_rows is not None and te_rows != len(expected.rows):
-        findings.append(f"txn_engine counts {te_rows} live rows, expected {len(expected.rows)}")
-    latencies = [x for s in stats for x in s["latencies"]]
-    # messages of any exception a writer hit end up in the report: no option value in them
-    secrets = [
-        v
-        for options in (storage_options, lance_storage_options)
-        for k, v in (options or {}).items()
-        if isinstance(v, str) and looks_secret(k)
-    ]
-    conflicts: Counter[str] = Counter()
-    injected: Counter[str] = Counter()
-    by_kind: Counter[str] = Counter()
-    for s in stats:
-        conflicts.update(s["conflicts"])
-        injected.update(s["injected"])
-        by_kind.update(s["by_kind"])
-    return StressReport(
-        uri=redact_uri(uri),
+    return run.report(run.execute())
+
+
+def _check_spec(like: WriterSpec, writers: int) -> None:
+    """:func:`check_stress_options` of a run of ``writers`` writers each like ``like``."""
+    check_stress_options(
+        like.uri,
         writers=writers,
-        commits_requested=writers * commits,
-        committed=committed,
-        failed=sum(s["failed"] for s in stats),
-        seconds=seconds,
-        latency_p50_ms=1000 * _percentile(latencies, 0.5),
-        latency_p99_ms=1000 * _percentile(latencies, 0.99),
-        attempts=sum(s["attempts"] for s in stats),
-        replans=sum(s["replans"] for s in stats),
-        conflicts=dict(conflicts),
-        retries_exhausted=sum(s["exhausted"] for s in stats),
-        state_unknown=sum(s["unknown"] for s in stats),
-        crashed=sum(s["crashed"] for s in stats),
-        storage_errors=sum(s["storage_errors"] for s in stats),
-        faults_injected=dict(injected),
-        by_kind=dict(by_kind),
-        errors=tuple(redact_text(e, secrets=secrets) for s in stats for e in s["errors"]),
-        findings=tuple(redact_text(f, secrets=secrets) for f in findings),
-        versions=versions,
-        expected_rows=None if expected is None else len(expected.rows),
-        txn_engine_rows=te_rows,
-        pylance_rows=pylance_rows,
-        synthetic=not real,
-        carrier_versions=None if running is None else len(running.versions),
+        commits=like.commits,
+        mix=dict(like.mix),
+        fault_rate=like.fault_rate,
+        fault_kinds=like.fault_kinds,
+        latency=like.latency,
+        max_attempts=like.max_attempts,
+        deadline=like.deadline,
+        max_delay=like.max_delay,
+        replans=like.replans,
     )
+
+
+@attrs.define
+class _Outcome:
+    """What a run leaves to report: the writers' stats, its verification's findings (more
+    are added as the report is made) and what it counted."""
+
+    stats: list[dict[str, Any]]
+    seconds: float
+    findings: list[str]
+    expected: Contents | None
+    versions: int
+    pylance_rows: int | None
+    carrier_versions: int | None
+
+
+@attrs.frozen
+class _Run:
+    """One stress run, its options checked: :meth:`execute` it, then make its
+    :meth:`report`."""
+
+    like: WriterSpec  #: every writer's spec, but for its number, journal and seed file
+    writers: int
+    storage_options: Mapping[str, Any] | None
+    lance_storage_options: Mapping[str, str] | None
+    progress: TextIO | None
+    keep_journals: str | os.PathLike[str] | None
+    carrier: bool
+
+    def execute(self) -> _Outcome:
+        """Create the dataset, run the writers (beside a carrier when ``carrier``), verify
+        the history from their journals (copied to ``keep_journals`` when given)."""
+        uri, real = self.like.uri, self.like.real
+        seed_path, _ = create_seed(
+            uri,
+            real=real,
+            storage_options=self.storage_options,
+            lance_storage_options=self.lance_storage_options,
+        )
+        journal_dir = tempfile.mkdtemp(prefix="txn-engine-stress-")
+        try:
+            specs = [
+                attrs.evolve(self.like, writer=w, journal_dir=journal_dir, seed_path=seed_path)
+                for w in range(self.writers)
+            ]
+            running = None
+            if self.carrier:
+                running = Carrier(uri, storage_options=self.storage_options).start()
+            try:
+                stats, seconds = _run_processes(specs, self.progress)
+            finally:
+                if running is not None:
+                    running.close()
+            findings_before = []
+            if running is not None and running.error is not None:
+                failure = running.error
+                findings_before.append(f"the carrier failed: {type(failure).__name__}: {failure}")
+            findings, expected, versions, pylance_rows = verify_run(
+                uri,
+                journal_dir,
+                seed_path=seed_path,
+                real=real,
+                storage_options=self.storage_options,
+                lance_storage_options=self.lance_storage_options,
+                progress=self.progress,
+            )
+            findings[:0] = findings_before
+            if self.keep_journals is not None:
+                shutil.copytree(journal_dir, self.keep_journals, dirs_exist_ok=True)
+        finally:
+            shutil.rmtree(journal_dir, ignore_errors=True)
+        carried = None if running is None else len(running.versions)
+        return _Outcome(stats, seconds, findings, expected, versions, pylance_rows, carried)
+
+    def _check_outcome(self, outcome: _Outcome) -> int | None:
+        """Add the findings about the run as a whole to ``outcome``'s (writers that died,
+        nothing committed, txn_engine counting other rows than expected); return the rows
+        txn_engine counts (None: it cannot)."""
+        findings, stats = outcome.findings, outcome.stats
+        writers, commits = self.writers, self.like.commits
+        if len(stats) < writers:
+            findings.insert(0, f"{writers - len(stats)} writer processes died without a report")
+        committed = sum(s["committed"] for s in stats)
+        if commits and not committed:  # nothing was exercised: never a pass
+            findings.insert(0, f"no operation committed ({writers * commits} requested)")
+        try:
+            te_rows: int | None = Dataset.open(
+                self.like.uri, storage_options=self.storage_options
+            ).count_rows()
+        except TxnEngineError as exc:
+            findings.append(f"txn_engine cannot count rows: {exc}")
+            te_rows = None
+        expected = outcome.expected
+        if expected is not None and te_rows is not None and te_rows != len(expected.rows):
+            findings.append(f"txn_engine counts {te_rows} live rows, expected {len(expected.rows)}")
+        return te_rows
+
+    def report(self, outcome: _Outcome) -> StressReport:
+        """The report of an executed run (its last checks added to ``outcome``'s findings),
+        with no option value in any message."""
+        te_rows = self._check_outcome(outcome)
+        stats, expected = outcome.stats, outcome.expected
+        latencies = [x for s in stats for x in s["latencies"]]
+        # messages of any exception a writer hit end up in the report: no option value in them
+        secrets = [
+            v
+            for options in (self.storage_options, self.lance_storage_options)
+            for k, v in (options or {}).items()
+            if isinstance(v, str) and looks_secret(k)
+        ]
+        conflicts: Counter[str] = Counter()
+        injected: Counter[str] = Counter()
+        by_kind: Counter[str] = Counter()
+        for s in stats:
+            conflicts.update(s["conflicts"])
+            injected.update(s["injected"])
+            by_kind.update(s["by_kind"])
+        return StressReport(
+            uri=redact_uri(self.like.uri),
+            writers=self.writers,
+            commits_requested=self.writers * self.like.commits,
+            committed=sum(s["committed"] for s in stats),
+            failed=sum(s["failed"] for s in stats),
+            seconds=outcome.seconds,
+            latency_p50_ms=1000 * _percentile(latencies, 0.5),
+            latency_p99_ms=1000 * _percentile(latencies, 0.99),
+            attempts=sum(s["attempts"] for s in stats),
+            replans=sum(s["replans"] for s in stats),
+            conflicts=dict(conflicts),
+            retries_exhausted=sum(s["exhausted"] for s in stats),
+            state_unknown=sum(s["unknown"] for s in stats),
+            crashed=sum(s["crashed"] for s in stats),
+            storage_errors=sum(s["storage_errors"] for s in stats),
+            faults_injected=dict(injected),
+            by_kind=dict(by_kind),
+            errors=tuple(redact_text(e, secrets=secrets) for s in stats for e in s["errors"]),
+            findings=tuple(redact_text(f, secrets=secrets) for f in outcome.findings),
+            versions=outcome.versions,
+            expected_rows=None if expected is None else len(expected.rows),
+            txn_engine_rows=te_rows,
+            pylance_rows=outcome.pylance_rows,
+            synthetic=not self.like.real,
+            carrier_versions=outcome.carrier_versions,
+        )
 
 
 def start_writers(specs: Sequence[WriterSpec]) -> tuple[list[Any], Any, Any]:
@@ -931,7 +683,184 @@ def _run_processes(
     return stats, seconds
 
 
-if __name__ == "__main__":
-    from txn_engine.apps.cli import main
+# ---- the ``txn-engine stress`` command ---------------------------------------------------------
 
-    sys.exit(main(["stress", *sys.argv[1:]]))
+
+def _stress_uri(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty (it would be the current directory)")
+    if text.startswith("memory://"):
+        raise argparse.ArgumentTypeError("memory:// is private to one process; use a directory")
+    return text
+
+
+def _parse_mix(text: str | None) -> dict[str, int] | None:
+    if not text:
+        return None
+    mix: dict[str, int] = {}
+    for part in text.split(","):
+        name, _, weight = part.partition("=")
+        mix[name.strip()] = int(weight or 1)
+    return mix
+
+
+def _parse_faults(text: str) -> list[str]:
+    if text.strip() == "all":
+        return list(FAULT_KINDS)
+    return [k.strip() for k in text.split(",") if k.strip()]
+
+
+def _mix_argument(text: str) -> str:
+    try:
+        mix = _parse_mix(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weights must be integers: {text!r}") from None
+    unknown = sorted(set(mix or {}) - set(KINDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
+    if mix is not None and (any(w < 0 for w in mix.values()) or not any(mix.values())):
+        raise argparse.ArgumentTypeError("weights must be >= 0, at least one positive")
+    return text
+
+
+def _faults_argument(text: str) -> str:
+    unknown = sorted(set(_parse_faults(text)) - set(FAULT_KINDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)} or all"
+        )
+    return text
+
+
+def _configure_stress(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``txn-engine stress``: the workload, then the commits' retries and
+    the storage."""
+    _workload_arguments(p)
+    _retry_arguments(p)
+    p.add_argument(
+        "--synthetic", action="store_true", help="do not write data files (no pylance needed)"
+    )
+    p.add_argument(
+        "--carrier",
+        action="store_true",
+        help="run a carrier beside the writers (txn-engine carry; object stores only)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    storage_option_arguments(p)
+    p.add_argument(
+        "--lance-option",
+        type=option_item,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a storage option for pylance only (default: the -o set), repeatable",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def _workload_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the stress run writes, how many writers commit what, and the faults injected."""
+    p.add_argument(
+        "uri",
+        type=_stress_uri,
+        help="where to create the dataset (a fresh local directory by default)",
+    )
+    p.add_argument("--writers", type=number(int, 1), default=4, help="writer processes (default 4)")
+    p.add_argument(
+        "--commits", type=number(int, 0), default=25, help="operations per writer (default 25)"
+    )
+    p.add_argument(
+        "--mix",
+        type=_mix_argument,
+        default=None,
+        help="operation weights, kinds: "
+        + ", ".join(KINDS)
+        + " (default "
+        + ",".join(f"{k}={w}" for k, w in DEFAULT_MIX.items())
+        + ")",
+    )
+    p.add_argument(
+        "--fault-rate",
+        type=number(float, 0.0, high=1.0),
+        default=0.0,
+        help="probability that a manifest create (or transaction-file write) suffers a fault",
+    )
+    p.add_argument(
+        "--faults",
+        type=_faults_argument,
+        default="lost_response",
+        help="comma-separated fault kinds to inject at --fault-rate, or 'all': "
+        + ", ".join(FAULT_KINDS),
+    )
+    p.add_argument(
+        "--latency",
+        type=number(float, 0.0),
+        default=0.0,
+        help="added storage latency per call, in ms",
+    )
+
+
+def _retry_arguments(p: argparse.ArgumentParser) -> None:
+    """How each commit retries, and how often a writer plans again after a conflict."""
+    p.add_argument(
+        "--max-attempts", type=number(int, 1), default=50, help="commit attempts per try"
+    )
+    p.add_argument(
+        "--deadline",
+        type=number(float, 0.0, open_low=True),
+        default=None,
+        help="seconds per commit (retries)",
+    )
+    p.add_argument(
+        "--max-delay",
+        type=number(float, 0.0),
+        default=None,
+        help="cap of one retry backoff sleep, seconds",
+    )
+    p.add_argument(
+        "--replans",
+        type=number(int, 0),
+        default=5,
+        help="re-plans after a retryable conflict (default 5)",
+    )
+
+
+def _run_stress_command(args: argparse.Namespace, out: TextIO) -> int:
+    report = run_stress(
+        args.uri,
+        writers=args.writers,
+        commits=args.commits,
+        mix=_parse_mix(args.mix),
+        fault_rate=args.fault_rate,
+        fault_kinds=_parse_faults(args.faults),
+        latency=args.latency / 1000.0,
+        max_attempts=args.max_attempts,
+        deadline=args.deadline,
+        max_delay=args.max_delay,
+        replans=args.replans,
+        synthetic=args.synthetic,
+        seed=args.seed,
+        storage_options=parse_options(args.storage_option),
+        lance_storage_options=parse_options(args.lance_option),
+        progress=None if args.json else sys.stderr,
+        carrier=args.carrier,
+    )
+    if args.json:
+        json.dump(report.to_json(), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(report.render())
+    return 0 if report.ok else 1
+
+
+#: The ``txn-engine stress`` subcommand (:mod:`txn_engine.apps.cli` lists it).
+COMMAND = Command(
+    "stress",
+    "run N concurrent writer processes on a new dataset, then verify it",
+    _configure_stress,
+    _run_stress_command,
+)
+
+
+if __name__ == "__main__":
+    sys.exit(run_command_line({COMMAND.name: COMMAND}, ["stress", *sys.argv[1:]]))

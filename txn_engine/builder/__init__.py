@@ -13,7 +13,7 @@ its conflict rules and rebase) is in its handler, one module per family: :mod:`.
 (Append, Overwrite, Merge, Project, DataReplacement), :mod:`.rows` (Delete, Update),
 :mod:`.compaction` (Rewrite, ReserveFragments), :mod:`.index` (CreateIndex,
 UpdateMemWalState), :mod:`.metadata` (UpdateConfig, UpdateBases), :mod:`.versions`
-(Restore, Clone), registered in :data:`HANDLERS`. The two functions here are the drivers:
+(Restore, Clone), one instance each in :data:`HANDLERS`. The two functions here are the drivers:
 they add the steps common to every operation (dataset presence, read version, fragment
 ids, tombstoned files, index retention, the id high-water mark, version, timestamp, writer
 version, feature flags); :mod:`txn_engine.conflicts` drives the conflict hooks.
@@ -24,7 +24,6 @@ from __future__ import annotations
 import time
 
 from txn_engine._proto import table_pb2
-from txn_engine.builder import compaction, data, index, metadata, rows, versions
 from txn_engine.builder._common import (
     DEFAULT_DATA_FORMAT,
     FRAG_REUSE_INDEX,
@@ -42,6 +41,7 @@ from txn_engine.builder._common import (
     max_fragment_id,
     retain_relevant_indices,
 )
+from txn_engine.builder._handler import Build, Handler, Sources, Whole
 from txn_engine.builder._policy import (
     DeletionReader,
     FragmentLookup,
@@ -52,7 +52,7 @@ from txn_engine.builder._policy import (
     RowClash,
     RuleContext,
 )
-from txn_engine.builder._registry import HANDLERS, Build, Handler, Sources, handler_for
+from txn_engine.builder._registry import HANDLERS, handler_for
 from txn_engine.errors import LimitExceededError
 from txn_engine.format.flags import FLAG_DELETION_FILES, FLAG_STABLE_ROW_IDS
 from txn_engine.transaction import Transaction
@@ -82,9 +82,6 @@ __all__ = [
     "retain_relevant_indices",
     "validate",
 ]
-
-# the family modules register their handlers when imported
-_FAMILIES = (compaction, data, index, metadata, rows, versions)
 
 #: the latest manifest commit time Lance can read (i64 nanoseconds since 1970: 2262-04-11)
 MAX_TIMESTAMP_NS = 2**63 - 1
@@ -131,43 +128,11 @@ def build_manifest(
     """
     op = txn.operation
     handler = handler_for(op)
-    if timestamp_ns is None:
-        ts = time.time_ns()
-    elif type(timestamp_ns) is int and 0 <= timestamp_ns <= MAX_TIMESTAMP_NS:
-        ts = timestamp_ns
-    else:
-        # Lance reads a commit time as i64 nanoseconds since the epoch: pylance 14 shows
-        # one outside that range (or before 1970) as 1970-01-01, so it is refused here
-        raise invalid(
-            f"timestamp_ns must be an integer from 0 to {MAX_TIMESTAMP_NS} (nanoseconds "
-            f"since 1970, as Lance reads it), got {timestamp_ns!r}"
-        )
+    ts = _commit_time(timestamp_ns)
     whole = handler.whole(current, op, Sources(restore=restore_source, clone=clone_source))
     if whole is not None:
-        m = whole.manifest
-        stable = bool(m.reader_feature_flags & FLAG_STABLE_ROW_IDS)
-        finish_common(
-            m,
-            version,
-            transaction_file,
-            ts,
-            txn,
-            recompute_flags=whole.recompute_flags,
-            stable=stable,
-            indices=whole.indices,
-        )
-        return ManifestState(m, tuple(whole.indices))
-
-    m = table_pb2.Manifest()
-    if current is not None:
-        m.CopyFrom(current.manifest)
-        stable = bool(current.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
-        if stable_row_ids and not stable:
-            raise invalid("stable row ids cannot be switched on for an existing dataset")
-        indices = [copy_index(i) for i in current.indices]
-    else:
-        stable = stable_row_ids
-        indices = []
+        return _finish_whole(whole, txn, version, transaction_file, ts)
+    m, stable, indices = _start(current, stable_row_ids)
     high = max_fragment_id(m) if current is not None else None
     ids = Ids(0 if high is None else high + 1, handler.explicit_ids(op))
     build = Build(current, m, indices, ids, stable, version)
@@ -177,15 +142,7 @@ def build_manifest(
         drop_tombstoned(m, restated)
     if handler.prunes_indices:
         indices = retain_relevant_indices(indices, field_ids_of(m.fields), m.fragments)
-    if len(m.fragments):
-        top = m.fragments[-1].id
-        if top > 0xFFFFFFFF:  # Manifest.max_fragment_id is a u32
-            raise LimitExceededError(
-                f"fragment id {top} does not fit the manifest's u32 max_fragment_id "
-                "(fragment ids exhausted)",
-                limit="max_fragment_id",
-            )
-        m.max_fragment_id = max(m.max_fragment_id, top) if m.HasField("max_fragment_id") else top
+    _raise_max_fragment_id(m)
     if not m.HasField("data_format"):
         m.data_format.file_format = "lance"
         m.data_format.version = DEFAULT_DATA_FORMAT
@@ -200,6 +157,70 @@ def build_manifest(
         deletion_files=_deletion_files(current, m, restated if handler.only_adds else None),
     )
     return ManifestState(m, tuple(indices))
+
+
+def _commit_time(timestamp_ns: int | None) -> int:
+    """The commit time to write: ``timestamp_ns``, or now when None; InvalidOperationError
+    when Lance could not read it back."""
+    if timestamp_ns is None:
+        return time.time_ns()
+    if type(timestamp_ns) is int and 0 <= timestamp_ns <= MAX_TIMESTAMP_NS:
+        return timestamp_ns
+    # Lance reads a commit time as i64 nanoseconds since the epoch: pylance 14 shows
+    # one outside that range (or before 1970) as 1970-01-01, so it is refused here
+    raise invalid(
+        f"timestamp_ns must be an integer from 0 to {MAX_TIMESTAMP_NS} (nanoseconds "
+        f"since 1970, as Lance reads it), got {timestamp_ns!r}"
+    )
+
+
+def _finish_whole(
+    whole: Whole, txn: Transaction, version: int, transaction_file: str, ts: int
+) -> ManifestState:
+    """The manifest of ``version`` from one taken whole from another version (Restore,
+    Clone), with the steps common to every operation done."""
+    m = whole.manifest
+    stable = bool(m.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+    finish_common(
+        m,
+        version,
+        transaction_file,
+        ts,
+        txn,
+        recompute_flags=whole.recompute_flags,
+        stable=stable,
+        indices=whole.indices,
+    )
+    return ManifestState(m, tuple(whole.indices))
+
+
+def _start(
+    current: ManifestState | None, stable_row_ids: bool
+) -> tuple[table_pb2.Manifest, bool, list[table_pb2.IndexMetadata]]:
+    """``(manifest, stable row ids, indices)`` to build on: copies of ``current``'s (an
+    empty manifest when creating, with stable row ids when ``stable_row_ids``)."""
+    m = table_pb2.Manifest()
+    if current is None:
+        return m, stable_row_ids, []
+    m.CopyFrom(current.manifest)
+    stable = bool(current.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+    if stable_row_ids and not stable:
+        raise invalid("stable row ids cannot be switched on for an existing dataset")
+    return m, stable, [copy_index(i) for i in current.indices]
+
+
+def _raise_max_fragment_id(m: table_pb2.Manifest) -> None:
+    """Raise ``m``'s max fragment id to its highest fragment id (LimitExceededError when
+    that does not fit the u32 field)."""
+    if len(m.fragments):
+        top = m.fragments[-1].id
+        if top > 0xFFFFFFFF:  # Manifest.max_fragment_id is a u32
+            raise LimitExceededError(
+                f"fragment id {top} does not fit the manifest's u32 max_fragment_id "
+                "(fragment ids exhausted)",
+                limit="max_fragment_id",
+            )
+        m.max_fragment_id = max(m.max_fragment_id, top) if m.HasField("max_fragment_id") else top
 
 
 def _deletion_files(

@@ -28,8 +28,9 @@ from txn_engine.builder._common import (
     new_fragment_pb,
     set_bitmap,
 )
+from txn_engine.builder._handler import Build, Handler
 from txn_engine.builder._policy import Predicate, RuleContext, expect
-from txn_engine.builder._registry import Build, Handler, fragments_overlap, register
+from txn_engine.builder._touches import fragments_overlap
 from txn_engine.builder.index import index_vs_rewrite
 from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
 from txn_engine.model import uuid_bytes, uuid_text
@@ -58,7 +59,6 @@ def _w2(c: RuleContext) -> None:
         c.retry(f"both rewrote fragment(s) {sorted(overlap)}", fragment_ids=overlap)
 
 
-@register(Rewrite)
 class RewriteHandler(Handler[Rewrite]):
     """Replace groups of fragments by new ones holding the same rows; index bitmaps are
     remapped for the rewritten indices (all of them on stable-row-id datasets)."""
@@ -101,16 +101,12 @@ class RewriteHandler(Handler[Rewrite]):
     def explicit_ids(self, op: Rewrite) -> Iterable[int]:
         return [f.id for g in op.groups for f in g.new_fragments]
 
-    def modified_fragment_ids(self, op: Rewrite) -> frozenset[int]:
-        return op.old_fragment_ids
-
     def apply(self, build: Build, op: Rewrite) -> list[int] | None:
         return _apply_rewrite(
             build.manifest, build.indices, op, build.ids, build.stable, build.version
         )
 
 
-@register(ReserveFragments)
 class ReserveFragmentsHandler(Handler[ReserveFragments]):
     """Raise the fragment-id high-water mark so the ids below it are never handed out."""
 

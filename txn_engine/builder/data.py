@@ -31,15 +31,9 @@ from txn_engine.builder._common import (
     sort_fragments,
     uses_stable_row_ids,
 )
+from txn_engine.builder._handler import Build, Handler
 from txn_engine.builder._policy import Predicate, RuleContext, expect
-from txn_engine.builder._registry import (
-    Build,
-    ConfigEdits,
-    Handler,
-    config_keys,
-    fragments_overlap,
-    register,
-)
+from txn_engine.builder._touches import config_keys, fragments_overlap, replaced_fragment_ids
 from txn_engine.builder.index import indexed_fields_replaced
 from txn_engine.builder.metadata import metadata_edits_retry
 from txn_engine.format.rowids import fresh_version_sequence
@@ -75,14 +69,10 @@ def _n2(c: RuleContext) -> None:
         c.retry("rows were written under the old schema and preserves_nullability is not set")
 
 
-def _replaced(op: DataReplacement) -> frozenset[int]:
-    return frozenset(r.fragment_id for r in op.replacements)
-
-
 def _e1(c: RuleContext) -> None:
     mine = expect(c.mine.operation, DataReplacement)
     other = expect(c.other.operation, Delete)
-    gone = _replaced(mine) & frozenset(other.deleted_fragment_ids)
+    gone = replaced_fragment_ids(mine) & frozenset(other.deleted_fragment_ids)
     if gone:
         c.incompatible(f"target fragment(s) {sorted(gone)} were removed", fragment_ids=gone)
 
@@ -90,7 +80,7 @@ def _e1(c: RuleContext) -> None:
 def _e2(c: RuleContext) -> None:
     mine = expect(c.mine.operation, DataReplacement)
     other = expect(c.other.operation, Update)
-    targets = _replaced(mine)
+    targets = replaced_fragment_ids(mine)
     gone = targets & frozenset(other.removed_fragment_ids)
     if gone:
         c.incompatible(f"target fragment(s) {sorted(gone)} were removed", fragment_ids=gone)
@@ -135,7 +125,6 @@ def _p1(c: RuleContext) -> None:
                 return
 
 
-@register(Append)
 class AppendHandler(Handler[Append]):
     """Add fragments; unassigned ids (0) continue after the high-water mark."""
 
@@ -161,7 +150,6 @@ class AppendHandler(Handler[Append]):
         return [pb.id for pb in appended]
 
 
-@register(Overwrite)
 class OverwriteHandler(Handler[Overwrite]):
     """Replace schema, fragments and indices (creates the dataset when there is none)."""
 
@@ -183,9 +171,6 @@ class OverwriteHandler(Handler[Overwrite]):
         }
         if len({data_format_version(*v) for v in versions}) > 1:
             raise invalid("Overwrite: data files of different Lance file versions")
-
-    def config_edits(self, op: Overwrite) -> ConfigEdits:
-        return frozenset(op.config_upserts), frozenset()
 
     def apply(self, build: Build, op: Overwrite) -> list[int] | None:
         m = build.manifest
@@ -224,15 +209,11 @@ def _infer_data_format(frags: Sequence[Fragment], fallback: str) -> str:
     return fallback
 
 
-@register(Merge)
 class MergeHandler(Handler[Merge]):
     """Restate every fragment (with new data files) under a new schema."""
 
     prunes_indices = True
     rules: Mapping[str, Predicate] = MappingProxyType({"C5": metadata_edits_retry})
-
-    def modified_fragment_ids(self, op: Merge) -> frozenset[int]:
-        return frozenset(f.id for f in op.fragments)
 
     def validate(self, current: ManifestState | None, txn: Transaction, op: Merge) -> None:
         current = _existing(current)
@@ -343,7 +324,6 @@ def _check_restated(existing: table_pb2.DataFragment, listed: Fragment, stable: 
         )
 
 
-@register(Project)
 class ProjectHandler(Handler[Project]):
     """Keep a subset of the fields; data files left with no kept field are dropped."""
 
@@ -374,7 +354,6 @@ class ProjectHandler(Handler[Project]):
         return None
 
 
-@register(DataReplacement)
 class DataReplacementHandler(Handler[DataReplacement]):
     """Replace the data file holding some columns of existing fragments."""
 
@@ -388,9 +367,6 @@ class DataReplacementHandler(Handler[DataReplacement]):
             "P1": _p1,
         }
     )
-
-    def modified_fragment_ids(self, op: DataReplacement) -> frozenset[int]:
-        return _replaced(op)
 
     def validate(
         self, current: ManifestState | None, txn: Transaction, op: DataReplacement

@@ -23,8 +23,8 @@ from txn_engine.builder._common import (
     invalid,
     max_fragment_id,
 )
+from txn_engine.builder._handler import Build, Handler
 from txn_engine.builder._policy import Predicate, RuleContext, expect
-from txn_engine.builder._registry import Build, Handler, register
 from txn_engine.format.schema import max_field_id as max_field_id_ever
 from txn_engine.model import MemWal, uuid_bytes
 from txn_engine.ops import CreateIndex, DataReplacement, Rewrite, Update, UpdateMemWalState
@@ -126,7 +126,6 @@ def _m3(c: RuleContext) -> None:
             return
 
 
-@register(CreateIndex)
 class CreateIndexHandler(Handler[CreateIndex]):
     """Add index segments and remove others by uuid; fragments are left alone.
 
@@ -205,7 +204,6 @@ class CreateIndexHandler(Handler[CreateIndex]):
         return None
 
 
-@register(UpdateMemWalState)
 class UpdateMemWalStateHandler(Handler[UpdateMemWalState]):
     """Always refused by :func:`~txn_engine.builder.validate`; not exported from
     :mod:`txn_engine` (the type stays in :mod:`txn_engine.ops` for decoding and the conflict

@@ -14,24 +14,11 @@ from types import MappingProxyType
 
 from txn_engine._proto import table_pb2
 from txn_engine.builder._common import ManifestState, field_ids_of, invalid
+from txn_engine.builder._handler import Build, Handler
 from txn_engine.builder._policy import Predicate, RuleContext, expect
-from txn_engine.builder._registry import (
-    NO_CONFIG_EDITS,
-    Build,
-    ConfigEdits,
-    Handler,
-    config_keys,
-    key_clash,
-    register,
-)
-from txn_engine.ops import UpdateBases, UpdateConfig, UpdateMap
+from txn_engine.builder._touches import config_keys, key_clash, map_edits
+from txn_engine.ops import UpdateBases, UpdateConfig
 from txn_engine.transaction import Transaction
-
-
-def _map_edits(m: UpdateMap | None) -> ConfigEdits:
-    if m is None:
-        return NO_CONFIG_EDITS
-    return m.upserted_keys, m.deleted_keys
 
 
 def _changes_schema_or_field_metadata(op: UpdateConfig) -> bool:
@@ -55,12 +42,12 @@ def _c1(c: RuleContext) -> None:
 def _c2(c: RuleContext) -> None:
     mine = expect(c.mine.operation, UpdateConfig)
     other = expect(c.other.operation, UpdateConfig)
-    clash = key_clash(_map_edits(mine.config_updates), _map_edits(other.config_updates))
+    clash = key_clash(map_edits(mine.config_updates), map_edits(other.config_updates))
     if clash:
         c.incompatible(f"both changed config key(s) {sorted(clash)}", keys=clash)
         return
     clash = key_clash(
-        _map_edits(mine.table_metadata_updates), _map_edits(other.table_metadata_updates)
+        map_edits(mine.table_metadata_updates), map_edits(other.table_metadata_updates)
     )
     if clash:
         c.incompatible(f"both changed table metadata key(s) {sorted(clash)}", keys=clash)
@@ -121,7 +108,6 @@ def _b1(c: RuleContext) -> None:
                 return
 
 
-@register(UpdateConfig)
 class UpdateConfigHandler(Handler[UpdateConfig]):
     """Edit the config, table metadata, schema metadata and field metadata maps."""
 
@@ -138,9 +124,6 @@ class UpdateConfigHandler(Handler[UpdateConfig]):
         for field_id, _ in op.field_metadata_updates:
             if field_id not in schema_ids:
                 raise invalid(f"UpdateConfig: field with id {field_id} does not exist")
-
-    def config_edits(self, op: UpdateConfig) -> ConfigEdits:
-        return _map_edits(op.config_updates)
 
     def apply(self, build: Build, op: UpdateConfig) -> list[int] | None:
         m = build.manifest
@@ -160,7 +143,6 @@ class UpdateConfigHandler(Handler[UpdateConfig]):
         return None
 
 
-@register(UpdateBases)
 class UpdateBasesHandler(Handler[UpdateBases]):
     """Register new base paths (ids, names and paths must not clash with existing ones)."""
 

@@ -32,6 +32,7 @@ from txn_engine.builder._common import (
     replace_fragments,
     set_bitmap,
 )
+from txn_engine.builder._handler import Build, Handler
 from txn_engine.builder._keys import filter_field_ids, may_contain
 from txn_engine.builder._policy import (
     DeletionReader,
@@ -44,8 +45,12 @@ from txn_engine.builder._policy import (
     RuleContext,
     expect,
 )
-from txn_engine.builder._registry import Build, Handler, fragments_overlap, register
 from txn_engine.builder._row_addresses import addresses, fragment_offsets
+from txn_engine.builder._touches import (
+    fragments_overlap,
+    removed_fragment_ids,
+    row_change_fragment_ids,
+)
 from txn_engine.builder.data import nullability_kept
 from txn_engine.builder.index import same_mem_wal
 from txn_engine.format.deletion import encode_bitmap_deletions
@@ -80,23 +85,15 @@ def _check_restated(
     return current
 
 
-def _removed_ids(op: Delete | Update) -> frozenset[int]:
-    return frozenset(op.deleted_fragment_ids if isinstance(op, Delete) else op.removed_fragment_ids)
-
-
-def _modified(op: Delete | Update) -> frozenset[int]:
-    return frozenset(f.id for f in op.updated_fragments) | _removed_ids(op)
-
-
 def _d1(c: RuleContext) -> None:
     """Rule D1: Delete/Update against a concurrent Delete/Update."""
     mine = c.mine.operation
     other = c.other.operation
     if not isinstance(mine, (Delete, Update)) or not isinstance(other, (Delete, Update)):
         raise TypeError("D1 applies to Delete/Update pairs only")
-    mine_ids = _modified(mine)
+    mine_ids = row_change_fragment_ids(mine)
     other_updated = {f.id: f for f in other.updated_fragments}
-    other_removed = _removed_ids(other)
+    other_removed = removed_fragment_ids(other)
     shared = (frozenset(other_updated) | other_removed) & mine_ids
     if not shared:
         return
@@ -177,9 +174,6 @@ def _m1(c: RuleContext) -> None:
 class _RowsHandler:
     """The conflict policy Delete and Update share (mixed into both handlers)."""
 
-    def modified_fragment_ids(self, op: Delete | Update) -> frozenset[int]:
-        return _modified(op)
-
     def with_derived_rows(
         self,
         txn: Transaction,
@@ -201,7 +195,6 @@ class _RowsHandler:
         return rebase_deletions(txn, target)
 
 
-@register(Delete)
 class DeleteHandler(_RowsHandler, Handler[Delete]):
     """Remove whole fragments and restate others (with new deletion files)."""
 
@@ -219,7 +212,6 @@ class DeleteHandler(_RowsHandler, Handler[Delete]):
         return [f.id for f in op.updated_fragments]
 
 
-@register(Update)
 class UpdateHandler(_RowsHandler, Handler[Update]):
     """Remove fragments, restate updated ones, add new ones (updated rows move there).
 
@@ -389,7 +381,7 @@ def derive_affected_rows(
         mine = _dv(read_dv, frag.id, frag.deletion_file)
         before = _dv(read_dv, frag.id, initial.deletion_file)
         rows |= addresses(frag.id, mine - before)
-    for fid in _removed_ids(op):
+    for fid in removed_fragment_ids(op):
         initial = initial_fragments(fid)
         if initial is None:
             return None

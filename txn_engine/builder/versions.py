@@ -8,8 +8,8 @@ from types import MappingProxyType
 
 from txn_engine._proto import table_pb2
 from txn_engine.builder._common import ManifestState, copy_index, invalid, max_fragment_id
+from txn_engine.builder._handler import Handler, Sources, Whole
 from txn_engine.builder._policy import Predicate
-from txn_engine.builder._registry import Handler, Sources, Whole, register
 from txn_engine.builder.metadata import metadata_edits_incompatible
 from txn_engine.ops import Clone, Restore
 from txn_engine.transaction import Transaction
@@ -27,7 +27,6 @@ def _copy(manifest: table_pb2.Manifest) -> table_pb2.Manifest:
     return m
 
 
-@register(Restore)
 class RestoreHandler(Handler[Restore]):
     """The next version is a copy of an earlier one (writer version and flags included).
 
@@ -57,7 +56,6 @@ class RestoreHandler(Handler[Restore]):
         return Whole(m, indices, recompute_flags=False)
 
 
-@register(Clone)
 class CloneHandler(Handler[Clone]):
     """Create a dataset whose files stay in the source: every file and index without a
     base gets the new base that points at the source."""

@@ -91,45 +91,98 @@ def descends_from(
     touched = handler.modified_fragment_ids(newer_operation)
     # with proof: something only ours can have put there (a data or deletion file it wrote,
     # an index it created) must be in newer
+    evidence = _our_fragments_in(before, after, then, touched, proof=proof)
+    if evidence is None or not _our_removals_kept(before, after, then, touched, proof=proof):
+        return False
+    if base.max_fragment_id < ours.max_fragment_id and newer.max_fragment_id < ours.max_fragment_id:
+        return False  # the high-water mark we raised went down again
+    if not handler.edits_config and not _our_config_in(base, ours, newer):
+        return False
+    if handler.keeps_indices:
+        indexed = _our_indices_in(base_indices, our_indices, newer_indices)
+        if indexed is None:
+            return False  # an index we added is missing, or one we removed is back
+        evidence = evidence or indexed
+    if handler.keeps_fields:
+        was_f, now_f, then_f = _field_ids(base), _field_ids(ours), _field_ids(newer)
+        if not (now_f - was_f) <= then_f or (was_f - now_f) & then_f:
+            return False  # a column we added is missing, or one we dropped is back
+    return evidence or not proof
+
+
+def _our_fragments_in(
+    before: dict[int, _Signature],
+    after: dict[int, _Signature],
+    then: dict[int, _Signature],
+    touched: frozenset[int],
+    *,
+    proof: bool,
+) -> bool | None:
+    """None when a fragment ours (``after``) added or changed over its base (``before``)
+    is not in the newer version (``then``) as :func:`descends_from` requires (``touched``:
+    the fragments the newer operation modified); else whether the newer version still
+    holds one of them as only ours can have put it there (evidence, for ``proof``)."""
     evidence = False
     for fid, sig in after.items():
         if before.get(fid) == sig:
             continue  # not ours to check
         if fid not in touched:
             if then.get(fid) != sig:
-                return False  # a fragment we added or changed is not in newer as we left it
+                return None  # a fragment we added or changed is not in newer as we left it
             evidence = True
         elif proof and (fid in before or fid not in then or not set(sig[0]) & set(then[fid][0])):
-            return False  # touched again by newer: nothing proves that ours was under it
+            return None  # touched again by newer: nothing proves that ours was under it
         elif proof:
             evidence = True  # one of the data files we added is still there
         elif fid not in before and fid in then and not set(sig[0]) & set(then[fid][0]):
             # newer changed a fragment we added (new columns, deletions) yet holds none of
             # its data files: it is another writer's fragment under the same id
-            return False
+            return None
+    return evidence
+
+
+def _our_removals_kept(
+    before: dict[int, _Signature],
+    after: dict[int, _Signature],
+    then: dict[int, _Signature],
+    touched: frozenset[int],
+    *,
+    proof: bool,
+) -> bool:
+    """Whether every fragment ours (``after``) removed from its base (``before``) is still
+    gone in the newer version (``then``); one the newer operation touched (``touched``)
+    counts as removed on top of ours, but proves nothing with ``proof``."""
     for fid in before.keys() - after.keys():
         if fid in touched and proof:
             return False  # newer removed (or changed) it too: nothing proves ours was under it
         if fid not in touched and fid in then:
             return False  # a fragment we removed is back
-    if base.max_fragment_id < ours.max_fragment_id and newer.max_fragment_id < ours.max_fragment_id:
-        return False  # the high-water mark we raised went down again
-    if not handler.edits_config:
-        for key in set(base.config) | set(ours.config):
-            mine = ours.config.get(key)
-            if base.config.get(key) != mine and newer.config.get(key) != mine:
-                return False
-    if handler.keeps_indices:
-        was, now, then_ids = (
-            _index_ids(base_indices),
-            _index_ids(our_indices),
-            _index_ids(newer_indices),
-        )
-        if not (now - was) <= then_ids or (was - now) & then_ids:
-            return False  # an index we added is missing, or one we removed is back
-        evidence = evidence or bool(now - was)
-    if handler.keeps_fields:
-        was_f, now_f, then_f = _field_ids(base), _field_ids(ours), _field_ids(newer)
-        if not (now_f - was_f) <= then_f or (was_f - now_f) & then_f:
-            return False  # a column we added is missing, or one we dropped is back
-    return evidence or not proof
+    return True
+
+
+def _our_config_in(
+    base: table_pb2.Manifest, ours: table_pb2.Manifest, newer: table_pb2.Manifest
+) -> bool:
+    """Whether every config key ours changed over ``base`` has our value in ``newer``."""
+    for key in set(base.config) | set(ours.config):
+        mine = ours.config.get(key)
+        if base.config.get(key) != mine and newer.config.get(key) != mine:
+            return False
+    return True
+
+
+def _our_indices_in(
+    base_indices: Sequence[table_pb2.IndexMetadata],
+    our_indices: Sequence[table_pb2.IndexMetadata],
+    newer_indices: Sequence[table_pb2.IndexMetadata],
+) -> bool | None:
+    """None when an index ours added is missing from ``newer_indices`` or one ours removed
+    is back; else whether ours added one (evidence, for ``proof``)."""
+    was, now, then_ids = (
+        _index_ids(base_indices),
+        _index_ids(our_indices),
+        _index_ids(newer_indices),
+    )
+    if not (now - was) <= then_ids or (was - now) & then_ids:
+        return None
+    return bool(now - was)

@@ -40,6 +40,7 @@ from txn_engine.namespace._records import (
     new_transaction_id,
 )
 from txn_engine.namespace._resolve import ReservingHandler
+from txn_engine.namespace._tables import NamespaceTables
 from txn_engine.ops import UpdateConfig, UpdateMap
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage.base import ForwardingStorage, Storage
@@ -48,7 +49,6 @@ from txn_engine.transaction import Transaction
 
 if TYPE_CHECKING:
     from txn_engine.api import Table
-    from txn_engine.namespace._core import NamespaceCore
 
 __all__ = ["NamespaceTransaction", "Reserved", "StagingHandler", "WithHandler"]
 
@@ -120,7 +120,7 @@ class Reserved:
 
 
 def reserve(
-    ns: NamespaceCore,
+    ns: NamespaceTables,
     parts: tuple[str, ...],
     txid: str,
     may_wait: Callable[[str], bool] | None,
@@ -162,7 +162,7 @@ class NamespaceTransaction:
     (``already_committed``).
     """
 
-    def __init__(self, ns: NamespaceCore, transaction_id: str | None = None) -> None:
+    def __init__(self, ns: NamespaceTables, transaction_id: str | None = None) -> None:
         self._ns = ns
         self.id = transaction_id or new_transaction_id()
         self._reserved: dict[tuple[str, ...], Reserved] = {}

@@ -20,7 +20,7 @@ others and every file under ``data/``, ``_deletions/``, ``_indices/`` and
   store cannot tell only with a zero retention), and only when no writer's lease that may
   own one is live (a lease the cleanup read at its start, or one that recorded its
   marker); lease objects that expired longer than ``retention_orphans`` ago; offers
-  (``_txn_engine_offers/``, :mod:`txn_engine.offers`) whose window has passed; claims to
+  (``_txn_engine_offers/``, :mod:`txn_engine.contention.offers`) whose window has passed; claims to
   host a carrier for versions older than the latest; carrier beacons that expired or that
   the store shows unchanged for longer than a running carrier leaves one; markers of
   cleanups that stopped without removing them.
@@ -185,15 +185,8 @@ def cleanup(
     there is no dataset, :class:`~txn_engine.errors.InvalidStorageArgumentError` for bad
     arguments.
     """
-    if isinstance(keep_versions, bool) or not isinstance(keep_versions, int) or keep_versions < 1:
-        raise InvalidStorageArgumentError(f"keep_versions must be >= 1, got {keep_versions!r}")
-    if workers < 1:
-        raise InvalidStorageArgumentError(f"workers must be >= 1, got {workers!r}")
-    settings = _Settings(
-        check_duration("older_than", older_than),
-        keep_versions,
-        check_duration("retention_orphans", retention_orphans),
-        check_duration("wait_for_writers", wait_for_writers) / 1e9,
+    settings = _checked_settings(
+        older_than, keep_versions, retention_orphans, wait_for_writers, workers=workers
     )
     storage = open_storage(uri, storage_options)
     told = now_ns is not None
@@ -230,6 +223,28 @@ def cleanup(
         failed=tuple(failed),
         kept_for_new_leases=kept_late,
         seconds=run_clock.monotonic() - started,
+    )
+
+
+def _checked_settings(
+    older_than: timedelta,
+    keep_versions: int,
+    retention_orphans: timedelta,
+    wait_for_writers: timedelta,
+    *,
+    workers: int,
+) -> _Settings:
+    """:func:`cleanup`'s arguments as settings, each checked first
+    (InvalidStorageArgumentError for a bad one; ``workers`` is only checked)."""
+    if isinstance(keep_versions, bool) or not isinstance(keep_versions, int) or keep_versions < 1:
+        raise InvalidStorageArgumentError(f"keep_versions must be >= 1, got {keep_versions!r}")
+    if workers < 1:
+        raise InvalidStorageArgumentError(f"workers must be >= 1, got {workers!r}")
+    return _Settings(
+        check_duration("older_than", older_than),
+        keep_versions,
+        check_duration("retention_orphans", retention_orphans),
+        check_duration("wait_for_writers", wait_for_writers) / 1e9,
     )
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import attrs
 
+from txn_engine.contention.offers import HOSTS_DIR, OFFERS_DIR, parse_claim_name, parse_offer_name
 from txn_engine.errors import CleanupAbortedError, DatasetNotFoundError, InvalidStorageArgumentError
 from txn_engine.format.naming import VERSIONS_DIR, VersionEntry, beacon_dead, scan_versions
 from txn_engine.leases import LeaseInfo
-from txn_engine.offers import HOSTS_DIR, OFFERS_DIR, parse_claim_name, parse_offer_name
 from txn_engine.retention._refs import (
     FILE_DIRS,
     INDICES_DIR,
@@ -55,7 +55,7 @@ class PlannedDelete:
     ``"offer"`` (an offer whose window has passed), ``"beacon"`` (an expired carrier's
     beacon in ``_versions/``, :func:`txn_engine.format.naming.beacon_name`) or ``"claim"``
     (a claim to host a carrier for a version older than the latest,
-    :func:`txn_engine.offers.claim_name`)."""
+    :func:`txn_engine.contention.offers.claim_name`)."""
 
     path: str
     reason: str
@@ -268,7 +268,7 @@ class State:
     branch_dirs: set[str]
     listing: list[ObjectInfo]
     offers: list[ObjectInfo] = attrs.field(factory=list)
-    #: claims to host a carrier (:data:`txn_engine.offers.HOSTS_DIR`)
+    #: claims to host a carrier (:data:`txn_engine.contention.offers.HOSTS_DIR`)
     claims: list[ObjectInfo] = attrs.field(factory=list)
     #: carrier beacons in ``_versions/`` (:func:`txn_engine.format.naming.beacon_name`)
     #: with their listed modification times (None when the store lists none)

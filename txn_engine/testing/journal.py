@@ -25,11 +25,12 @@ from typing import IO, Any
 
 import attrs
 
+from txn_engine.contention.offers import carried_in_order
 from txn_engine.errors import TxnEngineError
 from txn_engine.format.io import read_manifest_entry, read_transaction
-from txn_engine.format.naming import list_versions
+from txn_engine.format.manifest_file import ManifestFile
+from txn_engine.format.naming import VersionEntry, list_versions
 from txn_engine.model import Fragment
-from txn_engine.offers import carried_in_order
 from txn_engine.ops import UpdateMap
 from txn_engine.storage.base import Storage
 from txn_engine.testing.model import (
@@ -258,83 +259,137 @@ def check_history(
     txn_engine's default conflict options, under which overlapping deletes both land)."""
     source = journal.rows if fallback_rows is None else ChainedRows(journal.rows, fallback_rows)
     entries = [e for e in list_versions(storage) if e.version >= first_version]
-    # from version 1 the landed transactions are folded too, in the same pass (one read of
-    # each manifest, one index of its fragments for both folds)
-    landed = HistoryModel(storage, source) if first_version == 1 else None
-    landed_findings: list[str] = []
-    fold = _IntentFold(
-        first_version, first_contents, StoredContents(storage, source), merge_deletes
-    )
-    seen: dict[str, int] = {}
-    unacked = 0
-    foreign_versions = 0
+    walk = _HistoryWalk(storage, journal, first_version, first_contents, source, merge_deletes)
     for done, entry in enumerate(entries, 1):
-        v = entry.version
-        if len(fold.findings) + len(landed_findings) >= max_findings:
+        if len(walk.fold.findings) + len(walk.landed_findings) >= max_findings:
             break
-        try:
-            mf = read_manifest_entry(storage, entry)
-            index = FragmentIndex(mf.manifest)
-        except TxnEngineError as exc:
-            fold.findings.append(f"v{v}: cannot read: {exc}")
-            if landed is not None:
-                landed_findings += landed.fold(entry)
+        read = walk.read(entry)
+        if read is None:
             continue
-        if landed is not None:
-            landed_findings += landed.fold(entry, mf, index)
         if progress is not None:
             progress(done, len(entries))
+        walk.compare(entry, *read, foreign=foreign)
+    return walk.result(len(entries), max_findings)
+
+
+class _HistoryWalk:
+    """:func:`check_history` over the versions in order: :meth:`read` each one, then
+    :meth:`compare` it; :meth:`result` at the end. Holds both folds and what was seen of
+    each transaction."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        journal: JournalSummary,
+        first_version: int,
+        first_contents: Contents,
+        source: RowSource,
+        merge_deletes: bool,
+    ) -> None:
+        self.storage = storage
+        self.journal = journal
+        self.first_version = first_version
+        # from version 1 the landed transactions are folded too, in the same pass (one read
+        # of each manifest, one index of its fragments for both folds)
+        self.landed = HistoryModel(storage, source) if first_version == 1 else None
+        self.landed_findings: list[str] = []
+        self.fold = _IntentFold(
+            first_version, first_contents, StoredContents(storage, source), merge_deletes
+        )
+        self.seen: dict[str, int] = {}  # uuid -> the version it landed as
+        self.unacked = 0
+        self.foreign_versions = 0
+
+    def read(self, entry: VersionEntry) -> tuple[ManifestFile, FragmentIndex] | None:
+        """The manifest of ``entry`` and the index of its fragments, folded into the landed
+        fold; None when it cannot be read (a finding)."""
         try:
-            pb = read_transaction(storage, entry, mf)
-            fold.read(mf.manifest, index)
+            mf = read_manifest_entry(self.storage, entry)
+            index = FragmentIndex(mf.manifest)
+        except TxnEngineError as exc:
+            self.fold.findings.append(f"v{entry.version}: cannot read: {exc}")
+            if self.landed is not None:
+                self.landed_findings += self.landed.fold(entry)
+            return None
+        if self.landed is not None:
+            self.landed_findings += self.landed.fold(entry, mf, index)
+        return mf, index
+
+    def compare(
+        self,
+        entry: VersionEntry,
+        mf: ManifestFile,
+        index: FragmentIndex,
+        *,
+        foreign: Callable[[int], bool] | None,
+    ) -> None:
+        """Fold the intents of the transactions version ``entry`` stands for and compare
+        (a version in no journal is a finding, or, given ``foreign``, may change only the
+        rows it accepts)."""
+        v = entry.version
+        try:
+            pb = read_transaction(self.storage, entry, mf)
+            self.fold.read(mf.manifest, index)
         except (TxnEngineError, KeyError) as exc:
-            fold.findings.append(f"v{v}: cannot read: {exc}")
-            continue
-        uuid = pb.uuid
+            self.fold.findings.append(f"v{v}: cannot read: {exc}")
+            return
         # the transactions the version stands for: its own and, for a group commit or a
         # version that carried other writers' offers, those it carried (in order)
         uuids = carried_in_order(pb)
-        for u in uuids:
-            if u in seen:
-                fold.findings.append(f"v{v}: transaction {u} already landed as v{seen[u]}")
-            seen[u] = v
-            if u in journal.rejected:
-                fold.findings.append(
-                    f"v{v}: transaction {u} landed but its writer was told it did not"
-                )
-        journaled = [u for u in uuids if u in journal.intents]
-        if v == first_version:
-            fold.check_first(v)
+        self._landed_once(v, uuids)
+        journaled = [u for u in uuids if u in self.journal.intents]
+        if v == self.first_version:
+            self.fold.check_first(v)
         elif journaled:
             for u in journaled:
-                if u not in journal.acked:
-                    unacked += 1
-                elif journal.acked[u] != v:
-                    fold.findings.append(
-                        f"v{v}: transaction {u} was acknowledged at v{journal.acked[u]}"
+                if u not in self.journal.acked:
+                    self.unacked += 1
+                elif self.journal.acked[u] != v:
+                    self.fold.findings.append(
+                        f"v{v}: transaction {u} was acknowledged at v{self.journal.acked[u]}"
                     )
-            fold.land(v, [journal.intents[u] for u in journaled])
-        else:
-            if foreign is None:
-                fold.findings.append(f"v{v}: transaction {uuid} is in no journal")
-                fold.resync(v)
-            else:  # a foreign writer's version: only foreign rows may change
-                foreign_versions += 1
-                fold.foreign(v, foreign)
-    findings = fold.findings
-    for uuid, version in journal.acked.items():
-        if uuid not in seen:
-            findings.append(f"acknowledged transaction {uuid} (v{version}) is not in the history")
-    for uuid in journal.duplicate_acks:
-        findings.append(f"transaction {uuid} was acknowledged twice")
-    findings += landed_findings[: max(0, max_findings - len(findings))]
-    return HistoryCheck(
-        tuple(findings[:max_findings]),
-        len(entries),
-        fold.contents() if entries else None,
-        unacked,
-        foreign_versions,
-    )
+            self.fold.land(v, [self.journal.intents[u] for u in journaled])
+        elif foreign is None:
+            self.fold.findings.append(f"v{v}: transaction {pb.uuid} is in no journal")
+            self.fold.resync(v)
+        else:  # a foreign writer's version: only foreign rows may change
+            self.foreign_versions += 1
+            self.fold.foreign(v, foreign)
+
+    def _landed_once(self, v: int, uuids: Sequence[str]) -> None:
+        """Record that ``uuids`` landed as version ``v``: a finding for one that landed
+        before, or whose writer was told it did not."""
+        for u in uuids:
+            if u in self.seen:
+                self.fold.findings.append(
+                    f"v{v}: transaction {u} already landed as v{self.seen[u]}"
+                )
+            self.seen[u] = v
+            if u in self.journal.rejected:
+                self.fold.findings.append(
+                    f"v{v}: transaction {u} landed but its writer was told it did not"
+                )
+
+    def result(self, versions: int, max_findings: int) -> HistoryCheck:
+        """The check of the ``versions`` walked: the findings (acknowledged transactions
+        missing from the history and twice-acknowledged ones added), at most
+        ``max_findings``."""
+        findings = self.fold.findings
+        for uuid, version in self.journal.acked.items():
+            if uuid not in self.seen:
+                findings.append(
+                    f"acknowledged transaction {uuid} (v{version}) is not in the history"
+                )
+        for uuid in self.journal.duplicate_acks:
+            findings.append(f"transaction {uuid} was acknowledged twice")
+        findings += self.landed_findings[: max(0, max_findings - len(findings))]
+        return HistoryCheck(
+            tuple(findings[:max_findings]),
+            versions,
+            self.fold.contents() if versions else None,
+            self.unacked,
+            self.foreign_versions,
+        )
 
 
 class _IntentFold:

@@ -66,6 +66,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from txn_engine._proto import table_pb2
 from txn_engine.commit import CommitResult, commit, find_transaction
 from txn_engine.committer import Committer
 from txn_engine.conflicts.matrix import MATRIX, Outcome
@@ -272,9 +273,7 @@ class WritersMachine(RuleBasedStateMachine):
             for df in _data_files(first.operation):
                 self.inner.put(f"data/{df.path}", b"synthetic")
         created = commit(self.inner, first, naming=self.naming)
-        self.intent = IntentModel(
-            created.version, Contents.of(_FIRST_ROWS), merge_deletes=True
-        )
+        self.intent = IntentModel(created.version, Contents.of(_FIRST_ROWS), merge_deletes=True)
         self.history = HistoryModel(self.inner, self.rows)
         self.effects: dict[str, Effect] = {first.uuid: ReplaceTable(_FIRST_ROWS)}
         #: group uuid -> member uuid -> its rows, while a group's members are being checked
@@ -815,37 +814,7 @@ class Planner:
             rows = [(next(self.rids), 0) for _ in range(data.draw(st.integers(1, 6), label="rows"))]
             return Append((self.rows.fragment(rows),)), AddRows(rows)
         if kind in ("delete", "update"):
-            if not frags:
-                return None
-            pb = frags[data.draw(st.integers(0, len(frags) - 1), label="fragment")]
-            physical = self.rows.rows(Fragment.from_proto(pb))
-            alive = live_offsets(self.storage, pb)
-            # mostly some rows (deletion vectors to merge with concurrent ones), sometimes
-            # the whole fragment
-            everything = len(alive) == 1 or data.draw(st.integers(0, 3), label="all rows") == 0
-            chosen = sorted(
-                alive
-                if everything
-                else data.draw(
-                    st.lists(
-                        st.sampled_from(alive), min_size=1, max_size=len(alive) - 1, unique=True
-                    ),
-                    label="rows",
-                )
-            )
-            known = data.draw(st.booleans(), label="affected rows known")
-            values = None if kind == "delete" else [next(self.values) for _ in chosen]
-            return row_change(
-                self.storage,
-                ds.version,
-                pb,
-                physical,
-                alive,
-                chosen,
-                new_values=values,
-                new_fragment=self.rows.fragment,
-                affected_known=known,
-            )
+            return self._row_change(kind, ds, frags, data) if frags else None
         if kind == "compact":
             if not frags:
                 return None
@@ -874,28 +843,77 @@ class Planner:
             version = data.draw(st.sampled_from(older), label="version")
             return Restore(version), RestoreVersion(version)
         if kind == "index":
-            index = IndexMetadata(
-                uuid=str(data.draw(st.uuids(), label="uuid")),
-                name=data.draw(st.sampled_from(("i1", "i2")), label="name"),
-                fields=(0,),
-                dataset_version=ds.version,
-                fragment_bitmap=frozenset(pb.id for pb in frags),
-                index_details=IndexDetails("/lance.table.BTreeIndexDetails"),
-            )
-            return CreateIndex(new_indices=(index,)), NoRowChange("index")
+            return self._index(ds, frags, data)
         if kind == "merge":
-            fields = [LanceField.from_proto(f) for f in ds.manifest_pb.fields]
-            new_id = max([f.id for f in fields] + [-1]) + 1
-            merged = []
-            for pb in frags:
-                frag = Fragment.from_proto(pb)
-                extra = DataFile(f"merge-{new_id}-{pb.id}-{next(self.values)}.lance", (new_id,))
-                merged.append(attrs.evolve(frag, files=(*frag.files, extra)))
-            schema = (*fields, LanceField(new_id, -1, f"m{new_id}", "int64"))
-            return Merge(tuple(merged), schema), NoRowChange("new column")
+            return self._merge(ds, frags)
         if kind == "reserve":
             return ReserveFragments(data.draw(st.integers(1, 3), label="ids")), NoRowChange()
         raise ValueError(f"unknown kind {kind!r}")
+
+    def _row_change(
+        self,
+        kind: str,
+        ds: Dataset,
+        frags: Sequence[table_pb2.DataFragment],
+        data: st.DataObject,
+    ) -> tuple[Operation, Effect]:
+        """A delete or an update (``kind``) of some rows of one of ``frags`` (not empty),
+        its deletion vector written now."""
+        pb = frags[data.draw(st.integers(0, len(frags) - 1), label="fragment")]
+        physical = self.rows.rows(Fragment.from_proto(pb))
+        alive = live_offsets(self.storage, pb)
+        # mostly some rows (deletion vectors to merge with concurrent ones), sometimes
+        # the whole fragment
+        everything = len(alive) == 1 or data.draw(st.integers(0, 3), label="all rows") == 0
+        chosen = sorted(
+            alive
+            if everything
+            else data.draw(
+                st.lists(st.sampled_from(alive), min_size=1, max_size=len(alive) - 1, unique=True),
+                label="rows",
+            )
+        )
+        known = data.draw(st.booleans(), label="affected rows known")
+        values = None if kind == "delete" else [next(self.values) for _ in chosen]
+        return row_change(
+            self.storage,
+            ds.version,
+            pb,
+            physical,
+            alive,
+            chosen,
+            new_values=values,
+            new_fragment=self.rows.fragment,
+            affected_known=known,
+        )
+
+    def _index(
+        self, ds: Dataset, frags: Sequence[table_pb2.DataFragment], data: st.DataObject
+    ) -> tuple[Operation, Effect]:
+        """A CreateIndex of a new index on field 0 over every fragment of ``frags``."""
+        index = IndexMetadata(
+            uuid=str(data.draw(st.uuids(), label="uuid")),
+            name=data.draw(st.sampled_from(("i1", "i2")), label="name"),
+            fields=(0,),
+            dataset_version=ds.version,
+            fragment_bitmap=frozenset(pb.id for pb in frags),
+            index_details=IndexDetails("/lance.table.BTreeIndexDetails"),
+        )
+        return CreateIndex(new_indices=(index,)), NoRowChange("index")
+
+    def _merge(
+        self, ds: Dataset, frags: Sequence[table_pb2.DataFragment]
+    ) -> tuple[Operation, Effect]:
+        """A Merge adding a new int64 column: a data file of it in every one of ``frags``."""
+        fields = [LanceField.from_proto(f) for f in ds.manifest_pb.fields]
+        new_id = max([f.id for f in fields] + [-1]) + 1
+        merged = []
+        for pb in frags:
+            frag = Fragment.from_proto(pb)
+            extra = DataFile(f"merge-{new_id}-{pb.id}-{next(self.values)}.lance", (new_id,))
+            merged.append(attrs.evolve(frag, files=(*frag.files, extra)))
+        schema = (*fields, LanceField(new_id, -1, f"m{new_id}", "int64"))
+        return Merge(tuple(merged), schema), NoRowChange("new column")
 
 
 def find_failure(

@@ -792,49 +792,13 @@ class HistoryModel:
             fragments.replace({f.fragment.id: f for f in news})
             config = {**config, **dict(op.config_upserts)}
         elif isinstance(op, Append):
-            news, high = self._assign(op.fragments, high)
-            for f in news:
-                fragments.set(f.fragment.id, f)
+            high = self._add(op.fragments, high)
         elif isinstance(op, (Delete, Update)):
-            removed = op.deleted_fragment_ids if isinstance(op, Delete) else op.removed_fragment_ids
-            for fid in removed:
-                if fragments.pop(fid) is None:
-                    problems.append(f"removed fragment {fid} does not exist")
-            self._updated(op.updated_fragments, problems)
-            if isinstance(op, Update):
-                news, high = self._assign(op.new_fragments, high)
-                for f in news:
-                    fragments.set(f.fragment.id, f)
+            high = self._fold_row_change(op, high, problems)
         elif isinstance(op, Rewrite):
-            for group in op.groups:
-                old_rows: list[Row] = []
-                for old in group.old_fragments:
-                    frag = fragments.pop(old.id)
-                    if frag is None:
-                        problems.append(f"rewritten fragment {old.id} does not exist")
-                        continue
-                    old_rows += frag.live()
-                news, high = self._assign(group.new_fragments, high)
-                new_rows = [row for f in news for row in f.live()]
-                if sorted(new_rows) != sorted(old_rows):
-                    problems.append(
-                        f"rewrite of fragments {[f.id for f in group.old_fragments]} does not "
-                        "preserve their live rows"
-                    )
-                for f in news:
-                    fragments.set(f.fragment.id, f)
+            high = self._fold_rewrite(op, high, problems)
         elif isinstance(op, Restore):
-            try:
-                restored = fragments.at(op.version)
-            except KeyError:
-                raise EffectError(
-                    f"restore of version {op.version}, which was not folded"
-                ) from None
-            fragments.replace(restored)
-            config = self._configs[op.version]
-            source_high = self._highs[op.version]
-            if source_high is not None:
-                high = source_high if high is None else max(high, source_high)
+            config, high = self._fold_restore(op, high)
         elif isinstance(op, UpdateConfig):
             if op.config_updates is not None:
                 config = op.config_updates.apply(config)
@@ -863,6 +827,65 @@ class HistoryModel:
         self._configs[version] = config
         self._highs[version] = high
         return problems
+
+    def _add(self, frags: Iterable[Fragment], high: int | None) -> int | None:
+        """Add new fragments (ids assigned above ``high`` where they have none); returns the
+        new high-water mark."""
+        news, high = self._assign(frags, high)
+        for f in news:
+            self._fragments.set(f.fragment.id, f)
+        return high
+
+    def _fold_row_change(
+        self, op: Delete | Update, high: int | None, problems: list[str]
+    ) -> int | None:
+        """Fold a Delete or an Update: fragments removed, updated, added (an Update's new
+        rows); returns the new high-water mark."""
+        fragments = self._fragments
+        removed = op.deleted_fragment_ids if isinstance(op, Delete) else op.removed_fragment_ids
+        for fid in removed:
+            if fragments.pop(fid) is None:
+                problems.append(f"removed fragment {fid} does not exist")
+        self._updated(op.updated_fragments, problems)
+        if isinstance(op, Update):
+            high = self._add(op.new_fragments, high)
+        return high
+
+    def _fold_rewrite(self, op: Rewrite, high: int | None, problems: list[str]) -> int | None:
+        """Fold a Rewrite: each group's new fragments replace its old ones and must hold the
+        same live rows; returns the new high-water mark."""
+        fragments = self._fragments
+        for group in op.groups:
+            old_rows: list[Row] = []
+            for old in group.old_fragments:
+                frag = fragments.pop(old.id)
+                if frag is None:
+                    problems.append(f"rewritten fragment {old.id} does not exist")
+                    continue
+                old_rows += frag.live()
+            news, high = self._assign(group.new_fragments, high)
+            new_rows = [row for f in news for row in f.live()]
+            if sorted(new_rows) != sorted(old_rows):
+                problems.append(
+                    f"rewrite of fragments {[f.id for f in group.old_fragments]} does not "
+                    "preserve their live rows"
+                )
+            for f in news:
+                fragments.set(f.fragment.id, f)
+        return high
+
+    def _fold_restore(self, op: Restore, high: int | None) -> tuple[Mapping[str, str], int | None]:
+        """Fold a Restore: the fragments of the restored (folded) version come back;
+        returns its config and the high-water mark, never lowered."""
+        try:
+            restored = self._fragments.at(op.version)
+        except KeyError:
+            raise EffectError(f"restore of version {op.version}, which was not folded") from None
+        self._fragments.replace(restored)
+        source_high = self._highs[op.version]
+        if source_high is not None:
+            high = source_high if high is None else max(high, source_high)
+        return self._configs[op.version], high
 
 
 def _contents_from_pb(storage: Storage, source: RowSource, manifest: Any) -> Contents:

@@ -14,7 +14,8 @@ Requires the ``hypothesis`` test dependency.
 from __future__ import annotations
 
 import uuid as uuid_mod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -269,105 +270,111 @@ _ids = st.lists(_u64, max_size=4).map(tuple)
 _u32_ids = st.lists(_u32, max_size=4).map(tuple)
 
 #: One strategy per operation kind (wire-level: anything the codec must round-trip).
-OPERATION_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
-    "Append": st.builds(Append, fragments=_frags),
-    "Delete": st.builds(
-        Delete, updated_fragments=_frags, deleted_fragment_ids=_ids, predicate=_names
-    ),
-    "Overwrite": st.builds(
-        Overwrite,
-        fragments=_frags,
-        schema=st.lists(_any_fields, max_size=3).map(tuple),
-        schema_metadata=st.dictionaries(_keys, st.binary(max_size=4), max_size=2),
-        config_upsert_values=st.none() | st.dictionaries(_keys, _names, max_size=3),
-        initial_bases=st.lists(base_paths(), max_size=2).map(tuple),
-    ),
-    "CreateIndex": st.builds(
-        CreateIndex,
-        new_indices=st.lists(index_metadata(), max_size=2).map(tuple),
-        removed_indices=st.lists(index_metadata(), max_size=2).map(tuple),
-    ),
-    "Rewrite": st.builds(
-        Rewrite,
-        groups=st.lists(
-            st.builds(RewriteGroup, old_fragments=_frags, new_fragments=_frags), max_size=2
-        ).map(tuple),
-        rewritten_indices=st.lists(
-            st.builds(
-                RewrittenIndex,
-                old_id=uuids(),
-                new_id=uuids(),
-                new_index_details=st.none()
-                | st.builds(IndexDetails, type_url=_names, value=st.binary(max_size=4)),
-                new_index_version=_u32,
-                new_index_files=st.lists(
-                    st.builds(IndexFile, path=_paths, size_bytes=_u64), max_size=2
-                ).map(tuple),
-            ),
-            max_size=2,
-        ).map(tuple),
-    ),
-    "Merge": st.builds(
-        Merge,
-        fragments=_frags,
-        schema=st.lists(_any_fields, max_size=3).map(tuple),
-        # an empty map on the wire is a Merge that keeps the table's (None)
-        schema_metadata=st.none()
-        | st.dictionaries(_keys, st.binary(max_size=4), min_size=1, max_size=2),
-        preserves_nullability=st.booleans(),
-    ),
-    "Restore": st.builds(Restore, version=_u64),
-    "ReserveFragments": st.builds(ReserveFragments, num_fragments=_u32),
-    "Update": st.builds(
-        Update,
-        removed_fragment_ids=_ids,
-        updated_fragments=_frags,
-        new_fragments=_frags,
-        fields_modified=_u32_ids,
-        fields_for_preserving_frag_bitmap=_u32_ids,
-        update_mode=st.sampled_from(list(UpdateMode)),
-        compacted_sstables=st.lists(
-            st.builds(CompactedSsTable, shard_id=uuids(), generation=_u64), max_size=2
-        ).map(tuple),
-        inserted_rows=st.none() | _inserted_rows(),
-        updated_fragment_offset_bitmaps=st.dictionaries(_u64, st.binary(max_size=6), max_size=2),
-    ),
-    "Project": st.builds(
-        Project,
-        schema=st.lists(_any_fields, max_size=3).map(tuple),
-        preserves_nullability=st.booleans(),
-    ),
-    "UpdateConfig": st.builds(
-        UpdateConfig,
-        config_updates=st.none() | update_maps(),
-        table_metadata_updates=st.none() | update_maps(),
-        schema_metadata_updates=st.none() | update_maps(),
-        field_metadata_updates=st.dictionaries(
-            st.integers(-(2**31), I32), update_maps(), max_size=2
+OPERATION_STRATEGIES: Mapping[str, st.SearchStrategy[Any]] = MappingProxyType(
+    {
+        "Append": st.builds(Append, fragments=_frags),
+        "Delete": st.builds(
+            Delete, updated_fragments=_frags, deleted_fragment_ids=_ids, predicate=_names
         ),
-    ),
-    "DataReplacement": st.builds(
-        DataReplacement,
-        replacements=st.lists(
-            st.builds(DataReplacementGroup, fragment_id=_u64, new_file=data_files()), max_size=3
-        ).map(tuple),
-    ),
-    "UpdateMemWalState": st.builds(
-        UpdateMemWalState,
-        added=st.lists(mem_wals(), max_size=2).map(tuple),
-        updated=st.lists(mem_wals(), max_size=2).map(tuple),
-        removed=st.lists(mem_wals(), max_size=2).map(tuple),
-    ),
-    "Clone": st.builds(
-        Clone,
-        ref_version=_u64,
-        ref_path=st.text("abc/", min_size=1, max_size=10),
-        is_shallow=st.booleans(),
-        ref_name=st.none() | _names,
-        branch_name=st.none() | _names,
-    ),
-    "UpdateBases": st.builds(UpdateBases, new_bases=st.lists(base_paths(), max_size=3).map(tuple)),
-}
+        "Overwrite": st.builds(
+            Overwrite,
+            fragments=_frags,
+            schema=st.lists(_any_fields, max_size=3).map(tuple),
+            schema_metadata=st.dictionaries(_keys, st.binary(max_size=4), max_size=2),
+            config_upsert_values=st.none() | st.dictionaries(_keys, _names, max_size=3),
+            initial_bases=st.lists(base_paths(), max_size=2).map(tuple),
+        ),
+        "CreateIndex": st.builds(
+            CreateIndex,
+            new_indices=st.lists(index_metadata(), max_size=2).map(tuple),
+            removed_indices=st.lists(index_metadata(), max_size=2).map(tuple),
+        ),
+        "Rewrite": st.builds(
+            Rewrite,
+            groups=st.lists(
+                st.builds(RewriteGroup, old_fragments=_frags, new_fragments=_frags), max_size=2
+            ).map(tuple),
+            rewritten_indices=st.lists(
+                st.builds(
+                    RewrittenIndex,
+                    old_id=uuids(),
+                    new_id=uuids(),
+                    new_index_details=st.none()
+                    | st.builds(IndexDetails, type_url=_names, value=st.binary(max_size=4)),
+                    new_index_version=_u32,
+                    new_index_files=st.lists(
+                        st.builds(IndexFile, path=_paths, size_bytes=_u64), max_size=2
+                    ).map(tuple),
+                ),
+                max_size=2,
+            ).map(tuple),
+        ),
+        "Merge": st.builds(
+            Merge,
+            fragments=_frags,
+            schema=st.lists(_any_fields, max_size=3).map(tuple),
+            # an empty map on the wire is a Merge that keeps the table's (None)
+            schema_metadata=st.none()
+            | st.dictionaries(_keys, st.binary(max_size=4), min_size=1, max_size=2),
+            preserves_nullability=st.booleans(),
+        ),
+        "Restore": st.builds(Restore, version=_u64),
+        "ReserveFragments": st.builds(ReserveFragments, num_fragments=_u32),
+        "Update": st.builds(
+            Update,
+            removed_fragment_ids=_ids,
+            updated_fragments=_frags,
+            new_fragments=_frags,
+            fields_modified=_u32_ids,
+            fields_for_preserving_frag_bitmap=_u32_ids,
+            update_mode=st.sampled_from(list(UpdateMode)),
+            compacted_sstables=st.lists(
+                st.builds(CompactedSsTable, shard_id=uuids(), generation=_u64), max_size=2
+            ).map(tuple),
+            inserted_rows=st.none() | _inserted_rows(),
+            updated_fragment_offset_bitmaps=st.dictionaries(
+                _u64, st.binary(max_size=6), max_size=2
+            ),
+        ),
+        "Project": st.builds(
+            Project,
+            schema=st.lists(_any_fields, max_size=3).map(tuple),
+            preserves_nullability=st.booleans(),
+        ),
+        "UpdateConfig": st.builds(
+            UpdateConfig,
+            config_updates=st.none() | update_maps(),
+            table_metadata_updates=st.none() | update_maps(),
+            schema_metadata_updates=st.none() | update_maps(),
+            field_metadata_updates=st.dictionaries(
+                st.integers(-(2**31), I32), update_maps(), max_size=2
+            ),
+        ),
+        "DataReplacement": st.builds(
+            DataReplacement,
+            replacements=st.lists(
+                st.builds(DataReplacementGroup, fragment_id=_u64, new_file=data_files()), max_size=3
+            ).map(tuple),
+        ),
+        "UpdateMemWalState": st.builds(
+            UpdateMemWalState,
+            added=st.lists(mem_wals(), max_size=2).map(tuple),
+            updated=st.lists(mem_wals(), max_size=2).map(tuple),
+            removed=st.lists(mem_wals(), max_size=2).map(tuple),
+        ),
+        "Clone": st.builds(
+            Clone,
+            ref_version=_u64,
+            ref_path=st.text("abc/", min_size=1, max_size=10),
+            is_shallow=st.booleans(),
+            ref_name=st.none() | _names,
+            branch_name=st.none() | _names,
+        ),
+        "UpdateBases": st.builds(
+            UpdateBases, new_bases=st.lists(base_paths(), max_size=3).map(tuple)
+        ),
+    }
+)
 
 
 def operations() -> st.SearchStrategy[Operation]:
@@ -468,118 +475,19 @@ def valid_transaction(
     if kind == "Append":
         op = Append([_new_fragment(draw, manifest) for _ in range(draw(st.integers(0, 3)))])
     elif kind in ("Delete", "Update"):
-        chosen = draw(st.lists(st.sampled_from(frags), min_size=1, max_size=3, unique_by=id))
-        chosen.sort(key=lambda f: f.id)
-        split = draw(st.integers(0, len(chosen)))
-        removed = [f.id for f in chosen[:split]]
-        updated = [_deleted(draw, f, version) for f in chosen[split:] if f.physical_rows > 1]
-        if kind == "Delete":
-            op = Delete(updated, removed, predicate=draw(st.sampled_from(["a > 1", "true"])))
-        else:
-            fields_modified = draw(st.lists(st.sampled_from(_leaf_ids(manifest)), max_size=2))
-            op = Update(
-                removed_fragment_ids=removed,
-                updated_fragments=updated,
-                new_fragments=[
-                    _new_fragment(draw, manifest) for _ in range(draw(st.integers(0, 2)))
-                ],
-                fields_modified=sorted(set(fields_modified)),
-            )
+        op = _row_change(draw, kind, manifest)
     elif kind == "Rewrite":
-        start = draw(st.integers(0, len(frags) - 1))
-        count = draw(st.integers(1, min(3, len(frags) - start)))
-        stable = bool(manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
-        if stable:
-            # stable row ids: Lance refuses a group that joins fragments an index covers
-            # with fragments it does not (the index is not remapped); the group stops at
-            # the first fragment covered by other indices than the group's first
-            covered = [index_bitmap(i) for i in indices]
-
-            def covering(fid: int) -> list[bool]:
-                return [bm is not None and fid in bm for bm in covered]
-
-            first = covering(frags[start].id)
-            count = next(
-                (k for k in range(1, count) if covering(frags[start + k].id) != first), count
-            )
-        olds = [Fragment.from_proto(f) for f in frags[start : start + count]]
-        if stable:  # the rows keep their ids
-            # (compaction carries each row's id and versions into the new fragment)
-            row_ids: list[int] = []
-            created: list[tuple[int, int]] = []
-            last: list[tuple[int, int]] = []
-            for f in frags[start : start + count]:
-                row_ids.extend(decode_row_id_sequence(f.inline_row_ids))
-                created.extend(decode_version_sequence(f.inline_created_at_versions))
-                last.extend(decode_version_sequence(f.inline_last_updated_at_versions))
-            base = _new_fragment(draw, manifest)
-            news = [
-                attrs.evolve(
-                    base,
-                    physical_rows=len(row_ids),
-                    row_id_sequence=encode_row_id_sequence(row_ids),
-                    created_at_version_sequence=encode_version_sequence(created),
-                    last_updated_at_version_sequence=encode_version_sequence(last),
-                )
-            ]
-        else:
-            news = [_new_fragment(draw, manifest) for _ in range(draw(st.integers(1, 2)))]
-        op = Rewrite([RewriteGroup(olds, news)])
+        op = _rewrite(draw, manifest, indices)
     elif kind == "ReserveFragments":
         op = ReserveFragments(draw(st.integers(0, 5)))
     elif kind == "UpdateConfig":
-        field_updates = {}
-        ids = _schema_ids(manifest)
-        if ids and draw(st.booleans()):
-            field_updates[draw(st.sampled_from(ids))] = draw(update_maps())
-        op = UpdateConfig(
-            config_updates=draw(st.none() | update_maps()),
-            table_metadata_updates=draw(st.none() | update_maps()),
-            schema_metadata_updates=draw(st.none() | update_maps()),
-            field_metadata_updates=field_updates,
-        )
+        op = _update_config(draw, manifest)
     elif kind == "CreateIndex":
-        ids = _leaf_ids(manifest)
-        new = IndexMetadata(
-            uuid=draw(uuids()),
-            name=draw(st.sampled_from(["i1", "i2"])),
-            fields=(draw(st.sampled_from(ids)),),
-            dataset_version=version,
-            fragment_bitmap=frozenset(f.id for f in frags),
-            index_details=IndexDetails("/lance.table.BTreeIndexDetails"),
-        )
-        removed_idx = [
-            IndexMetadata.from_proto(i) for i in indices if draw(st.booleans()) and i.name
-        ]
-        op = CreateIndex(new_indices=[new], removed_indices=removed_idx)
+        op = _create_index(draw, manifest, indices)
     elif kind == "Merge":
-        fields = [LanceField.from_proto(f) for f in manifest.fields]
-        new_id = max([f.id for f in fields] + [-1]) + 1
-        new_field = LanceField(new_id, -1, f"m{new_id}", "int32")
-        merged = []
-        for f in frags:
-            frag = Fragment.from_proto(f)
-            extra = DataFile(
-                path=f"m{new_id}-{frag.id}.lance",
-                fields=(new_id,),
-                column_indices=(0,),
-                file_minor_version=f.files[0].file_minor_version if len(f.files) else 2,
-            )
-            # as pylance's merge_columns: the fragment as the table has it (deletions, row
-            # ids), one data file more
-            merged.append(attrs.evolve(frag, files=(*frag.files, extra)))
-        op = Merge(merged, (*fields, new_field))
+        op = _merge(manifest)
     elif kind == "Project":
-        fields = [LanceField.from_proto(f) for f in manifest.fields]
-        top = [f for f in fields if f.parent_id == -1]
-        keep_top = {f.id for f in draw(st.lists(st.sampled_from(top), min_size=1, unique_by=id))}
-        kept: list[LanceField] = []
-        kept_ids: set[int] = set()
-        for field in fields:
-            if field.id in keep_top or field.parent_id in kept_ids:
-                kept.append(field)
-                kept_ids.add(field.id)
-        op = Project(kept)
+        op = _project(draw, manifest)
     elif kind == "Overwrite":
         fields = [LanceField.from_proto(f) for f in manifest.fields]
         op = Overwrite(
@@ -588,13 +496,172 @@ def valid_transaction(
             config_upsert_values=draw(st.none() | st.dictionaries(_keys, _names, max_size=2)),
         )
     else:  # UpdateBases
-        taken_paths = {b.path for b in manifest.base_paths}
-        taken_names = {b.name for b in manifest.base_paths if b.HasField("name")}
-        name = draw(st.text("xyz", min_size=1, max_size=8).filter(lambda n: n not in taken_names))
-        path = draw(
-            st.text("pqr/", min_size=1, max_size=8)
-            .map(lambda p: f"mem://{p}")
-            .filter(lambda p: p not in taken_paths)
-        )
-        op = UpdateBases([BasePath(0, path, name=name)])
+        op = _update_bases(draw, manifest)
     return Transaction(version, op, uuid=draw(uuids()))
+
+
+def _row_change(
+    draw: Callable[[Any], Any], kind: str, manifest: table_pb2.Manifest
+) -> Delete | Update:
+    """A Delete or an Update (``kind``) removing some fragments of ``manifest`` (which has
+    some) and deleting rows of others."""
+    version = manifest.version
+    frags = list(manifest.fragments)
+    chosen = draw(st.lists(st.sampled_from(frags), min_size=1, max_size=3, unique_by=id))
+    chosen.sort(key=lambda f: f.id)
+    split = draw(st.integers(0, len(chosen)))
+    removed = [f.id for f in chosen[:split]]
+    updated = [_deleted(draw, f, version) for f in chosen[split:] if f.physical_rows > 1]
+    if kind == "Delete":
+        return Delete(updated, removed, predicate=draw(st.sampled_from(["a > 1", "true"])))
+    fields_modified = draw(st.lists(st.sampled_from(_leaf_ids(manifest)), max_size=2))
+    return Update(
+        removed_fragment_ids=removed,
+        updated_fragments=updated,
+        new_fragments=[_new_fragment(draw, manifest) for _ in range(draw(st.integers(0, 2)))],
+        fields_modified=sorted(set(fields_modified)),
+    )
+
+
+def _rewrite(
+    draw: Callable[[Any], Any],
+    manifest: table_pb2.Manifest,
+    indices: Sequence[table_pb2.IndexMetadata],
+) -> Rewrite:
+    """A Rewrite of one group of consecutive fragments of ``manifest`` (which has some)."""
+    frags = list(manifest.fragments)
+    start = draw(st.integers(0, len(frags) - 1))
+    count = draw(st.integers(1, min(3, len(frags) - start)))
+    stable = bool(manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
+    if stable:
+        count = _group_under_same_indices(frags, start, count, indices)
+    olds = [Fragment.from_proto(f) for f in frags[start : start + count]]
+    if stable:  # the rows keep their ids
+        news = [_compacted(draw, manifest, frags[start : start + count])]
+    else:
+        news = [_new_fragment(draw, manifest) for _ in range(draw(st.integers(1, 2)))]
+    return Rewrite([RewriteGroup(olds, news)])
+
+
+def _group_under_same_indices(
+    frags: Sequence[table_pb2.DataFragment],
+    start: int,
+    count: int,
+    indices: Sequence[table_pb2.IndexMetadata],
+) -> int:
+    """How many of the ``count`` fragments from ``start`` one stable-row-id Rewrite group
+    may take: Lance refuses a group that joins fragments an index covers with fragments it
+    does not (the index is not remapped), so the group stops at the first fragment covered
+    by other indices than the group's first."""
+    covered = [index_bitmap(i) for i in indices]
+
+    def covering(fid: int) -> list[bool]:
+        return [bm is not None and fid in bm for bm in covered]
+
+    first = covering(frags[start].id)
+    return next((k for k in range(1, count) if covering(frags[start + k].id) != first), count)
+
+
+def _compacted(
+    draw: Callable[[Any], Any],
+    manifest: table_pb2.Manifest,
+    olds: Sequence[table_pb2.DataFragment],
+) -> Fragment:
+    """The one new fragment of a stable-row-id Rewrite of ``olds``: compaction carries
+    each row's id and versions into it."""
+    row_ids: list[int] = []
+    created: list[tuple[int, int]] = []
+    last: list[tuple[int, int]] = []
+    for f in olds:
+        row_ids.extend(decode_row_id_sequence(f.inline_row_ids))
+        created.extend(decode_version_sequence(f.inline_created_at_versions))
+        last.extend(decode_version_sequence(f.inline_last_updated_at_versions))
+    base = _new_fragment(draw, manifest)
+    return attrs.evolve(
+        base,
+        physical_rows=len(row_ids),
+        row_id_sequence=encode_row_id_sequence(row_ids),
+        created_at_version_sequence=encode_version_sequence(created),
+        last_updated_at_version_sequence=encode_version_sequence(last),
+    )
+
+
+def _update_config(draw: Callable[[Any], Any], manifest: table_pb2.Manifest) -> UpdateConfig:
+    """An UpdateConfig of any of config, table, schema and field metadata."""
+    field_updates = {}
+    ids = _schema_ids(manifest)
+    if ids and draw(st.booleans()):
+        field_updates[draw(st.sampled_from(ids))] = draw(update_maps())
+    return UpdateConfig(
+        config_updates=draw(st.none() | update_maps()),
+        table_metadata_updates=draw(st.none() | update_maps()),
+        schema_metadata_updates=draw(st.none() | update_maps()),
+        field_metadata_updates=field_updates,
+    )
+
+
+def _create_index(
+    draw: Callable[[Any], Any],
+    manifest: table_pb2.Manifest,
+    indices: Sequence[table_pb2.IndexMetadata],
+) -> CreateIndex:
+    """A CreateIndex of a new index on one leaf field over every fragment, removing some
+    named ones of ``indices``."""
+    ids = _leaf_ids(manifest)
+    new = IndexMetadata(
+        uuid=draw(uuids()),
+        name=draw(st.sampled_from(["i1", "i2"])),
+        fields=(draw(st.sampled_from(ids)),),
+        dataset_version=manifest.version,
+        fragment_bitmap=frozenset(f.id for f in manifest.fragments),
+        index_details=IndexDetails("/lance.table.BTreeIndexDetails"),
+    )
+    removed_idx = [IndexMetadata.from_proto(i) for i in indices if draw(st.booleans()) and i.name]
+    return CreateIndex(new_indices=[new], removed_indices=removed_idx)
+
+
+def _merge(manifest: table_pb2.Manifest) -> Merge:
+    """A Merge adding a new int32 column: a data file of it in every fragment."""
+    fields = [LanceField.from_proto(f) for f in manifest.fields]
+    new_id = max([f.id for f in fields] + [-1]) + 1
+    new_field = LanceField(new_id, -1, f"m{new_id}", "int32")
+    merged = []
+    for f in manifest.fragments:
+        frag = Fragment.from_proto(f)
+        extra = DataFile(
+            path=f"m{new_id}-{frag.id}.lance",
+            fields=(new_id,),
+            column_indices=(0,),
+            file_minor_version=f.files[0].file_minor_version if len(f.files) else 2,
+        )
+        # as pylance's merge_columns: the fragment as the table has it (deletions, row
+        # ids), one data file more
+        merged.append(attrs.evolve(frag, files=(*frag.files, extra)))
+    return Merge(merged, (*fields, new_field))
+
+
+def _project(draw: Callable[[Any], Any], manifest: table_pb2.Manifest) -> Project:
+    """A Project keeping some top-level fields (at least one) and their children."""
+    fields = [LanceField.from_proto(f) for f in manifest.fields]
+    top = [f for f in fields if f.parent_id == -1]
+    keep_top = {f.id for f in draw(st.lists(st.sampled_from(top), min_size=1, unique_by=id))}
+    kept: list[LanceField] = []
+    kept_ids: set[int] = set()
+    for field in fields:
+        if field.id in keep_top or field.parent_id in kept_ids:
+            kept.append(field)
+            kept_ids.add(field.id)
+    return Project(kept)
+
+
+def _update_bases(draw: Callable[[Any], Any], manifest: table_pb2.Manifest) -> UpdateBases:
+    """An UpdateBases adding one base path of a new name and path."""
+    taken_paths = {b.path for b in manifest.base_paths}
+    taken_names = {b.name for b in manifest.base_paths if b.HasField("name")}
+    name = draw(st.text("xyz", min_size=1, max_size=8).filter(lambda n: n not in taken_names))
+    path = draw(
+        st.text("pqr/", min_size=1, max_size=8)
+        .map(lambda p: f"mem://{p}")
+        .filter(lambda p: p not in taken_paths)
+    )
+    return UpdateBases([BasePath(0, path, name=name)])

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from txn_engine._proto import table_pb2, transaction_pb2
@@ -233,23 +234,25 @@ def _enc_update_bases(op: UpdateBases, pb: T) -> None:
     pb.update_bases.new_bases.extend(b.to_proto() for b in op.new_bases)
 
 
-_ENCODERS: Mapping[type, Callable[[Any, T], None]] = {
-    Append: _enc_append,
-    Delete: _enc_delete,
-    Overwrite: _enc_overwrite,
-    CreateIndex: _enc_create_index,
-    Rewrite: _enc_rewrite,
-    Merge: _enc_merge,
-    Restore: _enc_restore,
-    ReserveFragments: _enc_reserve,
-    Update: _enc_update,
-    Project: _enc_project,
-    UpdateConfig: _enc_update_config,
-    DataReplacement: _enc_data_replacement,
-    UpdateMemWalState: _enc_mem_wal,
-    Clone: _enc_clone,
-    UpdateBases: _enc_update_bases,
-}
+_ENCODERS: Mapping[type, Callable[[Any, T], None]] = MappingProxyType(
+    {
+        Append: _enc_append,
+        Delete: _enc_delete,
+        Overwrite: _enc_overwrite,
+        CreateIndex: _enc_create_index,
+        Rewrite: _enc_rewrite,
+        Merge: _enc_merge,
+        Restore: _enc_restore,
+        ReserveFragments: _enc_reserve,
+        Update: _enc_update,
+        Project: _enc_project,
+        UpdateConfig: _enc_update_config,
+        DataReplacement: _enc_data_replacement,
+        UpdateMemWalState: _enc_mem_wal,
+        Clone: _enc_clone,
+        UpdateBases: _enc_update_bases,
+    }
+)
 
 
 def encode_operation(op: Operation, pb: T) -> None:
@@ -444,27 +447,29 @@ def _dec_clone(pb: T) -> Clone:
     )
 
 
-_DECODERS: Mapping[str, Callable[[T], Operation]] = {
-    "append": _dec_append,
-    "delete": _dec_delete,
-    "overwrite": _dec_overwrite,
-    "create_index": _dec_create_index,
-    "rewrite": _dec_rewrite,
-    "merge": _dec_merge,
-    "restore": lambda pb: Restore(pb.restore.version),
-    "reserve_fragments": lambda pb: ReserveFragments(pb.reserve_fragments.num_fragments),
-    "update": _dec_update,
-    "project": lambda pb: Project(
-        _fields(pb.project.schema), preserves_nullability=pb.project.preserves_nullability
-    ),
-    "update_config": _dec_update_config,
-    "data_replacement": _dec_data_replacement,
-    "update_mem_wal_state": _dec_mem_wal,
-    "clone": _dec_clone,
-    "update_bases": lambda pb: UpdateBases(
-        tuple(BasePath.from_proto(b) for b in pb.update_bases.new_bases)
-    ),
-}
+_DECODERS: Mapping[str, Callable[[T], Operation]] = MappingProxyType(
+    {
+        "append": _dec_append,
+        "delete": _dec_delete,
+        "overwrite": _dec_overwrite,
+        "create_index": _dec_create_index,
+        "rewrite": _dec_rewrite,
+        "merge": _dec_merge,
+        "restore": lambda pb: Restore(pb.restore.version),
+        "reserve_fragments": lambda pb: ReserveFragments(pb.reserve_fragments.num_fragments),
+        "update": _dec_update,
+        "project": lambda pb: Project(
+            _fields(pb.project.schema), preserves_nullability=pb.project.preserves_nullability
+        ),
+        "update_config": _dec_update_config,
+        "data_replacement": _dec_data_replacement,
+        "update_mem_wal_state": _dec_mem_wal,
+        "clone": _dec_clone,
+        "update_bases": lambda pb: UpdateBases(
+            tuple(BasePath.from_proto(b) for b in pb.update_bases.new_bases)
+        ),
+    }
+)
 
 
 def _arm_kind(arm: str) -> str:
@@ -474,7 +479,7 @@ def _arm_kind(arm: str) -> str:
 
 
 #: The ``Transaction.operation`` oneof arm -> the operation kind it decodes to.
-ARM_KINDS: Mapping[str, str] = {arm: _arm_kind(arm) for arm in _DECODERS}
+ARM_KINDS: Mapping[str, str] = MappingProxyType({arm: _arm_kind(arm) for arm in _DECODERS})
 
 
 def operation_kind_of(pb: T) -> str | None:

@@ -30,6 +30,8 @@ The Spark data source checks its DataFrame's schema with the same :func:`is_loss
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -38,19 +40,21 @@ from txn_engine.errors import SchemaMismatchError
 
 __all__ = ["check_schema", "conform", "is_lossless"]
 
-_INT_BITS = {
-    "int8": (8, True),
-    "int16": (16, True),
-    "int32": (32, True),
-    "int64": (64, True),
-    "uint8": (8, False),
-    "uint16": (16, False),
-    "uint32": (32, False),
-    "uint64": (64, False),
-}
-_FLOAT_MANTISSA = {"halffloat": 11, "float": 24, "double": 53}
-_FLOAT_ORDER = ["halffloat", "float", "double"]
-_TS_ORDER = ["s", "ms", "us", "ns"]
+_INT_BITS: Mapping[str, tuple[int, bool]] = MappingProxyType(
+    {
+        "int8": (8, True),
+        "int16": (16, True),
+        "int32": (32, True),
+        "int64": (64, True),
+        "uint8": (8, False),
+        "uint16": (16, False),
+        "uint32": (32, False),
+        "uint64": (64, False),
+    }
+)
+_FLOAT_MANTISSA: Mapping[str, int] = MappingProxyType({"halffloat": 11, "float": 24, "double": 53})
+_FLOAT_ORDER: tuple[str, ...] = ("halffloat", "float", "double")
+_TS_ORDER: tuple[str, ...] = ("s", "ms", "us", "ns")
 
 
 def _family(t: pa.DataType) -> str | None:

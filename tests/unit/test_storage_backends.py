@@ -605,6 +605,25 @@ def test_fsspec_memory_lock_is_shared_per_store() -> None:
     c = private_memfs()
     assert _memory_lock(a) is _memory_lock(b)
     assert _memory_lock(a) is not _memory_lock(c)
+    assert _memory_lock(c) is _memory_lock(c)
+
+
+def test_fsspec_memory_lock_is_the_stores_not_the_sessions() -> None:
+    """The store is process-wide, so its lock is too: a fresh session takes the same one
+    (else two sessions could create one path at once); a private store's filesystem still
+    pickles (the lock is no part of its state)."""
+    import pickle
+
+    from txn_engine import session
+
+    shared = MemoryFileSystem(skip_instance_cache=True)
+    private = private_memfs()
+    before = (_memory_lock(shared), _memory_lock(private))
+    with session.using(session.Session()):
+        assert (_memory_lock(shared), _memory_lock(private)) == before
+    private.pipe_file("/x", b"1")
+    copy = pickle.loads(pickle.dumps(private))
+    assert copy.cat_file("/x") == b"1"
 
 
 def test_fsspec_local_matches_local_storage(tmp_path: Path) -> None:
@@ -1044,11 +1063,13 @@ def test_is_storage_checks_the_protocol_and_remembers_only_a_yes(tmp_path: Path)
     """``is_storage`` answers as ``isinstance(x, Storage)`` (the runtime protocol check,
     10-25 us) and remembers a class once an instance of it passed; an object that lacks
     the methods is never remembered, so ``open_storage`` still refuses it."""
+    from txn_engine import session
     from txn_engine.storage import base
 
+    known = session.current().part(base.StorageClasses).known
     st = LocalStorage(str(tmp_path))
     assert base.is_storage(st)
-    assert LocalStorage in base._STORAGE_TYPES
+    assert LocalStorage in known
     assert base.is_storage(MemoryStorage())
 
     class NotAStore:
@@ -1056,7 +1077,7 @@ def test_is_storage_checks_the_protocol_and_remembers_only_a_yes(tmp_path: Path)
             return b""
 
     assert not base.is_storage(NotAStore())
-    assert NotAStore not in base._STORAGE_TYPES
+    assert NotAStore not in known
     with pytest.raises(InvalidStorageArgumentError):
         open_storage(NotAStore())  # type: ignore[arg-type]
     assert open_storage(st) is st

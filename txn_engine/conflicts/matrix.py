@@ -277,7 +277,7 @@ _Y, _R, _X = COMPATIBLE, RETRYABLE, INCOMPATIBLE
 # Merge, Restore, ReserveFragments, Update, Project, UpdateConfig, DataReplacement,
 # UpdateMemWalState, Clone, UpdateBases (= OPERATION_KINDS; a test checks they agree; a pair
 # of kinds without a rule is treated as incompatible by detection).
-_ROWS: dict[str, tuple[Rule, ...]] = {
+_ROWS: Mapping[str, tuple[Rule, ...]] = MappingProxyType({
     #                    App Del Ovw  CIdx Rwr Mrg Rst Rsv Upd Prj Cfg DRep MemW Cln Bas
     "Append":           (_Y, _Y, _X, _Y, _Y, N1, _X, _Y, _Y, N1, _Y, _Y, _X, _Y, _Y),
     "Delete":           (_Y, D1, _X, _Y, O1, _R, _X, _Y, D1, _Y, _Y, O1, _X, _Y, _Y),
@@ -294,7 +294,7 @@ _ROWS: dict[str, tuple[Rule, ...]] = {
     "UpdateMemWalState":(_X, _X, _X, _Y, _Y, _X, _X, _Y, M2, _X, _Y, _X, M3, _X, _Y),
     "Clone":            (_Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y),
     "UpdateBases":      (_Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, B1),
-}  # fmt: skip
+})  # fmt: skip
 
 
 #: The kinds the matrix has rules for (rows and columns, in this order).

@@ -31,6 +31,8 @@ import secrets
 import struct
 import sys
 from array import array
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Literal
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -81,7 +83,7 @@ ARROW_EXPANSION_FLOOR = 4 << 20
 _ARROW = table_pb2.DeletionFile.ARROW_ARRAY
 _BITMAP = table_pb2.DeletionFile.BITMAP
 _SCHEMA = pa.schema([pa.field("row_id", pa.uint32(), nullable=False)])
-_EXT = {_ARROW: "arrow", _BITMAP: "bin"}
+_EXT: Mapping[int, str] = MappingProxyType({_ARROW: "arrow", _BITMAP: "bin"})
 
 
 def deletion_file_path(fragment_id: int, deletion_file: table_pb2.DeletionFile) -> str:

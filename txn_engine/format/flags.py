@@ -7,7 +7,8 @@ Flags are recomputed from content on every commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 from txn_engine._proto import table_pb2
 from txn_engine.errors import UnsupportedFeatureError
@@ -42,16 +43,19 @@ FLAG_DATA_OVERLAYS = 64
 #: pylance 14: an index with covering fields (IndexMetadata.covering_fields).
 FLAG_COVERING_INDEX = 128
 
-FLAG_NAMES = {
-    FLAG_DELETION_FILES: "deletion_files",
-    FLAG_STABLE_ROW_IDS: "stable_row_ids",
-    FLAG_USE_V2_FORMAT_DEPRECATED: "use_v2_format_deprecated",
-    FLAG_TABLE_CONFIG: "table_config",
-    FLAG_BASE_PATHS: "base_paths",
-    FLAG_DISABLE_TRANSACTION_FILE: "disable_transaction_file",
-    FLAG_DATA_OVERLAYS: "data_overlays",
-    FLAG_COVERING_INDEX: "covering_index",
-}
+#: Lance's name of each feature flag bit.
+FLAG_NAMES: Mapping[int, str] = MappingProxyType(
+    {
+        FLAG_DELETION_FILES: "deletion_files",
+        FLAG_STABLE_ROW_IDS: "stable_row_ids",
+        FLAG_USE_V2_FORMAT_DEPRECATED: "use_v2_format_deprecated",
+        FLAG_TABLE_CONFIG: "table_config",
+        FLAG_BASE_PATHS: "base_paths",
+        FLAG_DISABLE_TRANSACTION_FILE: "disable_transaction_file",
+        FLAG_DATA_OVERLAYS: "data_overlays",
+        FLAG_COVERING_INDEX: "covering_index",
+    }
+)
 
 #: Bits this library understands: 1..32 and 128 (covering indices, carried through
 #: untouched). 64 (data overlays) and every bit above 128 are refused.

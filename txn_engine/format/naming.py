@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import attrs
 
+from txn_engine import session
 from txn_engine.errors import MixedNamingSchemeError, TxnEngineError
 from txn_engine.storage.base import Storage, get_bounded
 from txn_engine.storage.local import LocalStorage
@@ -173,10 +174,11 @@ def detect_scheme(names: Sequence[str]) -> NamingScheme | None:
 # speed: no Python object per name on the hot path of a dataset with many versions.
 # ---- a carrier's beacon ------------------------------------------------------------------
 
-#: A carrier (``txn_engine.carrier``) keeps ``_versions/.txn-engine-carrier-{expiry ms:020d}-
-#: {token}`` while it runs: not a manifest (Lance, like txn_engine, takes only ``*.manifest``
-#: names there, beside its own ``latest_version_hint.json``), and first in a listing in byte
-#: order ('.' sorts before digits), so every listing of the versions shows it.
+#: A carrier (``txn_engine.contention.carrier``) keeps
+#: ``_versions/.txn-engine-carrier-{expiry ms:020d}-{token}`` while it runs: not a manifest
+#: (Lance, like txn_engine, takes only ``*.manifest`` names there, beside its own
+#: ``latest_version_hint.json``), and first in a listing in byte order ('.' sorts before
+#: digits), so every listing of the versions shows it.
 BEACON_PREFIX = ".txn-engine-carrier-"
 #: How long a carrier's beacon says it runs (seconds); a new one every third of it.
 BEACON_SECONDS = 10.0
@@ -186,11 +188,25 @@ _BEACON = r"\.txn-engine-carrier-([0-9]{20})-([0-9a-f]{32})"
 _BEACON_NAME = re.compile(_BEACON, re.ASCII)
 #: beacon names in a listing joined by NULs (as :func:`scan_versions` joins it)
 _BEACONS = re.compile(rf"(?<=\x00){_BEACON}(?=\x00)", re.ASCII)
-_beacons: dict[str, int] = {}
-#: per table, the newest beacon expiry a vain wait has discredited (a crashed carrier's
-#: beacon stays listed until it expires; a running carrier's next beacon expires later)
-_discredited: dict[str, int] = {}
-_beacons_lock = threading.Lock()
+
+
+class SeenBeacons:
+    """What a session's listings showed of carriers' beacons (its part of a
+    :class:`~txn_engine.session.Session`), per table URI."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        #: per table, the expiry (Unix ms) of the live beacon its last listing showed
+        self.live: dict[str, int] = {}
+        #: per table, the newest beacon expiry a vain wait has discredited (a crashed
+        #: carrier's beacon stays listed until it expires; a running carrier's next beacon
+        #: expires later)
+        self.discredited: dict[str, int] = {}
+
+
+def _seen() -> SeenBeacons:
+    """The beacons the current session saw."""
+    return session.current().part(SeenBeacons)
 
 
 def beacon_name(expires_ms: int, token: str) -> str:
@@ -228,11 +244,12 @@ def beacon_dead(name: str, mtime_ns: int | None, wall_ns: int, store_ns: int | N
 
 def live_beacons(uri: str, names: Iterable[str]) -> list[tuple[int, str]]:
     """The ``(expiry ms, token)`` of the beacons among ``names`` that are live: believed
-    (:func:`_believed`), and not discredited in this process by a vain wait
+    (:func:`_believed`), and not discredited in the current session by a vain wait
     (:func:`forget_beacon`)."""
     now_ms = time.time() * 1000
-    with _beacons_lock:
-        floor = _discredited.get(uri, 0)
+    seen = _seen()
+    with seen.lock:
+        floor = seen.discredited.get(uri, 0)
     found = (_BEACON_NAME.fullmatch(name) for name in names)
     return [
         (int(m.group(1)), m.group(2))
@@ -242,27 +259,29 @@ def live_beacons(uri: str, names: Iterable[str]) -> list[tuple[int, str]]:
 
 
 def _note_beacons(uri: str, text: str) -> tuple[str, ...]:
-    """Remember, for this process, whether a listing of ``uri``'s versions (names joined
-    by NULs) showed a live carrier's beacon; returns the beacons' names."""
+    """Remember, for the current session, whether a listing of ``uri``'s versions (names
+    joined by NULs) showed a live carrier's beacon; returns the beacons' names."""
     found = list(_BEACONS.finditer(text)) if BEACON_PREFIX in text else []
     now_ms = time.time() * 1000
-    with _beacons_lock:
-        floor = _discredited.get(uri, 0)
+    seen = _seen()
+    with seen.lock:
+        floor = seen.discredited.get(uri, 0)
         live = max(
             (e for e in (int(m.group(1)) for m in found) if _believed(e, now_ms, floor)), default=0
         )
         if live:
-            _beacons[uri] = live
+            seen.live[uri] = live
         else:
-            _beacons.pop(uri, None)
+            seen.live.pop(uri, None)
     return tuple(m.group(0) for m in found)
 
 
 def carrier_beacon(uri: str) -> bool:
-    """Whether the last listing of ``uri``'s versions in this process showed a carrier's
-    beacon that is still live."""
-    with _beacons_lock:
-        expires = _beacons.get(uri)
+    """Whether the last listing of ``uri``'s versions in the current session showed a
+    carrier's beacon that is still live."""
+    seen = _seen()
+    with seen.lock:
+        expires = seen.live.get(uri)
     return expires is not None and expires > time.time() * 1000
 
 
@@ -270,10 +289,11 @@ def forget_beacon(uri: str) -> None:
     """A wait for ``uri``'s carrier was vain: drop its beacon, and do not believe it (nor an
     older one) again when a listing shows it (a carrier that crashed leaves its beacon until
     it expires; a running one replaces it with a later one within a few seconds)."""
-    with _beacons_lock:
-        expires = _beacons.pop(uri, None)
+    seen = _seen()
+    with seen.lock:
+        expires = seen.live.pop(uri, None)
         if expires is not None:
-            _discredited[uri] = max(expires, _discredited.get(uri, 0))
+            seen.discredited[uri] = max(expires, seen.discredited.get(uri, 0))
 
 
 _V2_STEMS = re.compile(r"\x00([0-9]{20})\.manifest(?=\x00)", re.ASCII)

@@ -67,6 +67,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
+from types import MappingProxyType
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -109,31 +110,41 @@ _PLAIN = file_pb2.PLAIN
 _VAR_BINARY = file_pb2.VAR_BINARY
 _DICTIONARY = file_pb2.DICTIONARY
 
-_PRIMITIVES: dict[str, pa.DataType] = {
-    "null": pa.null(),
-    "bool": pa.bool_(),
-    "int8": pa.int8(),
-    "uint8": pa.uint8(),
-    "int16": pa.int16(),
-    "uint16": pa.uint16(),
-    "int32": pa.int32(),
-    "uint32": pa.uint32(),
-    "int64": pa.int64(),
-    "uint64": pa.uint64(),
-    "halffloat": pa.float16(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "string": pa.string(),
-    "large_string": pa.large_string(),
-    "binary": pa.binary(),
-    "large_binary": pa.large_binary(),
-    "date32:day": pa.date32(),
-    "date64:ms": pa.date64(),
-}
-_PRIMITIVE_NAMES: dict[pa.DataType, str] = {t: name for name, t in _PRIMITIVES.items()}
-if hasattr(pa, "string_view"):  # pyarrow >= 16; pylance stores views as their plain type
-    _PRIMITIVE_NAMES[pa.string_view()] = "string"
-    _PRIMITIVE_NAMES[pa.binary_view()] = "binary"
+_PRIMITIVES: Mapping[str, pa.DataType] = MappingProxyType(
+    {
+        "null": pa.null(),
+        "bool": pa.bool_(),
+        "int8": pa.int8(),
+        "uint8": pa.uint8(),
+        "int16": pa.int16(),
+        "uint16": pa.uint16(),
+        "int32": pa.int32(),
+        "uint32": pa.uint32(),
+        "int64": pa.int64(),
+        "uint64": pa.uint64(),
+        "halffloat": pa.float16(),
+        "float": pa.float32(),
+        "double": pa.float64(),
+        "string": pa.string(),
+        "large_string": pa.large_string(),
+        "binary": pa.binary(),
+        "large_binary": pa.large_binary(),
+        "date32:day": pa.date32(),
+        "date64:ms": pa.date64(),
+    }
+)
+
+
+def _primitive_names() -> Mapping[pa.DataType, str]:
+    """The name of each primitive Arrow type (built once, for :data:`_PRIMITIVE_NAMES`)."""
+    names = {t: name for name, t in _PRIMITIVES.items()}
+    if hasattr(pa, "string_view"):  # pyarrow >= 16; pylance stores views as their plain type
+        names[pa.string_view()] = "string"
+        names[pa.binary_view()] = "binary"
+    return MappingProxyType(names)
+
+
+_PRIMITIVE_NAMES = _primitive_names()
 _VAR_BINARY_NAMES = frozenset({"string", "large_string", "binary", "large_binary"})
 _UNITS = frozenset({"s", "ms", "us", "ns"})
 # Rust's `u32::from_str`: an optional '+', then ASCII digits.

@@ -23,6 +23,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qs
 
 from txn_engine.errors import InvalidStorageArgumentError, StorageError, TxnEngineError
 from txn_engine.redact import redact_text
@@ -34,7 +35,6 @@ from txn_engine.storage.external import (
     InMemoryManifestStore,
     ManifestLocation,
     ManifestStore,
-    open_dynamodb_storage,
 )
 from txn_engine.storage.fsspec_store import (
     FSSPEC_CAPABILITIES,
@@ -109,7 +109,7 @@ def open_storage(
       table is :data:`txn_engine.storage.options.OPTIONS`), the same set pylance takes;
       the older fsspec spellings (``key``, ``secret``, ``endpoint_url``, ``client_kwargs``)
       are accepted as aliases. Before the first manifest create on such a store, the store
-      is probed once per process for real conditional-write support
+      is probed once per session for real conditional-write support
       (AtomicityUnsupportedError if it has none; opt out with
       ``txn_engine_unsafe_no_atomicity_check="true"`` or ``unsafe=True``);
     * any other scheme → :class:`FsspecStorage` over
@@ -243,3 +243,38 @@ def _open_fsspec(
     return FsspecStorage(
         fs, uri, commit_lock=commit_lock, unsafe=unsafe, uri=uri, check_atomicity=check_atomicity
     )
+
+
+def open_dynamodb_storage(
+    uri: str, storage_options: Mapping[str, Any] | None = None
+) -> ExternalManifestStorage:
+    """Open ``s3+ddb://bucket/path?ddbTableName=TABLE`` as Lance does: S3 for the bytes
+    (through :func:`~txn_engine.storage.open_storage`, so obstore by default), DynamoDB
+    table ``TABLE`` for commits.
+
+    ``storage_options`` are Lance's S3 options (``aws_access_key_id``,
+    ``aws_secret_access_key``, ``aws_endpoint``, ``aws_region``, ``allow_http``, ...; the
+    older s3fs spellings ``key``/``secret``/``endpoint_url``/``client_kwargs`` are aliases)
+    plus ``dynamodb_endpoint`` (default: env ``DYNAMODB_ENDPOINT``, else AWS). The DynamoDB
+    client reuses the keys and the region. The S3 store is not probed for conditional
+    writes: manifests are never created on it directly.
+    """
+    head, _, query = uri.partition("?")
+    if not head.startswith("s3+ddb://"):
+        raise InvalidStorageArgumentError(f"not an s3+ddb:// URI: {uri!r}")
+    tables = parse_qs(query).get("ddbTableName")
+    if not tables or not tables[0]:
+        raise InvalidStorageArgumentError(
+            f"{uri!r} needs the DynamoDB table as a query parameter: ?ddbTableName=TABLE"
+        )
+    options = resolve_options("s3", storage_options)
+    endpoint = options.get("dynamodb_endpoint") or os.environ.get("DYNAMODB_ENDPOINT")
+    store = DynamoDBManifestStore(
+        tables[0],
+        endpoint_url=endpoint,
+        region_name=options.get("aws_region") or options.get("aws_default_region"),
+        aws_access_key_id=options.get("aws_access_key_id"),
+        aws_secret_access_key=options.get("aws_secret_access_key"),
+    )
+    s3_uri = "s3://" + head[len("s3+ddb://") :]
+    return ExternalManifestStorage(open_storage(s3_uri, storage_options, unsafe=True), store)

@@ -1,4 +1,4 @@
-"""The once-per-process check that an object store really refuses a second create.
+"""The once-per-session check that an object store really refuses a second create.
 
 A store (or a proxy, gateway or S3-compatible server in front of it) that ignores
 ``If-None-Match`` / generation preconditions lets two writers both "win" the same version:
@@ -18,15 +18,24 @@ import uuid
 from collections.abc import Callable, Hashable
 from typing import Final
 
+from txn_engine import session
 from txn_engine.errors import AtomicityUnsupportedError, ObjectExistsError, StorageError
 
 __all__ = ["PROBE_DIR", "ensure_conditional_create", "forget_probes"]
 
 PROBE_DIR: Final = "_txn_engine/probe"
 
-_proven: set[Hashable] = set()
-_locks: dict[Hashable, threading.Lock] = {}
-_guard = threading.Lock()
+
+class ProvenStores:
+    """What a session knows of the stores it probed (its part of a
+    :class:`~txn_engine.session.Session`): the keys whose probe passed, and one lock per
+    key so that concurrent first creates on one store probe it once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.proven: set[Hashable] = set()
+        self.key_locks: dict[Hashable, threading.Lock] = {}
+
 
 HINT: Final = (
     "Commit through the external manifest store instead (s3+ddb://bucket/path?ddbTableName=T, "
@@ -37,9 +46,11 @@ HINT: Final = (
 
 
 def forget_probes() -> None:
-    """Forget every proven store (tests; a store whose configuration changed)."""
-    with _guard:
-        _proven.clear()
+    """Forget every store the current session proved (tests; a store whose configuration
+    changed)."""
+    stores = session.current().part(ProvenStores)
+    with stores.lock:
+        stores.proven.clear()
 
 
 def ensure_conditional_create(
@@ -48,19 +59,20 @@ def ensure_conditional_create(
     create: Callable[[str, bytes], None],
     delete: Callable[[str], None],
 ) -> None:
-    """Prove once per process per ``key`` that ``create`` (a create-if-absent on the store,
+    """Prove once per session per ``key`` that ``create`` (a create-if-absent on the store,
     taking a dataset-relative path) refuses an existing object.
 
     ``where`` names the store in messages (no secrets). Raises AtomicityUnsupportedError if
     the second create succeeded, StorageError (never ObjectExistsError or
     AmbiguousWriteError, which the commit loop would misread) if the probe itself failed.
     """
-    if key in _proven:
+    stores = session.current().part(ProvenStores)
+    if key in stores.proven:
         return
-    with _guard:
-        lock = _locks.setdefault(key, threading.Lock())
+    with stores.lock:
+        lock = stores.key_locks.setdefault(key, threading.Lock())
     with lock:
-        if key in _proven:
+        if key in stores.proven:
             return
         path = f"{PROBE_DIR}/{uuid.uuid4().hex}"
         enforced = False
@@ -89,4 +101,5 @@ def ensure_conditional_create(
                 "(If-None-Match / generation preconditions), so concurrent commits would "
                 f"silently overwrite each other. {HINT}"
             )
-        _proven.add(key)
+        with stores.lock:
+            stores.proven.add(key)

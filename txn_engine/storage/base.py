@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from txn_engine import session
 from txn_engine.errors import LimitExceededError
 
 __all__ = [
@@ -137,18 +138,25 @@ def get_bounded(storage: Storage, path: str, max_bytes: int, *, what: str | None
     return data
 
 
-_STORAGE_TYPES: set[type] = set()
+class StorageClasses:
+    """The classes whose instances a session found to be :class:`Storage` (its part of a
+    :class:`~txn_engine.session.Session`). No lock: a set's ``in`` and ``add`` are atomic,
+    and two threads adding the same class add it once."""
+
+    def __init__(self) -> None:
+        self.known: set[type] = set()
 
 
 def is_storage(obj: object) -> bool:
-    """``isinstance(obj, Storage)``, remembered per class once true: a runtime-checkable
-    protocol check looks up every method (10-25 us), and the commit path asks it several
-    times per commit with the same storage classes."""
+    """``isinstance(obj, Storage)``, remembered per class (in the current session) once
+    true: a runtime-checkable protocol check looks up every method (10-25 us), and the
+    commit path asks it several times per commit with the same storage classes."""
     cls = type(obj)
-    if cls in _STORAGE_TYPES:
+    known = session.current().part(StorageClasses).known
+    if cls in known:
         return True
     if isinstance(obj, Storage):
-        _STORAGE_TYPES.add(cls)
+        known.add(cls)
         return True
     return False
 

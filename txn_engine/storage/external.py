@@ -52,7 +52,6 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
-from urllib.parse import parse_qs
 
 import attrs
 
@@ -76,7 +75,6 @@ __all__ = [
     "ManifestLocation",
     "ManifestStore",
     "default_base_uri",
-    "open_dynamodb_storage",
 ]
 
 VERSIONS_DIR: Final = "_versions"
@@ -673,44 +671,3 @@ class ExternalManifestStorage:
             return list(self.inner.list(prefix))
         self.commit_handler.finish_pending()
         return [n for n in self.inner.list(prefix) if not is_staging_manifest_name(n)]
-
-
-# ---- s3+ddb:// ----------------------------------------------------------------------------------
-
-
-def open_dynamodb_storage(
-    uri: str, storage_options: Mapping[str, Any] | None = None
-) -> ExternalManifestStorage:
-    """Open ``s3+ddb://bucket/path?ddbTableName=TABLE`` as Lance does: S3 for the bytes
-    (through :func:`~txn_engine.storage.open_storage`, so obstore by default), DynamoDB
-    table ``TABLE`` for commits.
-
-    ``storage_options`` are Lance's S3 options (``aws_access_key_id``,
-    ``aws_secret_access_key``, ``aws_endpoint``, ``aws_region``, ``allow_http``, ...; the
-    older s3fs spellings ``key``/``secret``/``endpoint_url``/``client_kwargs`` are aliases)
-    plus ``dynamodb_endpoint`` (default: env ``DYNAMODB_ENDPOINT``, else AWS). The DynamoDB
-    client reuses the keys and the region. The S3 store is not probed for conditional
-    writes: manifests are never created on it directly.
-    """
-    head, _, query = uri.partition("?")
-    if not head.startswith("s3+ddb://"):
-        raise InvalidStorageArgumentError(f"not an s3+ddb:// URI: {uri!r}")
-    tables = parse_qs(query).get("ddbTableName")
-    if not tables or not tables[0]:
-        raise InvalidStorageArgumentError(
-            f"{uri!r} needs the DynamoDB table as a query parameter: ?ddbTableName=TABLE"
-        )
-    from txn_engine.storage import open_storage
-    from txn_engine.storage.options import resolve_options
-
-    options = resolve_options("s3", storage_options)
-    endpoint = options.get("dynamodb_endpoint") or os.environ.get("DYNAMODB_ENDPOINT")
-    store = DynamoDBManifestStore(
-        tables[0],
-        endpoint_url=endpoint,
-        region_name=options.get("aws_region") or options.get("aws_default_region"),
-        aws_access_key_id=options.get("aws_access_key_id"),
-        aws_secret_access_key=options.get("aws_secret_access_key"),
-    )
-    s3_uri = "s3://" + head[len("s3+ddb://") :]
-    return ExternalManifestStorage(open_storage(s3_uri, storage_options, unsafe=True), store)

@@ -32,6 +32,7 @@ import importlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from types import MappingProxyType
 from typing import Any, Final
 
 from txn_engine.errors import (
@@ -78,18 +79,20 @@ class Atomicity(enum.Enum):
     """No atomic create: needs a commit lock or ``unsafe=True``."""
 
 
-FSSPEC_CAPABILITIES: Final[Mapping[str, tuple[str, Atomicity]]] = {
-    "file": ("fsspec", Atomicity.LOCAL_LINK),
-    "local": ("fsspec", Atomicity.LOCAL_LINK),
-    "memory": ("fsspec", Atomicity.LOCKED_CREATE),
-    "s3": ("s3fs", Atomicity.CONDITIONAL_PUT),
-    "s3a": ("s3fs", Atomicity.CONDITIONAL_PUT),
-    "gs": ("gcsfs", Atomicity.CONDITIONAL_PUT),
-    "gcs": ("gcsfs", Atomicity.CONDITIONAL_PUT),
-    "az": ("adlfs", Atomicity.CONDITIONAL_PUT),
-    "abfs": ("adlfs", Atomicity.CONDITIONAL_PUT),
-    "abfss": ("adlfs", Atomicity.CONDITIONAL_PUT),
-}
+FSSPEC_CAPABILITIES: Final[Mapping[str, tuple[str, Atomicity]]] = MappingProxyType(
+    {
+        "file": ("fsspec", Atomicity.LOCAL_LINK),
+        "local": ("fsspec", Atomicity.LOCAL_LINK),
+        "memory": ("fsspec", Atomicity.LOCKED_CREATE),
+        "s3": ("s3fs", Atomicity.CONDITIONAL_PUT),
+        "s3a": ("s3fs", Atomicity.CONDITIONAL_PUT),
+        "gs": ("gcsfs", Atomicity.CONDITIONAL_PUT),
+        "gcs": ("gcsfs", Atomicity.CONDITIONAL_PUT),
+        "az": ("adlfs", Atomicity.CONDITIONAL_PUT),
+        "abfs": ("adlfs", Atomicity.CONDITIONAL_PUT),
+        "abfss": ("adlfs", Atomicity.CONDITIONAL_PUT),
+    }
+)
 """protocol → (package the filesystem class must come from, capability)."""
 
 
@@ -117,18 +120,36 @@ def atomicity_of(fs: Any) -> Atomicity:
     return atomicity
 
 
-# One lock per fsspec memory store (instances created with global_store=True share one).
-_memory_locks: dict[int, threading.Lock] = {}
-_memory_locks_guard = threading.Lock()
+# The lock of an fsspec memory store is not a session's: the store is process-wide
+# (instances made with global_store=True share the dict MemoryFileSystem.store), so two
+# sessions holding different locks for it would create the same path at once. A dict takes
+# no attribute, so the lock hangs on the object that holds the store as its attribute
+# ``store``: the MemoryFileSystem class for the shared store, the instance for one made with
+# global_store=False. It lives and dies with the store (an ``id()`` key could be reused).
+_STORE_LOCK: Final = "_txn_engine_store_lock"
+# Makes the first creation of a store's lock atomic; holds nothing itself (never rebound).
+_STORE_LOCK_CREATION: Final = threading.Lock()
+
+
+def _store_owner(fs: Any) -> Any:
+    """The object whose attribute ``store`` is the store ``fs`` writes: ``fs`` itself or
+    the class (in ``fs``'s MRO) that defines it."""
+    if "store" in vars(fs):
+        return fs
+    return next((cls for cls in type(fs).__mro__ if "store" in vars(cls)), fs)
 
 
 def _memory_lock(fs: Any) -> threading.Lock:
-    key = id(fs.store)
-    with _memory_locks_guard:
-        lock = _memory_locks.get(key)
-        if lock is None:
-            lock = _memory_locks[key] = threading.Lock()
-        return lock
+    """The process-wide lock of the fsspec memory store of ``fs`` (made on first use)."""
+    owner = _store_owner(fs)
+    lock: threading.Lock | None = vars(owner).get(_STORE_LOCK)
+    if lock is None:
+        with _STORE_LOCK_CREATION:
+            lock = vars(owner).get(_STORE_LOCK)
+            if lock is None:
+                lock = threading.Lock()
+                setattr(owner, _STORE_LOCK, lock)
+    return lock
 
 
 def _ambiguous_types() -> tuple[type[BaseException], ...]:
@@ -220,10 +241,11 @@ class FsspecStorage:
     ``uri`` overrides what :attr:`uri` reports (default: ``root`` as given).
 
     On object stores (:attr:`Atomicity.CONDITIONAL_PUT`) the first ``put_if_absent`` per
-    (filesystem class, endpoint, root) in the process first proves that the server enforces
-    the precondition: it creates one probe object under ``_txn_engine/probe/`` twice and
-    deletes it; if the second create succeeds (a proxy or S3-compatible server that drops
-    ``If-None-Match``), :class:`~txn_engine.errors.AtomicityUnsupportedError` is raised.
+    (filesystem class, endpoint, root) in the current session first proves that the server
+    enforces the precondition: it creates one probe object under ``_txn_engine/probe/``
+    twice and deletes it; if the second create succeeds (a proxy or S3-compatible server
+    that drops ``If-None-Match``), :class:`~txn_engine.errors.AtomicityUnsupportedError` is
+    raised.
     ``check_atomicity=False`` or ``unsafe=True`` skips the probe.
     """
 
@@ -332,7 +354,7 @@ class FsspecStorage:
                 self._write_plain(full, data)
 
     def _probe_key(self) -> tuple[str, ...]:
-        """(class, endpoint, root): one probe per store, bucket and prefix per process."""
+        """(class, endpoint, root): one probe per store, bucket and prefix per session."""
         options = getattr(self._fs, "storage_options", None) or {}
         client_kwargs = options.get("client_kwargs") or {}
         endpoint = (

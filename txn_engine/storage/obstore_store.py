@@ -28,8 +28,10 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
+from txn_engine import session
 from txn_engine.errors import (
     AmbiguousWriteError,
     InvalidStorageArgumentError,
@@ -47,7 +49,7 @@ from txn_engine.storage.options import StorageOptions, resolve_options, store_ki
 
 __all__ = ["ObstoreStorage", "is_backend_failure", "obstore_available"]
 
-_GS_SCHEMES = {"gs": "gs", "gcs": "gs"}
+_GS_SCHEMES: Mapping[str, str] = MappingProxyType({"gs": "gs", "gcs": "gs"})
 _CLIENT_ERROR = re.compile(r"status code: 4\d\d")
 _SAS_QUERY = re.compile(
     r"([?&](?:sig|se|sp|sv|st|spr|srt|ss|skoid|sktid|X-Amz-Signature|X-Amz-Credential|"
@@ -87,13 +89,21 @@ def _exceptions() -> Any:
     return importlib.import_module("obstore.exceptions")
 
 
-#: obstore clients by (store class, URL, configuration): building one costs ~5 ms (TLS
-#: setup), more than a request to a nearby store, and a client is thread-safe and holds a
-#: connection pool, so every ``open_storage`` of the same table with the same options shares
-#: one. Bounded; ``skip_instance_cache=true`` (fsspec's switch) asks for a client of its own.
-_CLIENTS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-_CLIENTS_LOCK = threading.Lock()
+#: How many obstore clients a session keeps (the least recently used one goes first).
 _CLIENTS_MAX = 64
+
+
+class SharedClients:
+    """A session's obstore clients by (store class, URL, configuration) (its part of a
+    :class:`~txn_engine.session.Session`): building one costs ~5 ms (TLS setup), more than a
+    request to a nearby store, and a client is thread-safe and holds a connection pool, so
+    every ``open_storage`` of the same table with the same options in one session shares
+    one. Bounded (:data:`_CLIENTS_MAX`); ``skip_instance_cache=true`` (fsspec's switch)
+    asks for a client of its own."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.clients: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
 
 def _frozen(value: Any) -> Any:
@@ -109,21 +119,23 @@ def _truthy_option(value: Any) -> bool:
 
 
 def _client(cls: Any, url: str, kwargs: Mapping[str, Any], *, fresh: bool) -> Any:
-    """The obstore client for ``url`` with ``kwargs`` (shared unless ``fresh``)."""
+    """The obstore client for ``url`` with ``kwargs`` (shared in the current session unless
+    ``fresh``)."""
     if fresh:
         return cls.from_url(url, **kwargs)
     key = (cls, url, _frozen(kwargs))
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(key)
+    shared = session.current().part(SharedClients)
+    with shared.lock:
+        client = shared.clients.get(key)
         if client is not None:
-            _CLIENTS.move_to_end(key)
+            shared.clients.move_to_end(key)
             return client
     client = cls.from_url(url, **kwargs)
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.setdefault(key, client)
-        _CLIENTS.move_to_end(key)
-        while len(_CLIENTS) > _CLIENTS_MAX:
-            _CLIENTS.popitem(last=False)
+    with shared.lock:
+        client = shared.clients.setdefault(key, client)
+        shared.clients.move_to_end(key)
+        while len(shared.clients) > _CLIENTS_MAX:
+            shared.clients.popitem(last=False)
     return client
 
 
@@ -298,8 +310,8 @@ class ObstoreStorage:
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Create ``path`` iff absent (conditional put); ObjectExistsError if it exists.
 
-        The first call per store, bucket and prefix in this process probes that the store
-        enforces the precondition (AtomicityUnsupportedError if it does not)."""
+        The first call per store, bucket and prefix in the current session probes that the
+        store enforces the precondition (AtomicityUnsupportedError if it does not)."""
         check_path(path)
         if not self._unsafe:
             ensure_conditional_create(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final, Literal
 
 import attrs
@@ -60,16 +61,18 @@ StoreKind = Literal["s3", "gcs", "azure"]
 BACKEND_OPTION: Final = "txn_engine_backend"
 UNSAFE_OPTION: Final = "txn_engine_unsafe_no_atomicity_check"
 
-_SCHEME_KIND: Final[Mapping[str, StoreKind]] = {
-    "s3": "s3",
-    "s3a": "s3",
-    "gs": "gcs",
-    "gcs": "gcs",
-    "az": "azure",
-    "abfs": "azure",
-    "abfss": "azure",
-    "adl": "azure",
-}
+_SCHEME_KIND: Final[Mapping[str, StoreKind]] = MappingProxyType(
+    {
+        "s3": "s3",
+        "s3a": "s3",
+        "gs": "gcs",
+        "gcs": "gcs",
+        "az": "azure",
+        "abfs": "azure",
+        "abfss": "azure",
+        "adl": "azure",
+    }
+)
 
 #: azurite's well-known development account (public, documented by Microsoft); used for
 #: ``azure_storage_use_emulator`` exactly as object_store does.
@@ -211,53 +214,55 @@ OPTIONS: Final[tuple[OptionSpec, ...]] = (
 """Every accepted option, in Lance's spelling; see the module docstring."""
 
 #: fsspec-only spellings: accepted (and passed through) with ``txn_engine_backend="fsspec"``.
-_FSSPEC_ONLY: Final[Mapping[str, frozenset[str]]] = {
-    "s3": frozenset(
-        {
-            "client_kwargs",
-            "config_kwargs",
-            "s3_additional_kwargs",
-            "anon",
-            "use_ssl",
-            "skip_instance_cache",
-            "use_listings_cache",
-            "default_block_size",
-            "profile",
-            "username",
-            "password",
-            "version_aware",
-            "cache_regions",
-            "asynchronous",
-            "loop",
-        }
-    ),
-    "azure": frozenset(
-        {
-            "connection_string",
-            "credential",
-            "anon",
-            "account_host",
-            "skip_instance_cache",
-            "use_listings_cache",
-            "asynchronous",
-            "loop",
-        }
-    ),
-    "gcs": frozenset(
-        {
-            "token",
-            "project",
-            "endpoint_url",
-            "access",
-            "consistency",
-            "requester_pays",
-            "skip_instance_cache",
-            "use_listings_cache",
-            "asynchronous",
-            "loop",
-        }
-    ),
-}
+_FSSPEC_ONLY: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
+    {
+        "s3": frozenset(
+            {
+                "client_kwargs",
+                "config_kwargs",
+                "s3_additional_kwargs",
+                "anon",
+                "use_ssl",
+                "skip_instance_cache",
+                "use_listings_cache",
+                "default_block_size",
+                "profile",
+                "username",
+                "password",
+                "version_aware",
+                "cache_regions",
+                "asynchronous",
+                "loop",
+            }
+        ),
+        "azure": frozenset(
+            {
+                "connection_string",
+                "credential",
+                "anon",
+                "account_host",
+                "skip_instance_cache",
+                "use_listings_cache",
+                "asynchronous",
+                "loop",
+            }
+        ),
+        "gcs": frozenset(
+            {
+                "token",
+                "project",
+                "endpoint_url",
+                "access",
+                "consistency",
+                "requester_pays",
+                "skip_instance_cache",
+                "use_listings_cache",
+                "asynchronous",
+                "loop",
+            }
+        ),
+    }
+)
 
 _SECRET_WORDS: Final = ("secret", "password", "token", "credential", "sas", "connection_string")
 
@@ -284,7 +289,7 @@ def store_kind(scheme: str) -> StoreKind | None:
     return _SCHEME_KIND.get(scheme.lower())
 
 
-_BY_NAME: Final[Mapping[str, OptionSpec]] = {spec.name: spec for spec in OPTIONS}
+_BY_NAME: Final[Mapping[str, OptionSpec]] = MappingProxyType({spec.name: spec for spec in OPTIONS})
 
 
 def _lookup(kind: StoreKind, name: str) -> OptionSpec | None:

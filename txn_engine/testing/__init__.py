@@ -31,6 +31,8 @@ imported without hypothesis installed.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from txn_engine.testing.fault_storage import FAULT_KINDS, LANDING_FAULTS, ChaosStorage, fault_rules
@@ -101,11 +103,13 @@ __all__ = [
     "read_journals",
 ]
 
-_LAZY = {
-    "WritersMachine": "txn_engine.testing.machine",
-    "Planner": "txn_engine.testing.machine",
-    "find_failure": "txn_engine.testing.machine",
-}
+_LAZY: Mapping[str, str] = MappingProxyType(
+    {
+        "WritersMachine": "txn_engine.testing.machine",
+        "Planner": "txn_engine.testing.machine",
+        "find_failure": "txn_engine.testing.machine",
+    }
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -30,9 +30,9 @@ from typing import Any
 
 import txn_engine as te
 from benchmarks import object_stores as ob
+from txn_engine.contention.offers import CARRIER_KEY
 from txn_engine.format.io import read_transaction_and_manifest
 from txn_engine.format.naming import list_versions
-from txn_engine.offers import CARRIER_KEY
 
 _START: Any = None
 _DONE: Any = None

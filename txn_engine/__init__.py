@@ -3,8 +3,9 @@
 Layers, bottom to top (a module imports only from its own layer or those below it;
 ``tests/unit/test_layers.py`` enforces this map, ``docs/architecture.md`` explains it)::
 
-    0  errors, retry, clock, jsontext, redact, _proto, _version
-                           foundations: one error tree, retry policy, the clock seam
+    0  errors, retry, clock, session, jsontext, redact, _proto, _version
+                           foundations: one error tree, retry policy, the clock seam,
+                           the session (what the library remembers between calls)
     1  storage, storetime  Storage protocol and backends; store-stamped time
     2  format              manifest files, naming, deletion files, refs, schema, flags
     3  model, ops, transaction, codec, interop, schema_check
@@ -13,11 +14,13 @@ Layers, bottom to top (a module imports only from its own layer or those below i
     4  builder, dataset, leases, changes
                            pure manifest builder, the read API, leases, the change feed
     5  conflicts           the conflict matrix as data, detection, planner, rebase, isolation
-    6  commit, committer, carrier, offers, retention, verify
-                           the commit loop, group commit, contention, cleanup, history checks
-    7  api, writers, testing, spark, namespace
-                           what users call: te.open(uri) and its writer calls, fragment
-                           writers, test tooling, the Spark source, namespaces
+    6  loop, contention, commit, committer, retention, verify
+                           the commit loop, contention behind its seam (offers, carriers),
+                           commit, group commit, cleanup, history checks
+    7  api, plans, writers, testing, spark, namespace
+                           what users call: te.open(uri) and its writer calls (planned by
+                           plans), fragment writers, test tooling, the Spark source,
+                           namespaces
     8  apps                the command line and the stress run
 
 The public names are listed in ``docs/api.md``.
@@ -29,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from txn_engine import errors as errors
 from txn_engine import interop as interop
+from txn_engine import session as session
 from txn_engine import writers as writers
 from txn_engine._version import __version__ as __version__
 from txn_engine.api import Table as Table
 from txn_engine.api import open as open
-from txn_engine.carrier import Carrier as Carrier
 from txn_engine.codec import transaction_from_proto as transaction_from_proto
 from txn_engine.codec import transaction_to_proto as transaction_to_proto
 from txn_engine.commit import CommitResult as CommitResult
@@ -42,6 +45,7 @@ from txn_engine.commit import find_transaction as find_transaction
 from txn_engine.commit import replan_and_commit as replan_and_commit
 from txn_engine.committer import Committer as Committer
 from txn_engine.conflicts.rebase import ConflictOptions as ConflictOptions
+from txn_engine.contention.carrier import Carrier as Carrier
 from txn_engine.dataset import Dataset as Dataset
 from txn_engine.errors import SchemaMismatchError as SchemaMismatchError
 from txn_engine.format.naming import NamingScheme as NamingScheme
@@ -86,6 +90,7 @@ from txn_engine.ops import operation_kind as operation_kind
 from txn_engine.retention import cleanup as cleanup
 from txn_engine.retention import plan_cleanup as plan_cleanup
 from txn_engine.retry import RetryPolicy as RetryPolicy
+from txn_engine.session import Session as Session
 from txn_engine.storage import open_storage as open_storage
 from txn_engine.transaction import Transaction as Transaction
 
@@ -134,6 +139,7 @@ __all__ = [
     "RewriteGroup",
     "RewrittenIndex",
     "SchemaMismatchError",
+    "Session",
     "Table",
     "Transaction",
     "Update",
@@ -153,6 +159,7 @@ __all__ = [
     "operation_kind",
     "plan_cleanup",
     "replan_and_commit",
+    "session",
     "transaction_from_proto",
     "transaction_to_proto",
     "writers",

@@ -36,16 +36,15 @@ imports without it.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import functools
 import json
 import os
 import time
 import uuid as uuid_module
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
-from pyroaring import BitMap64
 
 from txn_engine._proto import table_pb2
 from txn_engine.commit import CommitResult, commit, replan_and_commit
@@ -58,7 +57,6 @@ from txn_engine.errors import (
     StorageError,
     TxnEngineError,
 )
-from txn_engine.format.flags import FLAG_STABLE_ROW_IDS
 from txn_engine.format.refs import (
     Branch,
     Tag,
@@ -68,8 +66,13 @@ from txn_engine.format.refs import (
     list_tags,
     read_branch,
 )
-from txn_engine.format.rowids import encode_row_id_sequence
-from txn_engine.interop import as_fragments, as_index, as_transaction
+from txn_engine.interop import (
+    as_fields,
+    as_fragments,
+    as_index,
+    as_transaction,
+    schema_metadata_of,
+)
 from txn_engine.leases import MAX_LEASE_TTL
 from txn_engine.model import Fragment, IndexDetails, IndexMetadata, LanceField
 from txn_engine.ops import (
@@ -85,8 +88,22 @@ from txn_engine.ops import (
     UpdateConfig,
     UpdateMap,
 )
+from txn_engine.plans import (
+    FRAG_REUSE,
+    delete_plan,
+    digest,
+    dropped,
+    indexed,
+    lance_module,
+    paths,
+    remaps_indices,
+    to_arrow,
+    update_plan,
+    with_inserted,
+)
 from txn_engine.retry import RetryPolicy
 from txn_engine.schema_check import conform
+from txn_engine.session import Session, current, using
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 from txn_engine.transaction import Transaction
@@ -112,14 +129,18 @@ def _planning(what: str) -> Iterator[None]:
         raise InvalidOperationError(f"{what}: pylance refused the plan: {exc}") from exc
 
 
-def _lance(module: str = "lance") -> Any:
-    """A pylance module (untyped on purpose: planning code passes pylance objects along)."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:  # pragma: no cover - the package extra is documented
-        raise InvalidOperationError(
-            "this call plans with pylance: install it (pip install 'txn_engine[lance]')"
-        ) from exc
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def _in_session(method: _M) -> _M:
+    """Run a :class:`Table` method in the handle's session."""
+
+    @functools.wraps(method)
+    def run(self: Table, *args: Any, **kwargs: Any) -> Any:
+        with using(self.session):
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 class Table:
@@ -140,7 +161,9 @@ class Table:
     line is untouched. ``lease_ttl``: seconds each call's lease lives past each renewal
     (renewed every third of it while the call runs): a call whose process stalls for longer
     (a GC pause, a stopped VM) gets LeaseExpiredError before its commit instead of landing
-    a version whose files a cleanup may have removed.
+    a version whose files a cleanup may have removed. ``session``: the
+    :class:`~txn_engine.session.Session` every call of the handle uses (default: the one
+    current when the handle is made).
     """
 
     def __init__(
@@ -156,7 +179,30 @@ class Table:
         transaction_file: bool = False,
         lease_ttl: float = 600.0,
         isolation: str | None = None,
+        session: Session | None = None,
     ) -> None:
+        #: the session every call of the handle runs in (default: the one current here)
+        self.session = session or current()
+        with using(self.session):
+            self._setup(uri, branch, storage_options, lance_storage_options, lease_ttl)
+        self.retry_policy = retry_policy
+        self.commit_retry_policy = commit_retry_policy
+        # "snapshot" (default) or "serializable" (docs/conflicts.md, Isolation)
+        self.conflict_options = options_for(
+            conflict_options, isolation, self._uri, self._lance_options
+        )
+        self.transaction_file = transaction_file
+        self.lease_ttl = lease_ttl
+
+    def _setup(
+        self,
+        uri: _Uri | Storage,
+        branch: str | None,
+        storage_options: Mapping[str, Any] | None,
+        lance_storage_options: Mapping[str, str] | None,
+        lease_ttl: float,
+    ) -> None:
+        """Check the options; open the table's storage (its branch's, with ``branch``)."""
         if not 0 < lease_ttl <= MAX_LEASE_TTL:
             raise InvalidOperationError(
                 f"lease_ttl must be seconds above 0 and at most {MAX_LEASE_TTL:g}, "
@@ -181,14 +227,6 @@ class Table:
         if lance_storage_options is None and storage_options is not None:
             lance_storage_options = {str(k): str(v) for k, v in storage_options.items()}
         self._lance_options = dict(lance_storage_options) if lance_storage_options else None
-        self.retry_policy = retry_policy
-        self.commit_retry_policy = commit_retry_policy
-        # issue 46: "snapshot" (default) or "serializable" (docs/conflicts.md, Isolation)
-        self.conflict_options = options_for(
-            conflict_options, isolation, self._uri, self._lance_options
-        )
-        self.transaction_file = transaction_file
-        self.lease_ttl = lease_ttl
 
     # ------------------------------------------------------------------ reading
 
@@ -202,18 +240,21 @@ class Table:
         """The branch this handle reads and commits (None: the main line)."""
         return self._branch
 
+    @_in_session
     def dataset(self, version: int | None = None) -> Dataset:
         """The txn_engine :class:`Dataset` at ``version`` (default: latest)."""
         return Dataset.open(self._storage, version=version)
 
     @property
+    @_in_session
     def version(self) -> int:
         """The latest version now in storage."""
         return self.dataset().latest_version()
 
+    @_in_session
     def to_lance(self, version: int | None = None) -> Any:
         """pylance's ``LanceDataset`` at ``version`` (default: latest), for reading."""
-        lance = _lance()
+        lance = lance_module()
         with _planning("open"):
             return lance.dataset(
                 self._uri,
@@ -221,12 +262,14 @@ class Table:
                 storage_options=self._lance_options,
             )
 
+    @_in_session
     def to_table(self, **scan: Any) -> Any:
         """The latest version read by pylance as a ``pyarrow.Table`` (``scan``: pylance's
         ``to_table`` arguments, e.g. ``filter="id < 10"``)."""
         with _planning("read"):
             return self.to_lance().to_table(**scan)
 
+    @_in_session
     def changes(
         self,
         start_version: int,
@@ -253,6 +296,7 @@ class Table:
             lance_storage_options=self._lance_options,
         )
 
+    @_in_session
     def changes_since(
         self, version: int, *, columns: Sequence[str] | None = None, reader: bool = False
     ) -> Any:
@@ -319,7 +363,7 @@ class Table:
 
     def _create(self, data: Any, schema: Any, what: str) -> CommitResult:
         """Create the dataset (read version 0) from ``data``."""
-        write_fragments = _lance("lance.fragment").write_fragments
+        write_fragments = lance_module("lance.fragment").write_fragments
 
         with _planning(what):
             txn = write_fragments(
@@ -340,6 +384,7 @@ class Table:
 
     # ------------------------------------------------------------------ data
 
+    @_in_session
     def append(
         self,
         data: Any,
@@ -358,8 +403,8 @@ class Table:
         with ``allow_lossy_cast=True`` such columns are cast value by value and the call
         still fails if a value does not fit.
         """
-        table = _to_arrow(data)
-        write_fragments = _lance("lance.fragment").write_fragments
+        table = to_arrow(data)
+        write_fragments = lance_module("lance.fragment").write_fragments
 
         def plan(snapshot: Dataset, lds: Any) -> Operation:
             conformed = conform(table, snapshot.schema, allow_lossy_cast=allow_lossy_cast)
@@ -375,6 +420,7 @@ class Table:
             if_missing=None if self._branch else lambda: self._create(table, None, "append"),
         )
 
+    @_in_session
     def overwrite(
         self,
         data: Any,
@@ -385,8 +431,8 @@ class Table:
         """Replace the table's rows and schema with ``data`` (creates the dataset if there
         is none). Indices are dropped; the config is kept. Columns whose name exists keep
         their field id, as pylance does."""
-        table = _to_arrow(data)
-        write_fragments = _lance("lance.fragment").write_fragments
+        table = to_arrow(data)
+        write_fragments = lance_module("lance.fragment").write_fragments
 
         def plan(snapshot: Dataset, lds: Any) -> Operation:
             txn = write_fragments(
@@ -406,6 +452,7 @@ class Table:
             if_missing=None if self._branch else lambda: self._create(table, schema, "overwrite"),
         )
 
+    @_in_session
     def delete(
         self, predicate: str, *, properties: Mapping[str, str] | None = None
     ) -> CommitResult:
@@ -418,7 +465,7 @@ class Table:
         """
 
         def plan(snapshot: Dataset, lds: Any) -> Operation:
-            updated, removed, affected = _delete_plan(lds, predicate)
+            updated, removed, affected = delete_plan(lds, predicate)
             return Delete(
                 updated_fragments=updated,
                 deleted_fragment_ids=removed,
@@ -428,6 +475,7 @@ class Table:
 
         return self._run("delete", plan, properties=properties)
 
+    @_in_session
     def update(
         self,
         values: Mapping[str, str],
@@ -446,11 +494,12 @@ class Table:
             raise InvalidOperationError("update: give at least one column to set")
 
         def plan(snapshot: Dataset, lds: Any) -> Operation:
-            return _update_plan(lds, snapshot, values, where, self._lance_options)
+            return update_plan(lds, snapshot, values, where, self._lance_options)
 
         read = {READ_PREDICATE: where or "", **(properties or {})}  # what it read (issue 46)
         return self._run("update", plan, properties=read)
 
+    @_in_session
     def merge_insert(
         self,
         data: Any,
@@ -477,7 +526,7 @@ class Table:
         re-planned and updates the row the first inserted.
         """
         keys = [on] if isinstance(on, str) else list(on)
-        table = _to_arrow(data)
+        table = to_arrow(data)
 
         def plan(snapshot: Dataset, lds: Any) -> Transaction:
             from txn_engine.conflicts.upsert import inserted_rows_filter
@@ -502,13 +551,14 @@ class Table:
             op = txn.operation
             if when_not_matched_insert_all and isinstance(op, Update):
                 record, hashes = inserted_rows_filter(lds, snapshot, table, keys)
-                op = _with_inserted(op, record, hashes)
+                op = with_inserted(op, record, hashes)
             return Transaction(snapshot.version, op, properties=properties or {})
 
         return self._run("merge_insert", plan)
 
     # ------------------------------------------------------------------ layout
 
+    @_in_session
     def compact(
         self,
         *,
@@ -542,9 +592,9 @@ class Table:
         empty: list[bool] = []
 
         def plan(snapshot: Dataset, lds: Any) -> Operation:
-            Compaction = _lance("lance.optimize").Compaction
+            Compaction = lance_module("lance.optimize").Compaction
 
-            remap = _remaps_indices(snapshot)
+            remap = remaps_indices(snapshot)
             opts = {**options, "defer_index_remap": True} if remap else options
             results = [task.execute(lds) for task in Compaction.plan(lds, opts).tasks]
             groups = [
@@ -556,14 +606,14 @@ class Table:
             if not groups:
                 empty.append(True)
             old_ids = {f.id for g in groups for f in g.old_fragments}
-            if not remap or not _indexed(snapshot, old_ids):
+            if not remap or not indexed(snapshot, old_ids):
                 return Rewrite(groups)
             return self._deferred_remap(snapshot, groups, results)
 
         # nothing to compact: answer without committing an empty Rewrite
         probe = self.dataset()
         lds = self.to_lance(probe.version)
-        Compaction = _lance("lance.optimize").Compaction
+        Compaction = lance_module("lance.optimize").Compaction
 
         with _planning("compact"):
             if not Compaction.plan(lds, options).tasks:
@@ -598,12 +648,12 @@ class Table:
                 )
             entry.groups.add(
                 changed_row_addrs=bytes(addrs),
-                old_fragments=[_digest(f) for f in group.old_fragments],
-                new_fragments=[_digest(f) for f in news],
+                old_fragments=[digest(f) for f in group.old_fragments],
+                new_fragments=[digest(f) for f in news],
             )
         reuse = IndexMetadata(
             uuid=str(uuid_module.uuid4()),
-            name=_FRAG_REUSE,
+            name=FRAG_REUSE,
             fields=(),
             dataset_version=reserved.version,
             fragment_bitmap=[f.id for g in placed for f in g.new_fragments],
@@ -615,6 +665,7 @@ class Table:
         )
         return Rewrite(placed, frag_reuse_index=reuse)
 
+    @_in_session
     def add_columns(
         self,
         transforms: Mapping[str, str] | Callable[[Any], Any],
@@ -639,10 +690,12 @@ class Table:
                 frags.append(as_fragments([meta])[0])
             if schema is None:
                 raise InvalidOperationError("add_columns: the table has no fragments")
-            return Merge(frags, schema)
+            # pylance's LanceSchema, converted here (its metadata too, as pylance's Merge)
+            return Merge(frags, as_fields(schema), schema_metadata_of(schema))
 
         return self._run("add_columns", plan, properties=properties)
 
+    @_in_session
     def drop_columns(
         self, columns: Sequence[str], *, properties: Mapping[str, str] | None = None
     ) -> CommitResult:
@@ -652,17 +705,18 @@ class Table:
 
         def plan(snapshot: Dataset, _lds: Any) -> Operation:
             fields = snapshot.manifest_pb.fields
-            paths = _paths(fields)
-            missing = sorted(c for c in drop if c not in paths.values())
+            by_id = paths(fields)
+            missing = sorted(c for c in drop if c not in by_id.values())
             if missing:
                 raise InvalidOperationError(f"drop_columns: no column(s) {missing} in the table")
-            kept = [LanceField.from_proto(f) for f in fields if not _dropped(paths[f.id], drop)]
+            kept = [LanceField.from_proto(f) for f in fields if not dropped(by_id[f.id], drop)]
             if not any(f.parent_id == -1 for f in kept):
                 raise InvalidOperationError("drop_columns: cannot drop every column")
             return Project(tuple(kept))
 
         return self._run("drop_columns", plan, with_lance=False, properties=properties)
 
+    @_in_session
     def create_index(
         self,
         column: str | Sequence[str],
@@ -699,6 +753,7 @@ class Table:
 
     # ------------------------------------------------------------------ versions and config
 
+    @_in_session
     def restore(self, version: int, *, properties: Mapping[str, str] | None = None) -> CommitResult:
         """Make the content of ``version`` the newest version (later versions stay)."""
 
@@ -711,6 +766,7 @@ class Table:
 
         return self._run("restore", plan, with_lance=False, properties=properties)
 
+    @_in_session
     def update_config(
         self,
         upserts: Mapping[str, str | None] | None = None,
@@ -749,10 +805,12 @@ class Table:
 
     # ------------------------------------------------------------------ tags and branches
 
+    @_in_session
     def tags(self) -> list[Tag]:
         """Every tag (``_refs/tags/``, pylance's too), sorted by name."""
         return list_tags(self._root)
 
+    @_in_session
     def create_tag(
         self, name: str, version: int | None = None, *, metadata: Mapping[str, str] | None = None
     ) -> Tag:
@@ -768,14 +826,17 @@ class Table:
         target = self.version if version is None else version
         return create_tag(self._root, name, target, metadata=metadata)
 
+    @_in_session
     def delete_tag(self, name: str) -> None:
         """Delete tag ``name`` (the version stays). VersionNotFoundError if none."""
         delete_tag(self._root, name)
 
+    @_in_session
     def branches(self) -> list[Branch]:
         """Every branch of the dataset (``_refs/branches/``), sorted by name."""
         return list_branches(self._root)
 
+    @_in_session
     def create_branch(self, name: str, version: int | None = None) -> Table:
         """Create branch ``name`` from ``version`` (default: the latest) of this handle's
         line and return a handle on it. The branch is created by pylance
@@ -790,7 +851,7 @@ class Table:
         if name in {b.name for b in list_branches(self._root)}:
             # (pylance 14 fails with an internal error here)
             raise InvalidOperationError(f"create_branch: branch {name!r} already exists")
-        lance = _lance()
+        lance = lance_module()
         target = self.version if version is None else version
         # VersionNotFoundError / InvalidOperationError here, not pylance's "Dataset at path
         # ... was not found" (a StorageError) for version 0 or 2**63
@@ -814,6 +875,7 @@ class Table:
             commit_retry_policy=self.commit_retry_policy,
             conflict_options=self.conflict_options,
             transaction_file=self.transaction_file,
+            session=self.session,
         )
 
 
@@ -829,6 +891,7 @@ def open(
     transaction_file: bool = False,
     lease_ttl: float = 600.0,
     isolation: str | None = None,
+    session: Session | None = None,
 ) -> Table:
     """A :class:`Table` writer handle on the dataset at ``uri`` (which need not exist yet:
     ``append`` / ``overwrite`` create it). With ``branch``, the handle reads and commits
@@ -845,141 +908,5 @@ def open(
         transaction_file=transaction_file,
         lease_ttl=lease_ttl,
         isolation=isolation,
+        session=session,
     )
-
-
-# ---- planning helpers ---------------------------------------------------------------------
-
-
-_FRAG_REUSE = "__lance_frag_reuse"
-_SYSTEM_INDICES = frozenset({_FRAG_REUSE, "__lance_mem_wal"})
-
-
-def _remaps_indices(snapshot: Dataset) -> bool:
-    """Whether compacting this version keeps indices by a deferred remap (the fragment
-    reuse record). Not under stable row ids, where pylance 14 refuses it: the builder then
-    takes the compacted fragments out of each index's coverage (queries scan them)."""
-    stable = bool(snapshot.manifest.reader_feature_flags & FLAG_STABLE_ROW_IDS)
-    return not stable and any(i.name not in _SYSTEM_INDICES for i in snapshot.indices)
-
-
-def _indexed(snapshot: Dataset, fragment_ids: set[int]) -> bool:
-    """Whether a (non-system) index covers one of ``fragment_ids``."""
-    return any(
-        i.name not in _SYSTEM_INDICES and i.fragment_bitmap and i.fragment_bitmap & fragment_ids
-        for i in snapshot.indices
-    )
-
-
-def _digest(fragment: Fragment) -> table_pb2.FragmentReuseIndexDetails.FragmentDigest:
-    deleted = fragment.deletion_file.num_deleted_rows if fragment.deletion_file else 0
-    return table_pb2.FragmentReuseIndexDetails.FragmentDigest(
-        id=fragment.id, physical_rows=fragment.physical_rows, num_deleted_rows=deleted
-    )
-
-
-def _to_arrow(data: Any) -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    if isinstance(data, pa.Table):
-        return data
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if hasattr(data, "to_arrow"):
-        return data.to_arrow()
-    if hasattr(data, "__arrow_c_stream__"):
-        return pa.table(data)
-    if isinstance(data, Mapping):
-        return pa.table(dict(data))
-    raise InvalidOperationError(
-        f"expected a pyarrow.Table, RecordBatch or a dict of columns, got {type(data).__name__}"
-    )
-
-
-def _matching_rows(lds: Any, predicate: str | None) -> BitMap64:
-    """Row addresses of the live rows matching ``predicate`` (all rows when None)."""
-    table = lds.to_table(columns=[], filter=predicate, with_row_address=True)
-    return BitMap64(table.column("_rowaddr").to_pylist())
-
-
-def _delete_plan(
-    lds: Any, predicate: str | None
-) -> tuple[tuple[Fragment, ...], tuple[int, ...], BitMap64]:
-    """(updated fragments, removed fragment ids, affected row addresses) of deleting the
-    rows matching ``predicate`` from the fragments that hold some."""
-    affected = _matching_rows(lds, predicate)
-    touched = sorted({addr >> 32 for addr in affected})
-    updated: list[Fragment] = []
-    removed: list[int] = []
-    for fid in touched:
-        frag = lds.get_fragment(fid)
-        meta = frag.delete(predicate) if predicate is not None else None
-        if meta is None:
-            removed.append(fid)
-        else:
-            updated.append(as_fragments([meta])[0])
-    return tuple(updated), tuple(removed), affected
-
-
-def _update_plan(
-    lds: Any,
-    snapshot: Dataset,
-    values: Mapping[str, str],
-    where: str | None,
-    storage_options: Mapping[str, str] | None,
-) -> Update:
-    import pyarrow as pa
-
-    write_fragments = _lance("lance.fragment").write_fragments
-
-    schema = snapshot.schema
-    unknown = [c for c in values if c not in schema.names]
-    if unknown:
-        raise InvalidOperationError(f"update: no column(s) {unknown} in the table")
-    exprs = {name: values.get(name, _quote(name)) for name in schema.names}
-    stable = bool(snapshot.manifest_pb.reader_feature_flags & FLAG_STABLE_ROW_IDS)
-    scanned = lds.to_table(columns=exprs, filter=where, with_row_id=stable)
-    rows = pa.Table.from_arrays(
-        [scanned.column(n).cast(schema.field(n).type) for n in schema.names], schema=schema
-    )
-    updated, removed, affected = _delete_plan(lds, where if where is not None else "true")
-    new: tuple[Fragment, ...] = ()
-    if rows.num_rows:
-        txn = write_fragments(rows, lds, return_transaction=True, storage_options=storage_options)
-        op = as_transaction(txn).operation
-        new = op.fragments  # type: ignore[union-attr]
-        if stable:  # the rewritten rows keep their stable row ids, as pylance's update does
-            ids = scanned.column("_rowid").to_pylist()
-            kept: list[Fragment] = []
-            for frag in new:
-                part, ids = ids[: frag.physical_rows], ids[frag.physical_rows :]
-                kept.append(attrs.evolve(frag, row_id_sequence=encode_row_id_sequence(part)))
-            new = tuple(kept)
-    ids = {f.name: f.id for f in snapshot.manifest_pb.fields if f.parent_id == -1}
-    return Update(
-        removed_fragment_ids=removed,
-        updated_fragments=updated,
-        new_fragments=new,
-        fields_modified=sorted(ids[c] for c in values),
-        affected_rows=affected,
-    )
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"' if not name.isidentifier() else name
-
-
-def _with_inserted(op: Update, record: bytes | None, hashes: frozenset[int]) -> Update:
-    return attrs.evolve(op, inserted_rows=record, inserted_key_hashes=hashes)
-
-
-def _paths(fields: Any) -> dict[int, str]:
-    """Field id -> dotted name path."""
-    out: dict[int, str] = {}
-    for f in fields:
-        out[f.id] = f.name if f.parent_id == -1 else f"{out[f.parent_id]}.{f.name}"
-    return out
-
-
-def _dropped(path: str, drop: set[str]) -> bool:
-    return any(path == d or path.startswith(d + ".") for d in drop)

@@ -56,6 +56,7 @@ import attrs
 
 from txn_engine.commit import CommitResult, commit
 from txn_engine.conflicts.rebase import ConflictOptions
+from txn_engine.contention.offers import can_carry
 from txn_engine.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -64,11 +65,11 @@ from txn_engine.errors import (
     TxnEngineError,
     VersionNotFoundError,
 )
-from txn_engine.interop import as_transaction
+from txn_engine.interop import as_transaction, is_pylance
 from txn_engine.leases import Lease, lease
-from txn_engine.offers import can_carry
 from txn_engine.ops import Append
 from txn_engine.retry import RetryPolicy
+from txn_engine.session import Session, bind, current, using
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
@@ -94,6 +95,8 @@ class Committer:
     * ``repin_after`` / ``idle_release``: seconds after which the lease the committer holds
       is moved up to the oldest queued read version / released when nothing is queued
       (defaults 30 and 1): how long a committer may keep cleanup from removing versions.
+    * ``session``: the :class:`~txn_engine.session.Session` its commits use (default: the
+      one current when it is made).
 
     Use it as a context manager, or call :meth:`close` when done: queued transactions are
     still committed, then the worker stops. :meth:`submit` after close raises
@@ -111,6 +114,7 @@ class Committer:
         repin_after: float = 30.0,
         idle_release: float = 1.0,
         transaction_file: bool = False,
+        session: Session | None = None,
     ) -> None:
         if type(max_group) is not int or max_group < 1:
             raise InvalidOperationError(f"max_group must be an integer >= 1, got {max_group!r}")
@@ -120,7 +124,10 @@ class Committer:
                 raise InvalidOperationError(
                     f"{name} must be a number of seconds from 0 to {_MAX_WAIT:g}, got {seconds!r}"
                 )
-        self._storage = open_storage(uri_or_storage, storage_options)
+        #: the session its commits run in (default: the one current where it is made)
+        self.session = session or current()
+        with using(self.session):
+            self._storage = open_storage(uri_or_storage, storage_options)
         self._policy = retry_policy
         self._options = conflict_options
         self._transaction_file = transaction_file
@@ -142,19 +149,15 @@ class Committer:
     # ---- public ---------------------------------------------------------------------------
 
     def submit(self, transaction: Transaction) -> Future[CommitResult]:
-        """Queue ``transaction``; the Future gives its CommitResult or raises its error."""
+        """Queue ``transaction`` (a txn_engine Transaction, or pylance's own, converted
+        here); the Future gives its CommitResult or raises its error."""
         return self.submit_all([transaction])[0]
 
     def submit_all(self, transactions: Sequence[Transaction]) -> list[Future[CommitResult]]:
         """Queue ``transactions`` together, in order (the worker sees all of them at once,
-        so consecutive Appends among them land in one version); one Future each."""
-        for transaction in transactions:
-            if not isinstance(transaction, Transaction):
-                raise InvalidOperationError(
-                    "Committer.submit takes a txn_engine.Transaction, got "
-                    f"{type(transaction).__name__}"
-                )
-            as_transaction(transaction)  # its read version is a version number
+        so consecutive Appends among them land in one version); one Future each. A pylance
+        ``Transaction`` is converted here (:func:`txn_engine.interop.as_transaction`)."""
+        transactions = [_entering(transaction) for transaction in transactions]
         futures: list[Future[CommitResult]] = [Future() for _ in transactions]
         with self._cv:
             if self._closed:
@@ -162,7 +165,7 @@ class Committer:
             self._queue.extend(_Pending(t, f) for t, f in zip(transactions, futures, strict=True))
             if self._worker is None:
                 self._worker = threading.Thread(
-                    target=self._run, name="txn_engine-committer", daemon=True
+                    target=bind(self.session, self._run), name="txn_engine-committer", daemon=True
                 )
                 self._worker.start()
             self._cv.notify()
@@ -377,6 +380,17 @@ def _settle_copy(copy: _Pending, first: _Pending) -> None:
         copy.future.set_exception(error)
     else:
         copy.future.set_result(attrs.evolve(first.future.result(0), already_committed=True))
+
+
+def _entering(transaction: object) -> Transaction:
+    """``transaction`` as the library's Transaction (pylance's converted), its read version
+    checked to be a version number; InvalidOperationError for anything else."""
+    if not isinstance(transaction, Transaction) and not is_pylance(transaction, "Transaction"):
+        raise InvalidOperationError(
+            "Committer.submit takes a txn_engine.Transaction (or a pylance Transaction), got "
+            f"{type(transaction).__name__}"
+        )
+    return as_transaction(transaction)
 
 
 def _runs(batch: Sequence[_Pending], max_group: int) -> list[list[_Pending]]:

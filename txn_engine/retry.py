@@ -102,7 +102,7 @@ class RetryPolicy:
       that among writers retrying on the same winner the one that has lost most often
       sends its create first (0 ranks: no wait).
     * ``offer_after``: on an object store, an Append of new fragments that has lost this
-      many races offers itself to the other writers (:mod:`txn_engine.offers`: whichever
+      many races offers itself to the other writers (:mod:`txn_engine.contention.offers`: whichever
       retrying Append commits next carries it); an Append commit that is retrying carries
       the live offers it can check. ``None``: neither (Lance).
     * ``offer_early``: such an Append whose process saw contention on the table within the
@@ -110,10 +110,11 @@ class RetryPolicy:
       attempt instead of after its first lost race, unless its read version is older than
       the versions that commit saw (default True; ``docs/architecture.md``, *Offers*).
     * ``wait_for_carrier``: whether an Append waits for the table's
-      :class:`txn_engine.Carrier` (:mod:`txn_engine.carrier`) instead of racing it. On an
+      :class:`txn_engine.Carrier` (:mod:`txn_engine.contention.carrier`) instead of racing it. On an
       object store a waiting Append posts its offer and reads the versions until the
       carrier's version that carries it; it races as without a carrier when no carrier
-      version appears within its patience (``txn_engine.commit.PATIENCE_ATTEMPTS`` x its
+      version appears within its patience
+      (``txn_engine.contention.offering.PATIENCE_ATTEMPTS`` x its
       shortest attempt, at least ``MIN_PATIENCE`` seconds). ``None`` (default): once its
       process has seen a carrier lately (a listing showed its live beacon, or a version
       read was one of its), unless the commit raced before it saw one, and only while its
@@ -122,10 +123,10 @@ class RetryPolicy:
       from the first attempt on (the writer is told a carrier runs: its first commit does
       not race either). False: never.
     * ``host_carrier``: whether an Append that loses a race while its process sees no
-      carrier starts one for the table in its process (:func:`txn_engine.carrier.host`:
+      carrier starts one for the table in its process (:func:`txn_engine.contention.carrier.host`:
       one per table per process; it steps down for a carrier that ranks before it, so the
       writers of a table converge on one, and stops after
-      :data:`~txn_engine.carrier.HOST_IDLE_SECONDS` with nothing to carry). ``None``
+      :data:`~txn_engine.contention.carrier.HOST_IDLE_SECONDS` with nothing to carry). ``None``
       (default): on a store over the network (not ``memory://``), unless
       ``wait_for_carrier`` is False. True: on any object store (guarded creates). False:
       never.

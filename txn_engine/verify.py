@@ -47,6 +47,7 @@ import attrs
 from txn_engine import jsontext
 from txn_engine._proto import table_pb2
 from txn_engine.codec import transaction_from_proto
+from txn_engine.contention.offers import carried_in_order
 from txn_engine.errors import (
     CorruptRefError,
     InvalidStorageArgumentError,
@@ -66,7 +67,6 @@ from txn_engine.format.naming import (
 )
 from txn_engine.format.refs import BRANCHES_DIR, branch_name_from_file
 from txn_engine.format.schema import major_version
-from txn_engine.offers import carried_in_order
 from txn_engine.redact import redact_uri
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage

@@ -17,10 +17,10 @@ import lance
 import pyarrow as pa
 import pytest
 
+from txn_engine.contention.offers import CARRIER_KEY, HOSTS_DIR, carried_uuids
 from txn_engine.dataset import Dataset
 from txn_engine.format.io import read_transaction
 from txn_engine.format.naming import VERSIONS_DIR, live_beacons
-from txn_engine.offers import CARRIER_KEY, HOSTS_DIR, carried_uuids
 from txn_engine.storage import open_storage
 
 from . import emulators as emu

@@ -35,8 +35,8 @@ import pytest
 from lance.fragment import write_fragments
 
 from txn_engine import writers
-from txn_engine.carrier import hosted
 from txn_engine.commit import commit
+from txn_engine.contention.carrier import hosted
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     AtomicityUnsupportedError,

@@ -16,10 +16,10 @@ from lance.fragment import write_fragments
 
 from txn_engine import Carrier, writers
 from txn_engine.commit import CommitResult, commit
+from txn_engine.contention.offers import CARRIER_KEY, OFFERS_DIR, carried_uuids
 from txn_engine.dataset import Dataset
 from txn_engine.format.io import read_transaction
 from txn_engine.format.naming import BEACON_PREFIX
-from txn_engine.offers import CARRIER_KEY, OFFERS_DIR, carried_uuids
 from txn_engine.ops import Append
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import open_storage
@@ -163,7 +163,7 @@ def test_an_offer_travels_in_its_name_on_s3(moto_server: Any) -> None:
     the offer it finds is the transaction posted, byte for byte."""
     import uuid
 
-    from txn_engine.offers import OfferScan, Posting, inline_offer
+    from txn_engine.contention.offers import OfferScan, Posting, inline_offer
     from txn_engine.storage import RecordingStorage
     from txn_engine.storage.base import OBJECT_KEY_BYTES, max_path_bytes
 

@@ -1,4 +1,4 @@
-"""Property tests of the guarded create (``txn_engine.commit._land`` / ``_check_guarded``).
+"""Property tests of the guarded create (``txn_engine.loop.attempt.land`` / ``check_guarded``).
 
 An in-memory store declaring ``read_concurrency = 8`` makes every manifest create guarded:
 a listing of ``_versions/`` runs in a thread beside the ``.txn`` copy and the
@@ -43,8 +43,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, example, find, given, settings
 from hypothesis import strategies as st
 
-from txn_engine import offers as offers_module
 from txn_engine.commit import CommitResult, commit
+from txn_engine.contention import offers as offers_module
+from txn_engine.contention.offers import OFFERS_DIR, carried_uuids
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     CommitStateUnknownError,
@@ -62,10 +63,10 @@ from txn_engine.format.naming import (
 )
 from txn_engine.leases import Lease
 from txn_engine.model import DataFile, Fragment, LanceField
-from txn_engine.offers import OFFERS_DIR, carried_uuids
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retention import cleanup
 from txn_engine.retry import RetryPolicy
+from txn_engine.session import current
 from txn_engine.storage import MemoryStorage
 from txn_engine.testing.clocks import FollowClock
 from txn_engine.transaction import Transaction
@@ -584,7 +585,7 @@ def run(schedule: Schedule) -> Run:
         world.started_with = {e.path: store.get(e.path) for e in listing}
         ours = f"ours-{uuid.uuid4().hex}.lance"
         txn = Transaction(base.version, Append([fragment(ours)]))
-        recalled = store.uri in offers_module._recent
+        recalled = store.uri in current().part(offers_module.OfferMemory).recent
         outcome: CommitResult | Exception
         store.arm(world, txn.uuid)
         try:
@@ -853,15 +854,14 @@ def _loses_an_update(schedule: Schedule) -> bool:
 
 
 def test_accepting_every_guarded_create_loses_updates(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mutation check: with ``_check_guarded`` accepting everything, the property fails
+    """Mutation check: with ``check_guarded`` accepting everything, the property fails
     with a lost update, on the a2 example (guarded and serial) and on a schedule the search
     finds by itself."""
 
     def accept(*_args: Any, **_kwargs: Any) -> None:
         return None
 
-    # (``txn_engine.commit`` the attribute is the function: take the module itself)
-    monkeypatch.setattr(importlib.import_module("txn_engine.commit"), "_check_guarded", accept)
+    monkeypatch.setattr(importlib.import_module("txn_engine.loop.attempt"), "check_guarded", accept)
     for gap in (GAP_A2, SERIAL_GAP):  # the guard listing, and the listing after the create
         with pytest.raises(AssertionError, match="lost update"):
             check(run(gap))

@@ -1,5 +1,5 @@
 """Offers under real concurrency: every Append lands exactly once, and every caller is told
-the truth about it, while writers carry each other's offers (:mod:`txn_engine.offers`).
+the truth about it, while writers carry each other's offers (:mod:`txn_engine.contention.offers`).
 
 Several threads append to one in-memory object store (``read_concurrency = 8``: guarded
 creates, offers on) whose requests take a random moment, so that races are lost, offers are
@@ -30,21 +30,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txn_engine.carrier import Carrier, hosted
 from txn_engine.commit import CommitResult, commit
+from txn_engine.contention.carrier import Carrier, hosted
+from txn_engine.contention.offers import CARRIER_KEY, OFFERS_DIR, carried_uuids, inline_offer
 from txn_engine.dataset import Dataset
 from txn_engine.errors import CommitStateUnknownError, StorageError
 from txn_engine.format.io import latest_version, read_manifest_entry, read_transaction_and_manifest
 from txn_engine.format.naming import list_versions
 from txn_engine.model import DataFile, Fragment, LanceField
-from txn_engine.offers import CARRIER_KEY, OFFERS_DIR, carried_uuids, inline_offer
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import MemoryStorage
 from txn_engine.transaction import Transaction
 
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
-commit_module = importlib.import_module("txn_engine.commit")
+offering_module = importlib.import_module("txn_engine.contention.offering")
 
 
 def frag(tag: str) -> Fragment:
@@ -216,8 +216,9 @@ def test_offers_land_exactly_once_and_every_caller_is_told_the_truth(
     # as lost among several processes' writers over a network (else none would host one)
     hosting = contextlib.ExitStack()
     if hosts:
-        hosting.enter_context(patch.object(commit_module, "_foreign_offer", lambda state: True))
-        hosting.enter_context(patch.object(commit_module, "HOST_MIN_ATTEMPT_SECONDS", 0.0))
+        foreign = patch.object(offering_module.Offering, "_foreign_offer", lambda self: True)
+        hosting.enter_context(foreign)
+        hosting.enter_context(patch.object(offering_module, "HOST_MIN_ATTEMPT_SECONDS", 0.0))
     try:
         with hosting:
             outcomes = run_writers(store, writers, commits, with_base, policy)

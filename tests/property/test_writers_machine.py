@@ -28,7 +28,7 @@ from txn_engine.testing.model import RemoveRows, read_contents
 from txn_engine.transaction import Transaction
 
 # (the package re-exports functions named like some submodules: fetch the modules themselves)
-commit_mod = importlib.import_module("txn_engine.commit")
+commit_mod = importlib.import_module("txn_engine.loop.create")
 detect_mod = importlib.import_module("txn_engine.conflicts.detect")
 planner_mod = importlib.import_module("txn_engine.conflicts.planner")
 rows_mod = importlib.import_module("txn_engine.builder.rows")

@@ -1,4 +1,5 @@
-"""The carrier (txn_engine.carrier): it lands the offers of writers told to wait for it, never
+"""The carrier (txn_engine.contention.carrier): it lands the offers of writers told to wait
+for it, never
 creates a version with nothing to carry, and a writer told of a carrier that is not there
 races after its patience."""
 
@@ -15,31 +16,13 @@ from typing import Any
 import pytest
 
 from txn_engine import Carrier
-from txn_engine import carrier as carrier_module
-from txn_engine.carrier import BEACON_SECONDS, hosted
 from txn_engine.codec import transaction_to_proto
-from txn_engine.commit import MIN_PATIENCE, CommitResult, _saw_carrier, _State, commit
+from txn_engine.commit import CommitResult, commit
 from txn_engine.conflicts.rebase import ConflictOptions
-from txn_engine.dataset import Dataset
-from txn_engine.errors import StorageError
-from txn_engine.format.io import read_transaction_and_manifest
-from txn_engine.format.manifest_file import decode_manifest_file, encode_manifest_file
-from txn_engine.format.naming import (
-    BEACON_PREFIX,
-    U64_MAX,
-    VERSIONS_DIR,
-    NamingScheme,
-    beacon_expiry,
-    beacon_name,
-    carrier_beacon,
-    forget_beacon,
-    list_versions,
-    live_beacons,
-    manifest_name,
-    scan_versions,
-)
-from txn_engine.model import DataFile, Fragment, LanceField
-from txn_engine.offers import (
+from txn_engine.contention import carrier as carrier_module
+from txn_engine.contention.carrier import BEACON_SECONDS, hosted
+from txn_engine.contention.offering import MIN_PATIENCE, Offering
+from txn_engine.contention.offers import (
     CARRIER_KEY,
     HOSTS_DIR,
     OFFER_WINDOW,
@@ -58,28 +41,58 @@ from txn_engine.offers import (
     recall,
     remember,
 )
+from txn_engine.dataset import Dataset
+from txn_engine.errors import StorageError
+from txn_engine.format.io import read_transaction_and_manifest
+from txn_engine.format.manifest_file import decode_manifest_file, encode_manifest_file
+from txn_engine.format.naming import (
+    BEACON_PREFIX,
+    U64_MAX,
+    VERSIONS_DIR,
+    NamingScheme,
+    beacon_expiry,
+    beacon_name,
+    carrier_beacon,
+    forget_beacon,
+    list_versions,
+    live_beacons,
+    manifest_name,
+    scan_versions,
+)
+from txn_engine.loop.core import Core
+from txn_engine.model import DataFile, Fragment, LanceField
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryBudget, RetryPolicy
+from txn_engine.session import current
 from txn_engine.storage import MemoryStorage, RecordingStorage
 from txn_engine.storage.handler import commit_handler_for
 from txn_engine.transaction import Transaction
 
 SCHEMA = (LanceField(0, -1, "id", "int64"),)
 TOLD = RetryPolicy(wait_for_carrier=True)
-# the module (``txn_engine.commit`` the attribute is the function)
-commit_module = importlib.import_module("txn_engine.commit")
+offering_module = importlib.import_module("txn_engine.contention.offering")
+attempt_module = importlib.import_module("txn_engine.loop.attempt")
+create_module = importlib.import_module("txn_engine.loop.create")
+created_module = importlib.import_module("txn_engine.contention.created")
 
 
-def a_state(store: MemoryStorage, txn: Transaction, **kw: Any) -> _State:
-    """A commit's state for ``txn`` on ``store``, checked up to version 1."""
-    return _State(
+def a_state(store: MemoryStorage, txn: Transaction, **kw: Any) -> Offering:
+    """A commit's contention state for ``txn`` on ``store``, checked up to version 1: each
+    of ``kw`` set on the core or on the contention state, whichever has it."""
+    core = Core(
         handler=commit_handler_for(store),
         original=txn,
         txn=txn,
         options=ConflictOptions(),
         checked_up_to=1,
-        **kw,
+        guarded=True,
     )
+    state = Offering(core, RetryPolicy(), carrier_module._SESSION_HOSTS)
+    for name, value in kw.items():
+        target = core if hasattr(core, name) else state
+        assert hasattr(target, name), name
+        setattr(target, name, value)
+    return state
 
 
 def frag(tag: str) -> Fragment:
@@ -198,9 +211,9 @@ def test_a_waiter_gives_a_starting_carrier_eight_of_its_attempts() -> None:
     budget.shortest_attempt_seconds = 0.1  # a round trip of 100 ms
     for waited in (0.0, 0.39, 0.41, 0.79):  # 0.41: past a patience of 4 attempts
         now[0] = 1000.0 + waited
-        assert commit_module._defers(state, budget), waited
+        assert state._defers(budget), waited
     now[0] = 1000.0 + 0.81
-    assert not commit_module._defers(state, budget)  # no carrier version: it races
+    assert not state._defers(budget)  # no carrier version: it races
 
 
 def test_a_writer_not_told_races_at_once() -> None:
@@ -358,13 +371,16 @@ def test_a_writer_that_opened_the_table_beside_a_running_carrier_never_races() -
 def unknown(uri: str) -> None:
     """This process forgets the carrier of ``uri`` without discrediting its beacon (its
     thread's own listings may tell the process again at any moment)."""
-    from txn_engine import offers
+    from txn_engine.contention import offers
     from txn_engine.format import naming
+    from txn_engine.session import current
 
-    with naming._beacons_lock:
-        naming._beacons.pop(uri, None)
-    with offers._recent_lock:
-        offers._carriers.pop(uri, None)
+    seen = current().part(naming.SeenBeacons)
+    with seen.lock:
+        seen.live.pop(uri, None)
+    memory = current().part(offers.OfferMemory)
+    with memory.lock:
+        memory.carriers.pop(uri, None)
 
 
 def test_a_cold_or_stale_commit_reads_the_listing_before_it_creates_and_waits() -> None:
@@ -434,7 +450,7 @@ def test_a_commit_that_raced_before_it_saw_a_carrier_races_on_the_next_ones_wait
     ):
         store = ObjectStore()
         state = a_state(store, Transaction(1, Append([frag("x")])), contended=contended)
-        _saw_carrier(state, RetryPolicy(wait_for_carrier=told))
+        state._saw_carrier(RetryPolicy(wait_for_carrier=told))
         assert carrier_lately(store.uri)
         assert (state.carrier_seen_at is not None) is waits
 
@@ -579,12 +595,13 @@ def quick_hosts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     counts as lost among writers of several processes (``_foreign_offer``: in one test
     process, no offer is another process's)."""
     monkeypatch.setattr(carrier_module, "HOST_IDLE_SECONDS", 0.4)
-    monkeypatch.setattr(commit_module, "_foreign_offer", lambda state: True)
-    monkeypatch.setattr(commit_module, "HOST_MIN_ATTEMPT_SECONDS", 0.0)  # memory is fast
+    monkeypatch.setattr(Offering, "_foreign_offer", lambda self: True)
+    monkeypatch.setattr(offering_module, "HOST_MIN_ATTEMPT_SECONDS", 0.0)  # memory is fast
     yield
-    with carrier_module._hosts_lock:
-        carriers = list(carrier_module._hosts.values())
-        carrier_module._hosts.clear()
+    hosts = current().part(carrier_module.Hosts)
+    with hosts.lock:
+        carriers = list(hosts.carriers.values())
+        hosts.carriers.clear()
     for c in carriers:
         c.close()
 
@@ -676,7 +693,7 @@ def test_a_carrier_hosted_by_a_stale_writer_knows_its_read_versions_transaction(
         handed.append(dict(known))
         return False  # none started: the commit races on
 
-    monkeypatch.setattr(commit_module, "host", host)
+    monkeypatch.setattr(carrier_module, "host", host)
     store = Interposed()
     commit(store, Transaction(0, Overwrite([frag("seed")], SCHEMA)))
     read = Dataset.open(store, version=1).manifest_file
@@ -877,7 +894,7 @@ def test_only_a_txn_engine_version_of_another_process_is_a_foreign_winner(
     def lost_to(raw: bytes) -> bool:
         mine = Transaction(1, Append([frag("mine")]))
         state = a_state(store, mine, raw={entry.version: raw}, listing=listing)
-        return commit_module._foreign_winner(state)
+        return state._foreign_winner()
 
     assert lost_to(data)
     mf = decode_manifest_file(data)
@@ -887,7 +904,7 @@ def test_only_a_txn_engine_version_of_another_process_is_a_foreign_winner(
     assert not lost_to(data)
     # a commit that lost to pylance alone hosts no carrier and does not wait (however
     # long its attempt took)
-    monkeypatch.setattr(commit_module, "HOST_MIN_ATTEMPT_SECONDS", 0.0)
+    monkeypatch.setattr(offering_module, "HOST_MIN_ATTEMPT_SECONDS", 0.0)
     lone = table()
     base = Dataset.open(lone)
     commit(lone, Transaction(base.version, Append([frag("w")])))
@@ -920,22 +937,22 @@ def test_only_an_offer_of_another_process_makes_a_lost_race_host_a_carrier() -> 
     neighbour = Transaction(1, Append([frag("neighbour")]))
     stranger = Transaction(1, Append([frag("stranger")]))
 
-    def state(**kw: Any) -> _State:
+    def state(**kw: Any) -> Offering:
         return a_state(store, mine, **kw)
 
     posting = Posting(store, neighbour, 1 + OFFER_WINDOW, "base")  # posted by this process
     posting.wait_written(2)
     posted = Offer("n", 1 + OFFER_WINDOW, neighbour)
     foreign = Offer("s", 1 + OFFER_WINDOW, stranger)
-    assert not commit_module._foreign_offer(state())
-    assert not commit_module._foreign_offer(state(offers={"n": posted}))
-    assert not commit_module._foreign_offer(state(offers={"m": Offer("m", 9, mine)}))
-    assert commit_module._foreign_offer(state(offers={"n": posted, "s": foreign}))
+    assert not state()._foreign_offer()
+    assert not state(offers={"n": posted})._foreign_offer()
+    assert not state(offers={"m": Offer("m", 9, mine)})._foreign_offer()
+    assert state(offers={"n": posted, "s": foreign})._foreign_offer()
     # a version read that carried another process's offer
     carried_by_winner = transaction_to_proto(carrying(neighbour, [stranger]))
-    assert commit_module._foreign_offer(state(transactions={2: carried_by_winner}))
+    assert state(transactions={2: carried_by_winner})._foreign_offer()
     own_carried = transaction_to_proto(carrying(stranger, [neighbour]))
-    assert not commit_module._foreign_offer(state(transactions={2: own_carried}))
+    assert not state(transactions={2: own_carried})._foreign_offer()
 
 
 @pytest.mark.usefixtures("quick_hosts", "foreign_offers")
@@ -958,7 +975,7 @@ def test_a_race_lost_in_less_than_a_network_round_trip_hosts_no_carrier(
 ) -> None:
     """Where an attempt is quicker than HOST_MIN_ATTEMPT_SECONDS (a store next door),
     racing costs less than a carrier's coordination: a lost race hosts none."""
-    monkeypatch.setattr(commit_module, "HOST_MIN_ATTEMPT_SECONDS", 10.0)
+    monkeypatch.setattr(offering_module, "HOST_MIN_ATTEMPT_SECONDS", 10.0)
     store = table()
     result = lose_a_race(store, RetryPolicy(host_carrier=True))
     assert hosted(store.uri) is None
@@ -1048,13 +1065,13 @@ def test_a_writer_finds_the_version_its_own_processs_carrier_created_without_rea
     store = counted_table()
     writer = threading.current_thread().name
     published: dict[str, int] = {}  # path -> how many reads were noted when it was published
-    real_publish = commit_module.publish_created
+    real_publish = offering_module.publish_created
 
     def noted(storage: Any, path: str, data: bytes) -> None:
         published.setdefault(path, len(store.reads))
         real_publish(storage, path, data)
 
-    monkeypatch.setattr(commit_module, "publish_created", noted)
+    monkeypatch.setattr(offering_module, "publish_created", noted)
     names = []
     with Carrier(store) as carrier:
         for _ in range(6):
@@ -1074,45 +1091,46 @@ def test_a_writer_finds_the_version_its_own_processs_carrier_created_without_rea
 def test_a_carriers_versions_are_at_hand_per_storage_object_for_a_moment_and_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``carrier.carried_here`` answers for the very storage object the carrier created the
+    """``created.carried_here`` answers for the very storage object the carrier created the
     version through (the one its writers share), for ``CREATED_SECONDS``, within bounds:
     a table made again under the same URI (another object) never gets the old table's
     bytes for its own version of the same number."""
-    carrier_module.forget_created()
+    created_module.forget_created()
+    memory = current().part(created_module.CreatedVersions)
     path = f"{VERSIONS_DIR}/{manifest_name(2, NamingScheme.V2)}"
     a = ObjectStore("memory://same-name")
     b = ObjectStore("memory://same-name")  # the table made again: same URI, other bytes
-    carrier_module.publish_created(a, path, b"a's version 2")
-    assert carrier_module.carried_here(a, path) == b"a's version 2"
-    assert carrier_module.carried_here(b, path) is None
+    created_module.publish_created(a, path, b"a's version 2")
+    assert created_module.carried_here(a, path) == b"a's version 2"
+    assert created_module.carried_here(b, path) is None
     other_version = f"{VERSIONS_DIR}/{manifest_name(3, NamingScheme.V2)}"
-    assert carrier_module.carried_here(a, other_version) is None
+    assert created_module.carried_here(a, other_version) is None
     now = time.monotonic()
-    later = now + carrier_module.CREATED_SECONDS + 0.01
+    later = now + created_module.CREATED_SECONDS + 0.01
     monkeypatch.setattr(time, "monotonic", lambda: later)
-    assert carrier_module.carried_here(a, path) is None  # a moment only
+    assert created_module.carried_here(a, path) is None  # a moment only
     monkeypatch.undo()
     names = [f"{VERSIONS_DIR}/{manifest_name(v, NamingScheme.V2)}" for v in range(1, 40)]
     for name in names:
-        carrier_module.publish_created(a, name, b"x")
-    assert len(carrier_module._carried) == carrier_module.CREATED_MAX  # the oldest went
-    assert carrier_module.carried_here(a, names[0]) is None
-    assert carrier_module.carried_here(a, names[-1]) == b"x"
-    monkeypatch.setattr(carrier_module, "CREATED_MAX_BYTES", 10)
-    carrier_module.publish_created(a, names[0], b"y" * 8)
-    carrier_module.publish_created(a, names[1], b"z" * 8)
-    assert carrier_module.carried_here(a, names[0]) is None
-    assert carrier_module.carried_here(a, names[1]) == b"z" * 8
-    assert carrier_module._carried_bytes <= 10
+        created_module.publish_created(a, name, b"x")
+    assert len(memory.entries) == created_module.CREATED_MAX  # the oldest went
+    assert created_module.carried_here(a, names[0]) is None
+    assert created_module.carried_here(a, names[-1]) == b"x"
+    monkeypatch.setattr(created_module, "CREATED_MAX_BYTES", 10)
+    created_module.publish_created(a, names[0], b"y" * 8)
+    created_module.publish_created(a, names[1], b"z" * 8)
+    assert created_module.carried_here(a, names[0]) is None
+    assert created_module.carried_here(a, names[1]) == b"z" * 8
+    assert memory.bytes <= 10
     # an object gone: whatever object takes its id next fails the weak reference
     gone = ObjectStore()
-    carrier_module.publish_created(gone, path, b"gone's")
+    created_module.publish_created(gone, path, b"gone's")
     key = (id(gone), path)
     del gone
     gc.collect()
-    assert carrier_module._carried[key][0]() is None
-    carrier_module.forget_created()
-    assert carrier_module._carried_bytes == 0
+    assert memory.entries[key][0]() is None
+    created_module.forget_created()
+    assert memory.bytes == 0
 
 
 def test_a_writer_never_takes_a_carried_version_of_an_older_table_under_its_uri() -> None:
@@ -1269,26 +1287,26 @@ def test_a_lost_create_is_settled_by_the_read_sent_beside_it() -> None:
     rec = RecordingStorage(store)
     handler = commit_handler_for(rec)
     late = Transaction(1, Append([frag("late")]))
-    peek = commit_module._Peek(rec, path)
+    peek = create_module.Peek(rec, path)
     peek.result()  # served before our create: it found the winner
-    assert commit_module._create(handler, 2, path, b"ours", late, peek) == store.get(path)
+    assert create_module.create(handler, 2, path, b"ours", late, peek) == store.get(path)
     assert [m for m, p in rec.calls if p == path] == ["size", "get_range", "put_if_absent"]
     rec.reset()  # without a peek: the read-back comes after the lost create
-    assert commit_module._create(handler, 2, path, b"ours", late) == store.get(path)
+    assert create_module.create(handler, 2, path, b"ours", late) == store.get(path)
     assert [m for m, p in rec.calls if p == path] == ["put_if_absent", "size", "get_range"]
     # a peek served before the winner landed found nothing: the read-back settles it
     third = f"{VERSIONS_DIR}/{manifest_name(3, NamingScheme.V2)}"
-    empty = commit_module._Peek(rec, third)
+    empty = create_module.Peek(rec, third)
     assert empty.result() is None
     append(store, RetryPolicy(wait_for_carrier=False))  # version 3, another's
     rec.reset()
-    assert commit_module._create(handler, 3, third, b"ours", late, empty) == store.get(third)
+    assert create_module.create(handler, 3, third, b"ours", late, empty) == store.get(third)
     assert [m for m, p in rec.calls if p == third] == ["put_if_absent", "size", "get_range"]
     # our own bytes found there (a create whose first response was lost): ours landed
     fourth = f"{VERSIONS_DIR}/{manifest_name(4, NamingScheme.V2)}"
     store.put_if_absent(fourth, b"ours")
-    mine = commit_module._Peek(rec, fourth)
-    assert commit_module._create(handler, 4, fourth, b"ours", late, mine) == b"ours"
+    mine = create_module.Peek(rec, fourth)
+    assert create_module.create(handler, 4, fourth, b"ours", late, mine) == b"ours"
 
 
 def test_only_a_carriers_creates_send_the_read_beside_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1296,12 +1314,12 @@ def test_only_a_carriers_creates_send_the_read_beside_them(monkeypatch: pytest.M
     round trip), not with a writer's own."""
     made: list[tuple[str, str]] = []
 
-    class Spy(commit_module._Peek):  # type: ignore[misc,name-defined]
+    class Spy(create_module.Peek):  # type: ignore[misc,name-defined]
         def __init__(self, storage: Any, path: str) -> None:
             made.append((threading.current_thread().name, path))
             super().__init__(storage, path)
 
-    monkeypatch.setattr(commit_module, "_Peek", Spy)
+    monkeypatch.setattr(attempt_module, "Peek", Spy)
     store = table()
     append(store, RetryPolicy(wait_for_carrier=False))
     assert made == []  # a writer racing on its own

@@ -634,7 +634,7 @@ def test_offers_whose_window_has_passed_are_removed_live_ones_kept() -> None:
     """An offer (``_txn_engine_offers/{last version}-{uuid}.txn``) is removed once the
     latest version is at or above the last version it may land in; a live one, and any
     other file in that directory, is kept whatever the retention."""
-    from txn_engine.offers import OFFERS_DIR, offer_name
+    from txn_engine.contention.offers import OFFERS_DIR, offer_name
 
     store = MemoryStorage()
     _history(store)  # latest is 5
@@ -687,7 +687,7 @@ def test_carrier_claims_of_versions_before_the_latest_are_removed() -> None:
     """A claim to host a carrier (``_txn_engine_hosts/{version}.claim``) is read only by
     the writers that lost the race to that version: it is removed once a newer version
     exists; the latest's, and any other file there, is kept whatever the retention."""
-    from txn_engine.offers import HOSTS_DIR, claim_name
+    from txn_engine.contention.offers import HOSTS_DIR, claim_name
 
     store = MemoryStorage()
     _history(store)  # latest is 5

@@ -235,7 +235,7 @@ def test_settling_against_a_huge_foreign_file_reads_only_its_size(
 
     from txn_engine.storage import RecordingStorage
 
-    commit_mod = importlib.import_module("txn_engine.commit")
+    commit_mod = importlib.import_module("txn_engine.loop.create")
     monkeypatch.setattr(commit_mod, "MAX_MANIFEST_BYTES", 1000)
     inner = MemoryStorage()
     commit(inner, Transaction(0, Overwrite([frag()], SCHEMA)))  # 1

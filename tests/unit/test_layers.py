@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "redact": 0,
     "retry": 0,
     "clock": 0,
+    "session": 0,
     # bytes on storage
     "storage": 1,
     "storetime": 1,
@@ -48,15 +49,16 @@ LAYERS: dict[str, int] = {
     # conflicts as data, detection, rebase
     "conflicts": 5,
     # the engine: commit loop, group commit, cleanup, history checks
+    "loop": 6,
+    "contention": 6,
     "commit": 6,
     "committer": 6,
-    "carrier": 6,
-    "offers": 6,
     "retention": 6,
     "verify": 6,
     # what users call and what tests use
     "writers": 7,
     "api": 7,
+    "plans": 7,
     "testing": 7,
     "spark": 7,
     "namespace": 7,

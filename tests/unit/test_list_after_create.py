@@ -189,7 +189,8 @@ def test_the_listing_after_the_create_never_comes_from_the_hint(
     listing after the create still lists (``scan_versions(hint=False)``)."""
     store = _long_table(tmp_path / "grown.lance", 300)
     base = Dataset.open(store)
-    monkeypatch.setattr(sys.modules["txn_engine.commit"], "hint_replaces_listing", lambda _s: False)
+    driver = sys.modules["txn_engine.loop.driver"]
+    monkeypatch.setattr(driver, "hint_replaces_listing", lambda _s: False)
 
     def no_hint(*_a: object) -> None:
         raise AssertionError("the hint was read")

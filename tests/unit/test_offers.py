@@ -1,4 +1,5 @@
-"""Offers (:mod:`txn_engine.offers`): a retrying Append carries other writers' offered Appends.
+"""Offers (:mod:`txn_engine.contention.offers`): a retrying Append carries other writers'
+offered Appends.
 
 Each rule of the module docstring has a test here: what is offered and when, what a helper
 carries and what it leaves out, how the offering writer learns its outcome, and why it never
@@ -21,17 +22,7 @@ import pytest
 from txn_engine._proto import transaction_pb2
 from txn_engine.codec import transaction_to_proto
 from txn_engine.commit import CommitResult, carries_uuid, commit
-from txn_engine.dataset import Dataset
-from txn_engine.errors import (
-    CommitStateUnknownError,
-    IncompatibleTransactionError,
-    ObjectExistsError,
-    RetryableConflictError,
-    StorageError,
-)
-from txn_engine.format.io import latest_version, read_transaction, read_transaction_and_manifest
-from txn_engine.format.naming import NamingScheme, list_versions, manifest_name
-from txn_engine.offers import (
+from txn_engine.contention.offers import (
     MAX_INLINE_OFFER_BYTES,
     MAX_OFFERS_PER_VERSION,
     OFFER_BASE_KEY,
@@ -49,6 +40,16 @@ from txn_engine.offers import (
     parse_offer_name,
     select_offers,
 )
+from txn_engine.dataset import Dataset
+from txn_engine.errors import (
+    CommitStateUnknownError,
+    IncompatibleTransactionError,
+    ObjectExistsError,
+    RetryableConflictError,
+    StorageError,
+)
+from txn_engine.format.io import latest_version, read_transaction, read_transaction_and_manifest
+from txn_engine.format.naming import NamingScheme, list_versions, manifest_name
 from txn_engine.ops import Append, Delete, Overwrite
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage import RecordingStorage
@@ -765,7 +766,7 @@ def test_recalled_knowledge_that_a_fresh_read_contradicts_is_dropped(
     """What is recalled is used only once a fresh read confirms it is this table's history
     (same transaction at some version): a table re-created at the same URI differs, and an
     offer that only the recalled (stale) transactions would let through is not carried."""
-    commit_module = importlib.import_module("txn_engine.commit")
+    commit_module = importlib.import_module("txn_engine.contention.offering")
 
     store = ObjectStore()
     table(store, appends=2)  # versions 1..3
@@ -955,7 +956,7 @@ def test_a_stale_plan_committed_again_reads_only_the_versions_it_has_not_seen() 
 def test_what_is_remembered_is_bounded_by_versions_and_by_bytes(monkeypatch: Any) -> None:
     """The memory a contended commit leaves keeps the newest versions' transactions only,
     within RECENT_VERSIONS and RECENT_BYTES; an unreadable version (None) costs nothing."""
-    offers_module = importlib.import_module("txn_engine.offers")
+    offers_module = importlib.import_module("txn_engine.contention.offers")
     uri = f"memory://bounded-{uuid.uuid4().hex}"
     small = {v: append_pb(v) for v in range(1, 2001)}
     offers_module.remember(uri, small, {}, ())

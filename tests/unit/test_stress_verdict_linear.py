@@ -198,9 +198,9 @@ def test_the_stress_verdict_shows_progress_on_a_terminal_only(tmp_path: Path) ->
 
 def _carried_history(tmp_path: Path, *, ack_member_at: int | None = None) -> list[str]:
     """A seed, one Append, then one version carrying two transactions (its own and an
-    offered one, as txn_engine.offers writes them), each journaled with its own rows:
+    offered one, as txn_engine.contention.offers writes them), each journaled with its own rows:
     the findings of check_history."""
-    from txn_engine.offers import carrying
+    from txn_engine.contention.offers import carrying
 
     storage, rows, seed, journal_path = _seeded(tmp_path)
     with Journal(journal_path) as journal:

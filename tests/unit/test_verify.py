@@ -139,7 +139,7 @@ def test_a_transaction_carried_by_two_versions_is_an_exactly_once_finding() -> N
     """A version that carried other transactions (offers, a group commit's members) stands
     for each of them: one of them in a second version is reported, as a uuid landing twice
     is; carried once, nothing is."""
-    from txn_engine.offers import carrying
+    from txn_engine.contention.offers import carrying
 
     storage = MemoryStorage()
     rows = _synthetic(storage)

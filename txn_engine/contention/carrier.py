@@ -1,7 +1,8 @@
 """A carrier: one long-lived thread lands every writer's offer on a table.
 
 Writers on an object store that keep losing races offer their Appends to each other
-(:mod:`txn_engine.offers`); whichever writer wins the next version carries what it has read.
+(:mod:`txn_engine.contention.offers`); whichever writer wins the next version carries what it
+has read.
 Uncoordinated, every writer still races every other for every version, and the slowest commit
 ends several round trips after the median (``docs/performance.md``, *A rendezvous, tried*). A
 carrier is the rendezvous. Run one for a table for as long as writers contend on it (a
@@ -11,9 +12,9 @@ sidecar process, ``txn-engine carry URI``; a thread of a service or of a Spark d
         ...  # writers anywhere, configured with nothing: commit(...) as always
 
 1. The carrier lists the offers and commits one version carrying every offer it may carry:
-   an empty Append of its own, marked :data:`~txn_engine.offers.CARRIER_KEY`, through
-   :func:`txn_engine.commit` (the checks of any helper, the same conditional create). It
-   never creates a version with nothing to carry.
+   an empty Append of its own, marked :data:`~txn_engine.contention.offers.CARRIER_KEY`,
+   through the commit loop, as :func:`txn_engine.commit` does (the checks of any helper, the
+   same conditional create). It never creates a version with nothing to carry.
 2. While it runs it keeps a beacon in ``_versions/``
    (:func:`~txn_engine.format.naming.beacon_name`; not a manifest), which every listing of
    the versions shows first.
@@ -49,12 +50,26 @@ import os
 import secrets
 import threading
 import time
-import weakref
-from collections import OrderedDict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from txn_engine._proto import transaction_pb2
+from txn_engine.conflicts.rebase import ConflictOptions
+from txn_engine.contention.created import POLL_LIST_EVERY, carried_here
+from txn_engine.contention.offering import Offering
+from txn_engine.contention.offers import (
+    CARRIER_KEY,
+    HOSTS_DIR,
+    Offer,
+    OfferScan,
+    carried_uuids,
+    claim_name,
+    ours,
+    peek,
+    private_memory,
+    remember,
+)
+from txn_engine.dataset import Dataset
 from txn_engine.errors import ObjectExistsError, TxnEngineError
 from txn_engine.format.io import read_manifest_entry, read_version_by_name
 from txn_engine.format.manifest_file import decode_manifest_file
@@ -70,29 +85,26 @@ from txn_engine.format.naming import (
     manifest_path,
     scan_versions,
 )
-from txn_engine.offers import (
-    CARRIER_KEY,
-    HOSTS_DIR,
-    RECENT_SECONDS,
-    Offer,
-    OfferScan,
-    carried_uuids,
-    claim_name,
-    ours,
-    peek,
-    private_memory,
-    remember,
-)
+from txn_engine.loop.core import Core, NothingToCarry
+from txn_engine.loop.driver import drive
+from txn_engine.loop.seam import Contention, NoContention
+from txn_engine.ops import Append
+from txn_engine.retry import RetryPolicy
+from txn_engine.session import Session, bind, current, using, wrap
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
+from txn_engine.storage.handler import commit_handler_for
+from txn_engine.transaction import Transaction
 
-if TYPE_CHECKING:
-    from txn_engine.dataset import Dataset
+#: The policy of a carrier's commits (RetryPolicy is frozen: one instance serves all).
+_POLICY = RetryPolicy()
 
 __all__ = [
     "HOST_IDLE_SECONDS",
     "HOST_LONELY_VERSIONS",
     "Carrier",
+    "Hosts",
+    "contention_for",
     "host",
     "hosted",
     "hosting",
@@ -124,13 +136,6 @@ _CLAIM_WAIT_SECONDS = 10.0
 #: of the runs 88 against 129 ms.
 CLAIM_GRACE_SECONDS = 0.3
 
-#: A writer waiting for a carrier, and a carrier waiting for offers, list the versions on
-#: every this many looks; the others read the next version by its name: one GET however
-#: long the history, where a listing's page grows with it (S3 pages hold 1,000 names).
-#: The listings keep the beacons in view (a carrier that stopped ends the writers' wait; a
-#: hosted carrier steps down for one that ranks before it).
-POLL_LIST_EVERY = 4
-
 
 class Carrier:
     """Carries the offers of the writers of one table, in a thread, until :meth:`close`.
@@ -147,8 +152,12 @@ class Carrier:
         *,
         storage_options: Mapping[str, Any] | None = None,
         idle_seconds: float | None = None,
+        session: Session | None = None,
     ) -> None:
-        self.storage = open_storage(uri_or_storage, storage_options)
+        #: the session its commits run in (default: the one current where it is made)
+        self.session = session or current()
+        with using(self.session):
+            self.storage = open_storage(uri_or_storage, storage_options)
         #: stop after carrying nothing for this long (seconds; None: run until closed)
         self.idle_seconds = idle_seconds
         self.versions: list[int] = []
@@ -176,9 +185,11 @@ class Carrier:
         self.yielded_at: float | None = None
         self._waits = 0  # waits for offers (every few of them lists the versions)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="txn-engine-carrier", daemon=True)
+        self._thread = threading.Thread(
+            target=bind(self.session, self._run), name="txn-engine-carrier", daemon=True
+        )
         self._beacon = threading.Thread(
-            target=self._shine, name="txn-engine-carrier-beacon", daemon=True
+            target=bind(self.session, self._shine), name="txn-engine-carrier-beacon", daemon=True
         )
 
     def __repr__(self) -> str:
@@ -283,11 +294,6 @@ class Carrier:
                     self.storage.delete(claimed)
 
     def _serve(self) -> None:
-        from txn_engine.commit import NothingToCarry, commit
-        from txn_engine.dataset import Dataset
-        from txn_engine.ops import Append
-        from txn_engine.transaction import Transaction
-
         private_memory()
         uri = self.storage.uri
         # a hosted carrier starts from the latest version its writer knows (no read), and
@@ -316,7 +322,14 @@ class Carrier:
                 remember(uri, known, memory.offers, memory.dead, memory.scan)
             txn = Transaction(base.version, Append(()), properties={CARRIER_KEY: "1"})
             try:
-                result = commit(self.storage, txn, base=base)
+                result = drive(
+                    commit_handler_for(self.storage),
+                    txn,
+                    contention_for=contention_for,
+                    policy=_POLICY,
+                    options=ConflictOptions(),
+                    base=base,
+                )
             except NothingToCarry as nothing:
                 idle = self.idle_seconds
                 if idle is not None and time.monotonic() - carried_at >= idle:
@@ -370,7 +383,7 @@ class Carrier:
             with contextlib.suppress(TxnEngineError):  # unread: the latest is read below
                 found.append(_at(self.storage, newest, base.naming_scheme))
 
-        lister = threading.Thread(target=latest, name="txn-engine-carrier-list", daemon=True)
+        lister = threading.Thread(target=wrap(latest), name="txn-engine-carrier-list", daemon=True)
         lister.start()
         memory = peek(self.storage.uri)
         if memory is not None and memory.scan is not None:
@@ -382,76 +395,13 @@ class Carrier:
 
     def _reopen(self) -> Dataset:
         """The latest version, read again (a failed read is tried again, three times)."""
-        from txn_engine.dataset import Dataset
-
         for _ in range(_REOPEN_TRIES - 1):
             with contextlib.suppress(TxnEngineError):
                 return Dataset.open(self.storage)
         return Dataset.open(self.storage)
 
 
-#: How long the bytes of a version a carrier created stay at hand in its process (seconds),
-#: as long as what a commit remembers (:data:`~txn_engine.offers.RECENT_SECONDS`).
-CREATED_SECONDS = RECENT_SECONDS
-
-#: How many versions' bytes the process keeps at hand, over all tables, and how many bytes
-#: at most (the oldest go first).
-CREATED_MAX = 16
-CREATED_MAX_BYTES = 32 << 20
-
-#: the versions a carrier of this process created lately, per storage object (one table):
-#: (id(storage), manifest path) -> (a weak reference to that storage, until
-#: (time.monotonic), the manifest file). Keyed by the object the carrier and its writers
-#: share, not by the URI, and kept a moment only: a table deleted and made again under the
-#: same URI (a test's store of the same name) is another object, with other bytes at the
-#: same version, and an id reused after its object died fails the reference.
-_carried: OrderedDict[tuple[int, str], tuple[weakref.ref[Storage], float, bytes]] = OrderedDict()
-_carried_lock = threading.Lock()
-_carried_bytes = 0
-
-
-def publish_created(storage: Storage, path: str, data: bytes) -> None:
-    """A carrier's commit created the version at ``path`` in ``storage`` with manifest file
-    ``data`` (:func:`carried_here`). Storage objects that cannot be weakly referenced are
-    not kept (their versions are read, as from another process)."""
-    global _carried_bytes
-    try:
-        ref = weakref.ref(storage)
-    except TypeError:
-        return
-    key = (id(storage), path)
-    with _carried_lock:
-        old = _carried.pop(key, None)
-        if old is not None:
-            _carried_bytes -= len(old[2])
-        _carried[key] = (ref, time.monotonic() + CREATED_SECONDS, data)
-        _carried_bytes += len(data)
-        while _carried and (len(_carried) > CREATED_MAX or _carried_bytes > CREATED_MAX_BYTES):
-            _carried_bytes -= len(_carried.popitem(last=False)[1][2])
-
-
-def forget_created() -> None:
-    """Forget every version a carrier of this process created (:func:`publish_created`)."""
-    global _carried_bytes
-    with _carried_lock:
-        _carried.clear()
-        _carried_bytes = 0
-
-
-def carried_here(storage: Storage, path: str) -> bytes | None:
-    """The manifest file at ``path`` in ``storage`` (this very object) when a carrier of
-    this process created it within :data:`CREATED_SECONDS` (the carrier goes on from it,
-    and the writers waiting for it find it, without a read), else None."""
-    with _carried_lock:
-        found = _carried.get((id(storage), path))
-    if found is None or found[0]() is not storage or found[1] <= time.monotonic():
-        return None
-    return found[2]
-
-
 def _decoded(storage: Storage, version: int, scheme: NamingScheme, data: bytes) -> Dataset:
-    from txn_engine.dataset import Dataset
-
     entry = VersionEntry(version, manifest_name(version, scheme), scheme)
     return Dataset(storage, entry, decode_manifest_file(data, what=f"{storage.uri}/{entry.path}"))
 
@@ -474,8 +424,6 @@ def _probe(storage: Storage, version: int, scheme: NamingScheme) -> Dataset | No
 
 def _at(storage: Storage, version: int, scheme: NamingScheme) -> Dataset:
     """The dataset at ``version`` (named in ``scheme``), read with one request."""
-    from txn_engine.dataset import Dataset
-
     entry = VersionEntry(version, manifest_name(version, scheme), scheme)
     return Dataset(storage, entry, read_manifest_entry(storage, entry))
 
@@ -487,8 +435,63 @@ def _hosted_token() -> str:
     return f"1{int(time.time() * 1000):012x}{secrets.token_hex(10)[:19]}"
 
 
-_hosts: dict[str, Carrier] = {}
-_hosts_lock = threading.Lock()
+class Hosts:
+    """A session's hosted carriers, one per table (by URI) at most, running or lately
+    stopped. At exit they take their beacons down (writers elsewhere then race at once
+    instead of waiting in vain for their patience)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.carriers: dict[str, Carrier] = {}
+        atexit.register(self.close_all)
+        # a multiprocessing child ends in os._exit, after its own exit functions, not atexit's
+        multiprocessing.util.Finalize(self, self.close_all, exitpriority=10)
+
+    def host(
+        self,
+        storage: Storage,
+        base: Dataset | None = None,
+        known: Mapping[int, transaction_pb2.Transaction | None] | None = None,
+        offers: Mapping[str, Offer] | None = None,
+        scan: OfferScan | None = None,
+    ) -> bool:
+        """:func:`host` in this session."""
+        with self.lock:
+            running = self.carriers.get(storage.uri)
+            if running is not None and (running.running or _yielded_lately(running)):
+                return False
+            for uri in [u for u, c in self.carriers.items() if not c.running]:
+                del self.carriers[uri]  # stopped ones are not kept (a process may touch many)
+            carrier = Carrier(storage, idle_seconds=HOST_IDLE_SECONDS, session=current())
+            carrier.hosted = True
+            carrier._first_base = base
+            carrier._first_known = dict(known or {})
+            carrier._first_offers = dict(offers or {})
+            carrier._first_scan = scan
+            carrier._token = _hosted_token()
+            if base is not None:
+                carrier._claim = f"{HOSTS_DIR}/{claim_name(base.version)}"
+            self.carriers[storage.uri] = carrier.start()
+            return True
+
+    def hosted(self, uri: str) -> Carrier | None:
+        """This session's last hosted carrier for table ``uri`` (running or not)."""
+        with self.lock:
+            return self.carriers.get(uri)
+
+    def hosting(self, uri: str) -> bool:
+        """:func:`hosting` in this session."""
+        carrier = self.hosted(uri)
+        if carrier is None:
+            return False
+        return (carrier.running and not carrier.stepped_down) or _yielded_lately(carrier)
+
+    def close_all(self) -> None:
+        """Close every carrier of this session (each waits at most 2 s)."""
+        with self.lock:
+            carriers = list(self.carriers.values())
+        for carrier in carriers:
+            carrier.close(timeout=2.0)
 
 
 def host(
@@ -498,47 +501,27 @@ def host(
     offers: Mapping[str, Offer] | None = None,
     scan: OfferScan | None = None,
 ) -> bool:
-    """Start a carrier for the table at ``storage`` in this process, hosted (it steps down
-    for a carrier that ranks before it and stops after :data:`HOST_IDLE_SECONDS` with
-    nothing carried), unless this process's last one for the table still runs. ``base``:
-    the latest version the caller knows (else the carrier reads it); ``known``: the
-    transactions of the versions it read (the carrier does not read them again when it
-    checks offers against them); ``offers`` and ``scan``: the offers it read and its
-    listing of them still running (the carrier's first version carries them without a
-    listing of its own). Returns whether one was started. Called by a commit that lost a
-    race while no carrier was seen (``RetryPolicy.host_carrier``)."""
-    with _hosts_lock:
-        running = _hosts.get(storage.uri)
-        if running is not None and (running.running or _yielded_lately(running)):
-            return False
-        for uri in [u for u, c in _hosts.items() if not c.running]:
-            del _hosts[uri]  # stopped ones are not kept (a process may touch many tables)
-        carrier = Carrier(storage, idle_seconds=HOST_IDLE_SECONDS)
-        carrier.hosted = True
-        carrier._first_base = base
-        carrier._first_known = dict(known or {})
-        carrier._first_offers = dict(offers or {})
-        carrier._first_scan = scan
-        carrier._token = _hosted_token()
-        if base is not None:
-            carrier._claim = f"{HOSTS_DIR}/{claim_name(base.version)}"
-        _hosts[storage.uri] = carrier.start()
-        return True
+    """Start a carrier for the table at ``storage`` in the current session, hosted (it
+    steps down for a carrier that ranks before it and stops after
+    :data:`HOST_IDLE_SECONDS` with nothing carried), unless the session's last one for the
+    table still runs. ``base``: the latest version the caller knows (else the carrier reads
+    it); ``known``: the transactions of the versions it read (the carrier does not read
+    them again when it checks offers against them); ``offers`` and ``scan``: the offers it
+    read and its listing of them still running (the carrier's first version carries them
+    without a listing of its own). Returns whether one was started. Called by a commit that
+    lost a race while no carrier was seen (``RetryPolicy.host_carrier``)."""
+    return current().part(Hosts).host(storage, base, known, offers, scan)
 
 
 def hosted(uri: str) -> Carrier | None:
-    """This process's last hosted carrier for table ``uri`` (running or not), if any."""
-    with _hosts_lock:
-        return _hosts.get(uri)
+    """The current session's last hosted carrier for table ``uri`` (running or not)."""
+    return current().part(Hosts).hosted(uri)
 
 
 def hosting(uri: str) -> bool:
-    """Whether this process's hosted carrier for table ``uri`` runs (it has not stopped or
-    stepped down): its writers may wait for it before its beacon is listed."""
-    carrier = hosted(uri)
-    if carrier is None:
-        return False
-    return (carrier.running and not carrier.stepped_down) or _yielded_lately(carrier)
+    """Whether the current session's hosted carrier for table ``uri`` runs (it has not
+    stopped or stepped down): its writers may wait for it before its beacon is listed."""
+    return current().part(Hosts).hosting(uri)
 
 
 def _yielded_lately(carrier: Carrier) -> bool:
@@ -547,15 +530,34 @@ def _yielded_lately(carrier: Carrier) -> bool:
     return at is not None and time.monotonic() - at < CLAIM_GRACE_SECONDS
 
 
-def _close_hosts() -> None:
-    """At exit, hosted carriers take their beacons down (writers elsewhere then race at
-    once instead of waiting in vain for their patience)."""
-    with _hosts_lock:
-        carriers = list(_hosts.values())
-    for carrier in carriers:
-        carrier.close(timeout=2.0)
+class _SessionHosts:
+    """The :class:`~txn_engine.contention.offering.Hosting` of the current session."""
+
+    def host(
+        self,
+        storage: Storage,
+        base: Dataset | None,
+        known: Mapping[int, transaction_pb2.Transaction | None],
+        offers: Mapping[str, Offer],
+        scan: OfferScan | None,
+    ) -> bool:
+        """:func:`host`."""
+        return host(storage, base, known, offers, scan)
+
+    def hosting(self, uri: str) -> bool:
+        """:func:`hosting`."""
+        return hosting(uri)
 
 
-atexit.register(_close_hosts)
-# a multiprocessing child ends in os._exit, after its own exit functions, not atexit's
-multiprocessing.util.Finalize(None, _close_hosts, exitpriority=10)
+_SESSION_HOSTS = _SessionHosts()
+
+
+def contention_for(core: Core, policy: RetryPolicy) -> Contention:
+    """The contention handling of a commit (:data:`~txn_engine.loop.seam.ContentionFactory`):
+    offers and carriers where creates are guarded (object stores; with
+    ``RetryPolicy.offer_after=None`` it neither offers nor carries, but still finds an
+    offer an earlier call of the transaction left), else the plain loop
+    (:class:`~txn_engine.loop.seam.NoContention`)."""
+    if not core.guarded:
+        return NoContention(core)
+    return Offering(core, policy, _SESSION_HOSTS)

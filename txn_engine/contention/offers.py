@@ -65,7 +65,9 @@ from txn_engine.format.naming import (
     forget_beacon,
     manifest_name,
 )
+from txn_engine.loop.core import carried_in_order, carried_uuids, members_of
 from txn_engine.ops import Append
+from txn_engine.session import current, wrap
 from txn_engine.storage.base import Storage, get_bounded, max_path_bytes, read_concurrency
 from txn_engine.transaction import GROUP_MEMBERS_KEY, Transaction
 
@@ -105,7 +107,7 @@ __all__ = [
 OFFERS_DIR = "_txn_engine_offers"
 
 #: Where the writers that lost a race to the same version claim the hosting of a carrier
-#: (:func:`claim_name`; :func:`txn_engine.carrier.host`), beside ``_versions/``.
+#: (:func:`claim_name`; :func:`txn_engine.contention.carrier.host`), beside ``_versions/``.
 HOSTS_DIR = "_txn_engine_hosts"
 
 #: Property of an offered transaction: the uuid of the transaction of the version it was
@@ -147,7 +149,7 @@ RECENT_BYTES = 32 << 20
 
 _NAME = re.compile(r"([0-9]{20})-([0-9a-f-]{36})(?:\.([A-Za-z0-9_-]{1,1000}))?\.txn", re.ASCII)
 
-#: Property of a carrier's own transaction (:mod:`txn_engine.carrier`): an empty Append
+#: Property of a carrier's own transaction (:mod:`txn_engine.contention.carrier`): an empty Append
 #: that exists only to carry offers; it is never offered itself.
 CARRIER_KEY = "txn_engine.carrier"
 
@@ -196,24 +198,6 @@ def inline_offer(name: str) -> bytes | None:
         return None
 
 
-def carried_in_order(pb: transaction_pb2.Transaction) -> tuple[str, ...]:
-    """The uuids a landed transaction stands for, its own first, then those of the
-    transactions it carries (a group commit's members, offers) in the order they landed."""
-    members = pb.transaction_properties.get(GROUP_MEMBERS_KEY, "")
-    return (pb.uuid, *(m for m in members.split(",") if m and m != pb.uuid))
-
-
-def carried_uuids(pb: transaction_pb2.Transaction) -> frozenset[str]:
-    """The uuids a landed transaction stands for (:func:`carried_in_order`, as a set)."""
-    return frozenset(carried_in_order(pb))
-
-
-def members_of(txn: Transaction) -> tuple[str, ...]:
-    """The uuids a transaction carries (:data:`GROUP_MEMBERS_KEY`), in order."""
-    value = txn.properties_dict.get(GROUP_MEMBERS_KEY, "")
-    return tuple(m for m in value.split(",") if m)
-
-
 def can_carry(txn: Transaction) -> bool:
     """Whether ``txn`` can carry offers: an Append of new fragments (ids assigned at commit),
     a plain one or a group commit's."""
@@ -252,27 +236,27 @@ class Offer:
     transaction: Transaction
 
 
-#: How many uuids of its own transactions a process keeps (:func:`ours`).
+#: How many uuids of its own transactions a session keeps (:func:`ours`).
 _OURS_KEEP = 4096
-_ours: dict[str, None] = {}
-_ours_lock = threading.Lock()
 
 
 def note_ours(uuid: str) -> None:
-    """Transaction ``uuid`` is this process's (a commit on an object store, or an offer)."""
-    with _ours_lock:
-        _ours.pop(uuid, None)
-        _ours[uuid] = None
-        while len(_ours) > _OURS_KEEP:
-            del _ours[next(iter(_ours))]
+    """Transaction ``uuid`` is this session's (a commit on an object store, or an offer)."""
+    memory = current().part(OfferMemory)
+    with memory.lock:
+        memory.ours.pop(uuid, None)
+        memory.ours[uuid] = None
+        while len(memory.ours) > _OURS_KEEP:
+            del memory.ours[next(iter(memory.ours))]
 
 
 def ours(uuid: str) -> bool:
-    """Whether transaction ``uuid`` is one of this process's last :data:`_OURS_KEEP`
+    """Whether transaction ``uuid`` is one of this session's last :data:`_OURS_KEEP`
     (:func:`note_ours`): an offer or a version whose transaction is not is another
-    process's."""
-    with _ours_lock:
-        return uuid in _ours
+    writer's (another process's, or another session's)."""
+    memory = current().part(OfferMemory)
+    with memory.lock:
+        return uuid in memory.ours
 
 
 class Posting:
@@ -296,7 +280,9 @@ class Posting:
             inline = f"{OFFERS_DIR}/{offer_name(valid_through, txn.uuid, self._data)}"
             if len(inline.encode()) <= limit:
                 self.path = inline
-        self._thread = threading.Thread(target=self._put, name="txn-engine-offer", daemon=True)
+        self._thread = threading.Thread(
+            target=wrap(self._put), name="txn-engine-offer", daemon=True
+        )
         self._thread.start()
 
     def _put(self) -> None:
@@ -325,7 +311,7 @@ class Posting:
             except Exception:
                 return
 
-        threading.Thread(target=remove, name="txn-engine-offer-withdraw", daemon=True).start()
+        threading.Thread(target=wrap(remove), name="txn-engine-offer-withdraw", daemon=True).start()
 
 
 class OfferScan:
@@ -350,7 +336,9 @@ class OfferScan:
         #: transactions of versions up to ``after`` that the offers found were checked
         #: against and the caller had not read (:meth:`transactions`)
         self._transactions: dict[int, transaction_pb2.Transaction] = {}
-        self._thread = threading.Thread(target=self._run, name="txn-engine-offers", daemon=True)
+        self._thread = threading.Thread(
+            target=wrap(self._run), name="txn-engine-offers", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:
@@ -379,7 +367,7 @@ class OfferScan:
             read = [job() for job in jobs]
         else:  # one round trip for all of them on an object store
             with ThreadPoolExecutor(threads, thread_name_prefix="txn-engine-offer-read") as pool:
-                read = list(pool.map(lambda job: job(), jobs))
+                read = list(pool.map(wrap(lambda job: job()), jobs))
         found = [offer for offer in (*named, *read) if isinstance(offer, Offer)]
         self._found = sorted(found, key=lambda offer: (offer.valid_through, offer.name))
 
@@ -533,22 +521,36 @@ class Recent:
     scan: OfferScan | None = None
 
 
-#: How long a process goes on waiting for a table's carrier (:mod:`txn_engine.carrier`)
+#: How long a process goes on waiting for a table's carrier (:mod:`txn_engine.contention.carrier`)
 #: after it last read one of its versions (seconds; a wait that finds no carrier ends it).
 CARRIER_SECONDS = 10.0
 
-_recent: dict[str, Recent] = {}
-_recent_lock = threading.Lock()
-_carriers: dict[str, float] = {}
-#: a thread's own memory (a carrier's: :func:`private_memory`), apart from the process's
-_private = threading.local()
+
+class OfferMemory:
+    """A session's memory of contention (:mod:`txn_engine.session`): the uuids of its own
+    transactions, what its last contended commit on each table knew (:class:`Recent`), when
+    it last read each table's carrier, the encoded sizes of remembered transactions, and a
+    thread's own memory apart from the session's (a carrier's: :func:`private_memory`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ours: dict[str, None] = {}
+        self.recent: dict[str, Recent] = {}
+        self.carriers: dict[str, float] = {}
+        self.sizes: dict[str, int] = {}
+        self.private = threading.local()
+
+    def own(self) -> dict[str, Recent] | None:
+        """The calling thread's own memory, if it has one (:func:`private_memory`)."""
+        own: dict[str, Recent] | None = getattr(self.private, "memory", None)
+        return own
 
 
 def private_memory() -> None:
     """Give the calling thread a memory of its own: :func:`remember` and :func:`recall`
-    in this thread no longer share the process's (a carrier thread keeps what it knows
-    between its commits without taking what the writers of its process remember)."""
-    _private.memory = {}
+    in this thread no longer share the session's (a carrier thread keeps what it knows
+    between its commits without taking what the writers of its session remember)."""
+    current().part(OfferMemory).private.memory = {}
 
 
 def remember(
@@ -561,11 +563,12 @@ def remember(
     """Keep what a contended commit on table ``uri`` knows for :data:`RECENT_SECONDS`: the
     transactions of the newest versions, within :data:`RECENT_VERSIONS` and
     :data:`RECENT_BYTES` (a version left out is read again when needed)."""
+    memory = current().part(OfferMemory)
     kept: dict[int, transaction_pb2.Transaction | None] = {}
     room = RECENT_BYTES
     for version in sorted(transactions, reverse=True)[:RECENT_VERSIONS]:
         pb = transactions[version]
-        room -= 0 if pb is None else _size_of(pb)
+        room -= 0 if pb is None else _size_of(memory, pb)
         if room < 0:
             break
         kept[version] = pb
@@ -576,40 +579,41 @@ def remember(
         time.monotonic() + RECENT_SECONDS,
         scan,
     )
-    own: dict[str, Recent] | None = getattr(_private, "memory", None)
+    own = memory.own()
     if own is not None:
         own[uri] = entry
         return
-    with _recent_lock:
-        _recent[uri] = entry
-        for key in [k for k, r in _recent.items() if r.until < time.monotonic()]:
-            del _recent[key]
+    with memory.lock:
+        memory.recent[uri] = entry
+        for key in [k for k, r in memory.recent.items() if r.until < time.monotonic()]:
+            del memory.recent[key]
 
 
-#: encoded sizes of remembered transactions, by uuid (a transaction is remembered by many
-#: commits in a row: its size is computed once)
-_sizes: dict[str, int] = {}
+#: How many encoded sizes of remembered transactions a session keeps, by uuid (a
+#: transaction is remembered by many commits in a row: its size is computed once).
 _SIZES_MAX = 4 * RECENT_VERSIONS
 
 
-def _size_of(pb: transaction_pb2.Transaction) -> int:
-    size = _sizes.get(pb.uuid)
+def _size_of(memory: OfferMemory, pb: transaction_pb2.Transaction) -> int:
+    sizes = memory.sizes
+    size = sizes.get(pb.uuid)
     if size is None:
-        if len(_sizes) >= _SIZES_MAX:
-            _sizes.clear()
-        size = _sizes[pb.uuid] = pb.ByteSize()
+        if len(sizes) >= _SIZES_MAX:
+            sizes.clear()
+        size = sizes[pb.uuid] = pb.ByteSize()
     return size
 
 
 def peek(uri: str) -> Recent | None:
     """What :func:`recall` would give, left in place (the calling thread's own memory when
     it has one: :func:`private_memory`)."""
-    own: dict[str, Recent] | None = getattr(_private, "memory", None)
+    memory = current().part(OfferMemory)
+    own = memory.own()
     if own is not None:
         entry = own.get(uri)
     else:
-        with _recent_lock:
-            entry = _recent.get(uri)
+        with memory.lock:
+            entry = memory.recent.get(uri)
     if entry is None or entry.until < time.monotonic():
         return None
     return entry
@@ -618,12 +622,13 @@ def peek(uri: str) -> Recent | None:
 def recall(uri: str) -> Recent | None:
     """What the last contended commit of this process on ``uri`` knew, if it was recent
     (taken: a commit running beside it starts from nothing)."""
-    own: dict[str, Recent] | None = getattr(_private, "memory", None)
+    memory = current().part(OfferMemory)
+    own = memory.own()
     if own is not None:
         entry = own.pop(uri, None)
     else:
-        with _recent_lock:
-            entry = _recent.pop(uri, None)
+        with memory.lock:
+            entry = memory.recent.pop(uri, None)
     if entry is None or entry.until < time.monotonic():
         return None
     return entry
@@ -631,8 +636,9 @@ def recall(uri: str) -> Recent | None:
 
 def saw_carrier(uri: str) -> None:
     """A commit of this process read a version of the carrier of table ``uri``."""
-    with _recent_lock:
-        _carriers[uri] = time.monotonic() + CARRIER_SECONDS
+    memory = current().part(OfferMemory)
+    with memory.lock:
+        memory.carriers[uri] = time.monotonic() + CARRIER_SECONDS
 
 
 def carrier_lately(uri: str) -> bool:
@@ -640,16 +646,18 @@ def carrier_lately(uri: str) -> bool:
     :data:`CARRIER_SECONDS`, or its last listing of the versions showed the carrier's live
     beacon (:func:`txn_engine.format.naming.beacon_name`), and no commit since waited for
     it in vain."""
-    with _recent_lock:
-        until = _carriers.get(uri)
+    memory = current().part(OfferMemory)
+    with memory.lock:
+        until = memory.carriers.get(uri)
         if until is not None and until < time.monotonic():
-            del _carriers[uri]
+            del memory.carriers[uri]
             until = None
     return until is not None or carrier_beacon(uri)
 
 
 def forget_carrier(uri: str) -> None:
     """A commit of this process waited for the carrier of ``uri`` and none came."""
-    with _recent_lock:
-        _carriers.pop(uri, None)
+    memory = current().part(OfferMemory)
+    with memory.lock:
+        memory.carriers.pop(uri, None)
     forget_beacon(uri)

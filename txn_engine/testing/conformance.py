@@ -43,6 +43,7 @@ from contextlib import contextmanager
 import pytest
 
 from txn_engine.commit import CommitResult, commit
+from txn_engine.contention.offers import carried_uuids
 from txn_engine.dataset import Dataset
 from txn_engine.errors import (
     AmbiguousWriteError,
@@ -54,7 +55,6 @@ from txn_engine.errors import (
 from txn_engine.format.io import read_transaction
 from txn_engine.format.naming import NamingScheme, list_versions, manifest_name
 from txn_engine.model import DataFile, Fragment, LanceField
-from txn_engine.offers import carried_uuids
 from txn_engine.ops import Append, Overwrite
 from txn_engine.retry import RetryPolicy
 from txn_engine.storage.base import ForwardingStorage, Storage, read_concurrency
@@ -565,7 +565,7 @@ class CommitHandlerConformance:
         total = self.writer_threads * self.commits_per_writer
         assert len(results) == total
         # each transaction is in exactly the version it was told: its own, or (on an object
-        # store, where writers that lost races are carried by others: txn_engine.offers)
+        # store, where writers that lost races are carried by others: txn_engine.contention.offers)
         # one that carried it; the versions are contiguous and hold every row once
         carried_in: dict[str, list[int]] = {}
         entries = list_versions(handler.storage)

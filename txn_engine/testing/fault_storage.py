@@ -37,8 +37,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from txn_engine.commit import SETTLE_ATTEMPTS
 from txn_engine.errors import AmbiguousWriteError, ObjectExistsError, StorageError
+from txn_engine.loop.core import SETTLE_ATTEMPTS
 from txn_engine.storage.base import Storage
 from txn_engine.storage.handler import CommitHandler
 from txn_engine.testing.faults import Fault, SimulatedCrash, wrapped_handler

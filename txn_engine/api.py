@@ -546,11 +546,14 @@ class Table:
                 builder = builder.when_not_matched_by_source_delete(
                     expr=None if cond is True else str(cond)
                 )
-            ptxn, _stats = builder.execute_uncommitted(table)
+            ptxn, stats = builder.execute_uncommitted(table)
             txn = as_transaction(ptxn)
             op = txn.operation
             if when_not_matched_insert_all and isinstance(op, Update):
-                record, hashes = inserted_rows_filter(lds, snapshot, table, keys)
+                inserted = stats.get("num_inserted_rows") if isinstance(stats, Mapping) else None
+                record, hashes = inserted_rows_filter(
+                    lds, snapshot, table, keys, inserted if isinstance(inserted, int) else None
+                )
                 op = with_inserted(op, record, hashes)
             return Transaction(snapshot.version, op, properties=properties or {})
 

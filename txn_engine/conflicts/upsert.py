@@ -66,23 +66,40 @@ __all__ = [
 
 
 def inserted_rows_filter(
-    lds: Any, snapshot: Any, source: Any, keys: Sequence[str]
+    lds: Any,
+    snapshot: Any,
+    source: Any,
+    keys: Sequence[str],
+    inserted_rows: int | None = None,
 ) -> tuple[bytes, frozenset[int]]:
     """(the ``inserted_rows`` record, the exact key hashes) of an upsert of ``source`` on
     ``keys`` planned against pylance dataset ``lds`` / txn_engine ``snapshot``: the keys
-    of the source rows that are not in the table at that version."""
+    of the source rows that are not in the table at that version.
+
+    ``inserted_rows``: how many rows the plan inserts (pylance's ``num_inserted_rows``),
+    when known. None inserted, or every source row inserted (so none of their keys is in
+    the table), decides the keys without scanning the table; otherwise the table's rows
+    with the source's keys are read."""
     ids = {f.name: f.id for f in snapshot.manifest.fields if f.parent_id == -1}
     field_ids = [ids[k] for k in keys]
     wanted = set(key_hashes(source, keys))
+    if inserted_rows == 0:
+        inserted: frozenset[int] = frozenset()
+    elif inserted_rows is not None and inserted_rows == source.num_rows:
+        inserted = frozenset(wanted)
+    else:
+        inserted = frozenset(wanted - set(key_hashes(_existing(lds, source, keys), keys)))
+    return bloom_filter(field_ids, inserted), inserted
+
+
+def _existing(lds: Any, source: Any, keys: Sequence[str]) -> Any:
+    """The key columns of the table's rows that may hold one of ``source``'s keys."""
     if len(keys) == 1:
         import pyarrow.compute as pc  # type: ignore[import-untyped]
 
         values = source.column(keys[0]).unique()
-        existing = lds.to_table(columns=list(keys), filter=pc.field(keys[0]).isin(values))
-    else:
-        existing = lds.to_table(columns=list(keys))
-    inserted = frozenset(wanted - set(key_hashes(existing, keys)))
-    return bloom_filter(field_ids, inserted), inserted
+        return lds.to_table(columns=list(keys), filter=pc.field(keys[0]).isin(values))
+    return lds.to_table(columns=list(keys))
 
 
 #: ``(version, fragments, key field ids) -> the key hashes of the rows of those fragments

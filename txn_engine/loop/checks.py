@@ -5,7 +5,8 @@ StorageError (which says nothing landed)."""
 
 from __future__ import annotations
 
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 import attrs
 
@@ -34,6 +35,8 @@ from txn_engine.transaction import Transaction
 
 __all__ = ["check_guarded", "check_lineage", "lapsed", "list_after_landing"]
 
+_T = TypeVar("_T")
+
 
 def list_after_landing(state: Core, version: int, path: str) -> VersionListing:
     """A listing taken after our create of ``version`` landed (the guard listing failed, or
@@ -41,16 +44,28 @@ def list_after_landing(state: Core, version: int, path: str) -> VersionListing:
     check alone is not enough in its place (a stale base whose next two
     versions a cleanup removed); if no listing can be had, the outcome is unknown:
     CommitStateUnknownError (committing the same transaction again settles it)."""
+    return _after_landing(
+        state,
+        # never from the version hint: ours may sit in a slot a cleanup freed
+        lambda: scan_versions(state.storage, since=version - 1, hint=False),
+        f"{path} for transaction {state.txn.uuid} was created, but no listing of the "
+        f"versions could check that a cleanup had not freed version {version} below newer "
+        "ones",
+    )
+
+
+def _after_landing(state: Core, request: Callable[[], _T], failed: str) -> _T:
+    """``request``, sent after our create landed, tried again on a storage failure; one
+    that keeps failing leaves the outcome unknown: CommitStateUnknownError saying
+    ``failed`` (never a plain StorageError, which says nothing landed)."""
     last: Exception | None = None
     for _ in range(SETTLE_ATTEMPTS):
-        try:  # never from the version hint: ours may sit in a slot a cleanup freed
-            return scan_versions(state.storage, since=version - 1, hint=False)
+        try:
+            return request()
         except StorageError as exc:
             last = exc
     raise CommitStateUnknownError(
-        f"{path} for transaction {state.txn.uuid} was created, but no listing of the "
-        f"versions could check that a cleanup had not freed version {version} below newer "
-        f"ones ({type(last).__name__}: {last})",
+        f"{failed} ({type(last).__name__}: {last})",
         read_version=state.txn.read_version,
         operation=state.txn.kind,
         remedy=UNKNOWN_REMEDY,
@@ -213,38 +228,23 @@ def _exists_after_landing(state: Core, entry: VersionEntry, ours: str) -> bool:
     failed check is tried again, and one that keeps failing leaves the outcome unknown
     (ours is there; whether a cleanup freed its slot cannot be told): never a plain
     StorageError, which says nothing landed."""
-    last: Exception | None = None
-    for _ in range(SETTLE_ATTEMPTS):
-        try:
-            return state.handler.resolve(entry.version, entry.path)
-        except StorageError as exc:
-            last = exc
-    raise CommitStateUnknownError(
+    return _after_landing(
+        state,
+        lambda: state.handler.resolve(entry.version, entry.path),
         f"{ours} for transaction {state.txn.uuid} was created, but whether version "
-        f"{entry.version} exists could not be checked ({type(last).__name__}: {last})",
-        read_version=state.txn.read_version,
-        operation=state.txn.kind,
-        remedy=UNKNOWN_REMEDY,
-    ) from last
+        f"{entry.version} exists could not be checked",
+    )
 
 
 def _take_back(state: Core, path: str) -> None:
     """Delete our landed manifest at ``path`` (tried again on a storage failure; one that
     keeps failing leaves it landed: CommitStateUnknownError, never a plain StorageError)."""
-    last: Exception | None = None
-    for _ in range(SETTLE_ATTEMPTS):
-        try:
-            state.storage.delete(path)
-            return
-        except StorageError as exc:
-            last = exc
-    raise CommitStateUnknownError(
+    _after_landing(
+        state,
+        lambda: state.storage.delete(path),
         f"{path} for transaction {state.txn.uuid} had to be withdrawn, but it could not be "
-        f"deleted ({type(last).__name__}: {last})",
-        read_version=state.txn.read_version,
-        operation=state.txn.kind,
-        remedy=UNKNOWN_REMEDY,
-    ) from last
+        "deleted",
+    )
 
 
 def _withdraw(state: Core, version: int, path: str, why: str = "") -> NoReturn:

@@ -551,8 +551,15 @@ class Table:
             op = txn.operation
             if when_not_matched_insert_all and isinstance(op, Update):
                 inserted = stats.get("num_inserted_rows") if isinstance(stats, Mapping) else None
+                every_match = when_matched_delete or when_matched_update_all is True
+                touched = [f.id for f in op.updated_fragments] + list(op.removed_fragment_ids)
                 record, hashes = inserted_rows_filter(
-                    lds, snapshot, table, keys, inserted if isinstance(inserted, int) else None
+                    lds,
+                    snapshot,
+                    table,
+                    keys,
+                    inserted if isinstance(inserted, int) else None,
+                    touched if every_match else None,
                 )
                 op = with_inserted(op, record, hashes)
             return Transaction(snapshot.version, op, properties=properties or {})

@@ -71,6 +71,7 @@ def inserted_rows_filter(
     source: Any,
     keys: Sequence[str],
     inserted_rows: int | None = None,
+    touched: Sequence[int] | None = None,
 ) -> tuple[bytes, frozenset[int]]:
     """(the ``inserted_rows`` record, the exact key hashes) of an upsert of ``source`` on
     ``keys`` planned against pylance dataset ``lds`` / txn_engine ``snapshot``: the keys
@@ -79,7 +80,10 @@ def inserted_rows_filter(
     ``inserted_rows``: how many rows the plan inserts (pylance's ``num_inserted_rows``),
     when known. None inserted, or every source row inserted (so none of their keys is in
     the table), decides the keys without scanning the table; otherwise the table's rows
-    with the source's keys are read."""
+    with the source's keys are read: only those of the fragments in ``touched`` when given
+    (the fragments the plan updated or removed, for an upsert that touches every matched
+    row: a key it finds nowhere else would only be counted as inserted, which makes the
+    conflict checks stricter, never looser)."""
     ids = {f.name: f.id for f in snapshot.manifest.fields if f.parent_id == -1}
     field_ids = [ids[k] for k in keys]
     wanted = set(key_hashes(source, keys))
@@ -88,18 +92,25 @@ def inserted_rows_filter(
     elif inserted_rows is not None and inserted_rows == source.num_rows:
         inserted = frozenset(wanted)
     else:
-        inserted = frozenset(wanted - set(key_hashes(_existing(lds, source, keys), keys)))
+        existing = _existing(lds, source, keys, touched)
+        inserted = frozenset(wanted - set(key_hashes(existing, keys)))
     return bloom_filter(field_ids, inserted), inserted
 
 
-def _existing(lds: Any, source: Any, keys: Sequence[str]) -> Any:
-    """The key columns of the table's rows that may hold one of ``source``'s keys."""
+def _existing(lds: Any, source: Any, keys: Sequence[str], touched: Sequence[int] | None) -> Any:
+    """The key columns of the table's rows (of the fragments ``touched`` when given) that
+    may hold one of ``source``'s keys."""
+    scan: dict[str, Any] = {"columns": list(keys)}
     if len(keys) == 1:
         import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-        values = source.column(keys[0]).unique()
-        return lds.to_table(columns=list(keys), filter=pc.field(keys[0]).isin(values))
-    return lds.to_table(columns=list(keys))
+        scan["filter"] = pc.field(keys[0]).isin(source.column(keys[0]).unique())
+    if touched is None:
+        return lds.to_table(**scan)
+    fragments = [f for f in (lds.get_fragment(i) for i in sorted(set(touched))) if f is not None]
+    if not fragments:
+        return source.select(list(keys)).slice(0, 0)  # no row of the table was touched
+    return lds.scanner(**scan, fragments=fragments).to_table()
 
 
 #: ``(version, fragments, key field ids) -> the key hashes of the rows of those fragments

@@ -79,7 +79,7 @@ from txn_engine.errors import (
     RetryableConflictError,
     VersionNotFoundError,
 )
-from txn_engine.format.io import read_transaction_and_manifest
+from txn_engine.format.io import read_manifest_entry, read_transaction_and_manifest
 from txn_engine.format.manifest_file import ManifestFile
 from txn_engine.format.naming import NamingScheme, scan_versions
 from txn_engine.interop import as_transaction
@@ -258,7 +258,7 @@ def replan_and_commit(
         budget.start_attempt()
         held = _lease(storage, lease_ttl, lease_owner, lease_clock)
         try:
-            snapshot = Dataset.open(storage, version=None if held is None else held.version)
+            snapshot = _snapshot(storage, held)
             # A plan's own errors (a RetryableConflictError included) propagate unchanged:
             # only the commit's conflicts are re-planned.
             txn = as_transaction(plan(snapshot))
@@ -314,3 +314,13 @@ def _preempted(
         remedy="retry later, or raise the re-planning RetryPolicy budgets",
         conflicts=exc.conflicts,
     )
+
+
+def _snapshot(storage: Storage, held: Lease | None) -> Dataset:
+    """The dataset a plan of :func:`replan_and_commit` reads: the latest, or the version
+    its lease pins, read from where the lease found it (one read, no second lookup)."""
+    if held is None:
+        return Dataset.open(storage)
+    if held.entry is None:
+        return Dataset.open(storage, version=held.version)
+    return Dataset(storage, held.entry, read_manifest_entry(storage, held.entry))

@@ -81,6 +81,7 @@ from txn_engine.errors import (
     VersionNotFoundError,
 )
 from txn_engine.format.io import latest_version, resolve_version
+from txn_engine.format.naming import VersionEntry
 from txn_engine.storage import open_storage
 from txn_engine.storage.base import Storage
 from txn_engine.storage.listing import list_objects
@@ -389,6 +390,7 @@ class Lease:
         self._sent_at = clock.monotonic()
         self._cleanups: tuple[str, ...] = ()
         self.last_error: BaseException | None = None
+        self._entry: VersionEntry | None = None
         self._version = self._acquire(version)
         if renew_in_background:
             _RENEWER.add(self, ttl / 3)
@@ -447,6 +449,7 @@ class Lease:
         self._sent_at = clock.monotonic()
         self._cleanups = info.cleanups
         self.last_error = None
+        self._entry = None
         self._version = info.version
 
     def _write(self, version: int) -> None:
@@ -468,7 +471,7 @@ class Lease:
             self._write(target)
             target = self._note_cleanups(target, version is None)
             try:
-                resolve_version(self._storage, target)
+                self._entry = resolve_version(self._storage, target)
             except (VersionNotFoundError, DatasetNotFoundError):
                 # cleaned up between resolving and writing the lease: it protects nothing
                 self._storage.delete(self._path)
@@ -513,6 +516,13 @@ class Lease:
     def version(self) -> int:
         """The version this lease pins (every version at or after it is kept)."""
         return self._version
+
+    @property
+    def entry(self) -> VersionEntry | None:
+        """Where the pinned version's manifest was found once the lease was up (read it
+        from there without looking it up again); None for a lease taken over with
+        :meth:`resume`."""
+        return self._entry
 
     @property
     def path(self) -> str:

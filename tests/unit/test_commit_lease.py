@@ -140,3 +140,25 @@ def test_replan_and_commit_plans_under_a_lease_it_releases_after() -> None:
     assert len(seen) == 1
     assert len(seen[0]) == 1
     assert store.list(LEASES_DIR) == []
+
+
+def test_a_plan_under_a_lease_reads_its_snapshot_where_the_lease_found_it() -> None:
+    """The lease looks the pinned version up once it is written (the protocol's check);
+    the snapshot is read from that entry: the version is not looked up a second time."""
+    from txn_engine.storage import RecordingStorage
+
+    store, _ = _table()
+    recorded = RecordingStorage(store)
+    lookups: list[int] = []
+
+    def plan(snapshot: Dataset) -> Transaction:
+        lookups.append(sum(1 for c in recorded.calls if c[0] == "exists"))
+        return Transaction(snapshot.version, Append([_frag(store)]))
+
+    result = replan_and_commit(recorded, plan, lease_ttl=60.0)
+    assert result.version == 2
+    assert lookups == [1]  # the lease's check of version 1, none for the snapshot
+    held = Lease(store, None, ttl=60.0, owner="test", renew_in_background=False)
+    assert held.entry is not None
+    assert held.entry.version == held.version == 2
+    held.release()

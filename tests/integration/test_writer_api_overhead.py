@@ -1,5 +1,5 @@
 """What one writer-API call costs beyond pylance's own work: no thread started per call
-(one shared lease renewer per process), the dataset opened once per plan."""
+(one shared lease renewer per process), the read version's manifest read once per plan."""
 
 from __future__ import annotations
 
@@ -32,20 +32,34 @@ def test_appends_start_no_thread_per_call(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_an_append_opens_the_dataset_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One read of the read version's manifest per plan: the snapshot, read from where the
+    lease's check found it (no ``Dataset.open``, which would look the version up again)."""
+    import importlib
+
     uri = str(tmp_path / "t.lance")
     table = te.open(uri)
     table.append(pa.table({"id": [0]}))
     opened: list[int | str | None] = []
+    read: list[int] = []
     real_open = Dataset.open.__func__  # type: ignore[attr-defined]
+    commit_module = importlib.import_module("txn_engine.commit")
+    real_read = commit_module.read_manifest_entry
 
     def counting_open(cls: type[Dataset], *args: object, **kwargs: object) -> Dataset:
         opened.append(kwargs.get("version"))  # type: ignore[arg-type]
         return real_open(cls, *args, **kwargs)  # type: ignore[no-any-return]
 
+    def counting_read(storage: object, entry: object) -> object:
+        read.append(entry.version)  # type: ignore[attr-defined]
+        return real_read(storage, entry)
+
     monkeypatch.setattr(Dataset, "open", classmethod(counting_open))
+    monkeypatch.setattr(commit_module, "read_manifest_entry", counting_read)
     table.append(pa.table({"id": [1]}))
-    assert len(opened) == 1  # the read version's snapshot; no separate existence check
-    opened.clear()
-    # creates it: the lease finds no version to pin, so no snapshot is opened at all
+    assert opened == []  # no separate lookup of the version
+    assert read == [1]  # the read version's snapshot, read once
+    read.clear()
+    # creates it: the lease finds no version to pin, so no snapshot is read at all
     te.open(str(tmp_path / "new.lance")).append(pa.table({"id": [1]}))
     assert opened == []
+    assert read == []

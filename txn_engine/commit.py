@@ -321,6 +321,6 @@ def _snapshot(storage: Storage, held: Lease | None) -> Dataset:
     its lease pins, read from where the lease found it (one read, no second lookup)."""
     if held is None:
         return Dataset.open(storage)
-    if held.entry is None:
-        return Dataset.open(storage, version=held.version)
-    return Dataset(storage, held.entry, read_manifest_entry(storage, held.entry))
+    entry = held.entry
+    assert entry is not None  # a lease this call took (only a resumed lease has none)
+    return Dataset(storage, entry, read_manifest_entry(storage, entry))
